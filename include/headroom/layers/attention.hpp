@@ -1,0 +1,108 @@
+#pragma once
+// Causal self-attention, flash style: forward keeps one f32 log-sum-exp per
+// (sequence, head, position) instead of the T x T probabilities; backward
+// recomputes the scores tile by tile (Dao et al. 2022, FlashAttention-2).
+// RoPE (Su et al. 2021) is applied to q and k as tiles are loaded, so no
+// rotated copy exists; GQA shares each K/V head among Heads / KVHeads query heads.
+//
+// Attention<D, Heads, KVHeads, Rope, Q, K, V, O>: separate projections (Llama).
+// FusedAttention<D, Heads, QKV, O>: one fused q|k|v projection (GPT-2's c_attn).
+#include "layer.hpp"
+
+namespace headroom {
+
+enum class Positions : std::uint8_t { none, rope };
+
+namespace detail {
+
+// The attention core: (q, k, v) -> o, saving q, k, v, o and lse.
+template <std::int64_t Heads, std::int64_t KVHeads, std::int64_t HeadDim, Positions Pos>
+struct AttentionCore {
+  static constexpr std::string_view kind = "CausalAttention";
+  static constexpr std::int64_t in_features = (Heads + 2 * KVHeads) * HeadDim;
+  static constexpr std::int64_t out_features = Heads * HeadDim;
+  using children = type_list<>;
+
+  // inputs: either one fused (N, (H + 2 KV) hd) tensor or q (N, H hd), k, v (N, KV hd)
+  static constexpr Ref build_from(graph::Builder& b, const Ref* in, int n_in) {
+    const std::int64_t B = b.cfg.batch, T = b.cfg.seq, W = b.cfg.workers;
+    Op op{};
+    for (int i = 0; i < n_in; ++i) {
+      op.in[i] = in[i];
+      op.in_grad[i] = true;
+      op.saved[op.n_saved++] = in[i];
+    }
+    op.n_in = n_in;
+    const Ref o = b.activation("o", Heads * HeadDim);           // o: (N, H hd)
+    const Ref lse = b.produced("lse", B * Heads * T * 4);         // lse: (B, H, T) f32
+    op.out[0] = o;
+    op.out[1] = lse;
+    op.n_out = 2;
+    op.saved[op.n_saved++] = o;
+    op.saved[op.n_saved++] = lse;
+    const std::int64_t t = detail::tile;
+    // per worker: a (t, t) score tile and a (t, hd) f32 accumulator, row max and sum
+    op.scratch_fwd = W * (t * t + t * HeadDim + 2 * t) * 4;
+    // delta = rowsum(dO * O): (B, H, T) f32; per worker: score and dscore tiles, dK/dV accumulators
+    op.scratch_bwd = B * Heads * T * 4 + W * (2 * t * t + 3 * t * HeadDim) * 4;
+    // causal: half of QK^T and PV; backward is 2.5x forward (5 matmuls vs 2)
+    op.flops_fwd = 2 * B * Heads * T * T * HeadDim;
+    op.flops_bwd = 5 * B * Heads * T * T * HeadDim;
+    if constexpr (Pos == Positions::rope) op.flops_fwd += 3 * B * T * (Heads + KVHeads) * HeadDim;
+    b.emit(op);
+    return o;
+  }
+};
+
+template <std::int64_t D, std::int64_t Heads, std::int64_t KVHeads>
+constexpr bool attention_dims_ok = Heads > 0 && KVHeads > 0 && D % Heads == 0 && Heads % KVHeads == 0;
+
+}  // namespace detail
+
+template <std::int64_t D, std::int64_t Heads, std::int64_t KVHeads, Positions Pos, class Q, class K, class V, class O>
+struct Attention {
+  static_assert(Heads > 0 && D % Heads == 0, "Attention<D, Heads, ...>: the number of heads must divide the model width D");
+  static_assert(KVHeads > 0 && Heads % KVHeads == 0, "Attention<D, Heads, KVHeads, ...>: KV heads must divide the number of heads (GQA)");
+  static constexpr std::int64_t head_dim = D / Heads;
+  static_assert(Q::in_features == D && Q::out_features == Heads * head_dim, "Attention: q_proj must map D to Heads * head_dim");
+  static_assert(K::in_features == D && K::out_features == KVHeads * head_dim, "Attention: k_proj must map D to KVHeads * head_dim");
+  static_assert(V::in_features == D && V::out_features == KVHeads * head_dim, "Attention: v_proj must map D to KVHeads * head_dim");
+  static_assert(O::in_features == Heads * head_dim && O::out_features == D, "Attention: o_proj must map Heads * head_dim to D");
+  static constexpr std::string_view kind = "Attention";
+  static constexpr std::int64_t in_features = D, out_features = D;
+  static constexpr std::int64_t heads = Heads, kv_heads = KVHeads;
+  static constexpr Positions positions = Pos;
+  using children = type_list<Q, K, V, O>;
+  using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos>;
+
+  static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
+    const Ref qkv[3] = {b.child<Q>("q_proj", x), b.child<K>("k_proj", x), b.child<V>("v_proj", x)};
+    b.open("attn", core::kind);
+    const Ref o = core::build_from(b, qkv, 3);  // o: (N, H hd)
+    b.close();
+    return b.child<O>("o_proj", o);
+  }
+};
+
+template <std::int64_t D, std::int64_t Heads, class QKV, class O>
+struct FusedAttention {
+  static_assert(Heads > 0 && D % Heads == 0, "FusedAttention<D, Heads, ...>: the number of heads must divide the model width D");
+  static_assert(QKV::in_features == D && QKV::out_features == 3 * D, "FusedAttention: c_attn must map D to 3 D");
+  static_assert(O::in_features == D && O::out_features == D, "FusedAttention: c_proj must map D to D");
+  static constexpr std::string_view kind = "Attention";
+  static constexpr std::int64_t in_features = D, out_features = D;
+  static constexpr std::int64_t heads = Heads, kv_heads = Heads;
+  static constexpr Positions positions = Positions::none;
+  using children = type_list<QKV, O>;
+  using core = detail::AttentionCore<Heads, Heads, D / Heads, Positions::none>;
+
+  static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
+    const Ref qkv = b.child<QKV>("c_attn", x);            // qkv: (N, 3 D)
+    b.open("attn", core::kind);
+    const Ref o = core::build_from(b, &qkv, 1);
+    b.close();
+    return b.child<O>("c_proj", o);
+  }
+};
+
+}  // namespace headroom

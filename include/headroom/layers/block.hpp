@@ -1,0 +1,81 @@
+#pragma once
+// Residual composition and the pre-norm transformer block.
+//
+// residual_add emits y = x + f. Its backward writes nothing new: the
+// gradients of x and f *are* the gradient of y (one buffer), so a stack of
+// residual blocks carries one activation-gradient stream, accumulated in
+// place, as in llm.c.
+//
+// PreNormBlock<Names, Norm1, Attn, Norm2, Mlp>:
+//   x2 = x + Attn(Norm1(x));  y = x2 + Mlp(Norm2(x2))
+#include "layer.hpp"
+
+namespace headroom {
+
+namespace detail {
+constexpr Ref residual_add(graph::Builder& b, Ref x, Ref f, std::int64_t features) {
+  Op op{};
+  op.in[0] = x;
+  op.in[1] = f;
+  op.in_grad[0] = op.in_grad[1] = true;
+  op.in_alias[0] = op.in_alias[1] = true;
+  op.n_in = 2;
+  const Ref y = b.activation("residual", features);  // y: (N, D)
+  op.out[0] = y;
+  op.n_out = 1;
+  op.flops_fwd = b.tokens_count() * features;
+  b.emit(op);
+  return y;
+}
+}  // namespace detail
+
+// Residual<F>: y = x + F(x).
+template <class F>
+struct Residual {
+  static_assert(F::in_features == F::out_features, "Residual<F>: F must map D features to D features");
+  static constexpr std::string_view kind = "Residual";
+  static constexpr std::int64_t in_features = F::in_features, out_features = F::out_features;
+  using children = type_list<F>;
+
+  static constexpr Ref build(graph::Builder& b, Ref x) {
+    const Ref f = b.child<F>("fn", x);
+    b.open("add", "Add");
+    const Ref y = detail::residual_add(b, x, f, out_features);
+    b.close();
+    return y;
+  }
+};
+
+// Slot names of a block, as the checkpoints of its family spell them.
+struct LlamaBlockNames {
+  static constexpr std::string_view norm1 = "input_layernorm", attn = "self_attn";
+  static constexpr std::string_view norm2 = "post_attention_layernorm", mlp = "mlp";
+};
+struct GPT2BlockNames {
+  static constexpr std::string_view norm1 = "ln_1", attn = "attn", norm2 = "ln_2", mlp = "mlp";
+};
+
+template <class Names, class Norm1, class Attn, class Norm2, class Mlp>
+struct PreNormBlock {
+  static constexpr std::int64_t D = Attn::in_features;
+  static_assert(Norm1::in_features == D && Norm2::in_features == D && Mlp::in_features == D && Mlp::out_features == D &&
+                    Attn::out_features == D,
+                "PreNormBlock: norms, attention and MLP must all map D features to D features");
+  static constexpr std::string_view kind = "Block";
+  static constexpr std::int64_t in_features = D, out_features = D;
+  using children = type_list<Norm1, Attn, Norm2, Mlp>;
+
+  static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
+    const Ref a = b.child<Attn>(Names::attn, b.child<Norm1>(Names::norm1, x));
+    b.open("residual_1", "Add");
+    const Ref x2 = detail::residual_add(b, x, a, D);  // x2: (N, D)
+    b.close();
+    const Ref m = b.child<Mlp>(Names::mlp, b.child<Norm2>(Names::norm2, x2));
+    b.open("residual_2", "Add");
+    const Ref y = detail::residual_add(b, x2, m, D);  // y: (N, D)
+    b.close();
+    return y;
+  }
+};
+
+}  // namespace headroom

@@ -1,0 +1,90 @@
+#pragma once
+// Repeat<N, Block>: N instances of one block, built once.
+// Sequential<Ls...>: children in order, named by index.
+#include "layer.hpp"
+
+namespace headroom {
+
+template <class L>
+struct is_offloaded : std::false_type {};
+template <class L>
+struct is_repeat : std::false_type {};
+
+namespace detail {
+template <class L>
+struct contains_offloaded;
+template <class List>
+struct any_offloaded;
+template <class... Ts>
+struct any_offloaded<type_list<Ts...>> : std::bool_constant<(contains_offloaded<Ts>::value || ...)> {};
+template <class L>
+struct contains_offloaded : std::bool_constant<is_offloaded<L>::value || any_offloaded<typename L::children>::value> {};
+
+template <class L>
+struct contains_repeat;
+template <class List>
+struct any_repeat;
+template <class... Ts>
+struct any_repeat<type_list<Ts...>> : std::bool_constant<(contains_repeat<Ts>::value || ...)> {};
+template <class L>
+struct contains_repeat : std::bool_constant<is_repeat<L>::value || any_repeat<typename L::children>::value> {};
+
+// Offloaded on the block itself (possibly under other policies) is fine; inside it is not.
+template <class L>
+constexpr bool offload_only_at_top() {
+  if constexpr (is_offloaded<L>::value) {
+    return !any_offloaded<typename L::children>::value || offload_only_at_top<typename L::inner>();
+  } else if constexpr (requires { typename L::inner; }) {
+    return offload_only_at_top<typename L::inner>();
+  } else {
+    return !any_offloaded<typename L::children>::value;
+  }
+}
+}  // namespace detail
+
+template <int N, class Block>
+struct Repeat {
+  static_assert(N >= 1, "Repeat<N, Block>: N must be at least 1");
+  static_assert(Block::in_features == Block::out_features, "Repeat<N, Block>: Block must map D features to D features");
+  static_assert(!detail::any_repeat<type_list<Block>>::value, "Repeat<N, Block>: Block must not contain another Repeat; write Repeat<N * M, Block>");
+  static_assert(detail::offload_only_at_top<Block>(),
+                "Repeat<N, Block>: Offloaded<L> inside a repeated block must wrap the whole block (Apply<Offloaded<>, EveryBlock>)");
+  static constexpr std::string_view kind = "Repeat";
+  static constexpr std::int64_t in_features = Block::in_features, out_features = Block::out_features;
+  static constexpr int count = N;
+  using block = Block;
+  using children = type_list<Block>;
+
+  static constexpr Ref build(graph::Builder& b, Ref x) {
+    const Ref p = b.begin_group(N, x);
+    const Ref y = Block::build(b, p);
+    return b.end_group(y);
+  }
+};
+template <int N, class Block>
+struct is_repeat<Repeat<N, Block>> : std::true_type {};
+
+template <class... Ls>
+struct Sequential {
+  static_assert(sizeof...(Ls) >= 1, "Sequential<Ls...>: needs at least one layer");
+  static constexpr std::string_view kind = "Sequential";
+  using children = type_list<Ls...>;
+  static constexpr std::int64_t features[] = {Ls::in_features..., 0};
+  static constexpr std::int64_t outs[] = {Ls::out_features...};
+  static constexpr std::int64_t in_features = features[0];
+  static constexpr std::int64_t out_features = outs[sizeof...(Ls) - 1];
+  static constexpr bool chained() {
+    for (std::size_t i = 0; i + 1 < sizeof...(Ls); ++i)
+      if (outs[i] != features[i + 1]) return false;
+    return true;
+  }
+  static_assert(chained(), "Sequential<Ls...>: each layer's out_features must equal the next layer's in_features");
+
+  static constexpr Ref build(graph::Builder& b, Ref x) {
+    int i = 0;
+    ((x = b.child<Ls>("", x, i++)), ...);
+    return x;
+  }
+};
+
+}  // namespace headroom

@@ -1,0 +1,66 @@
+#pragma once
+// GPT-2 (LayerNorm, learned positions, fused c_attn, GELU-tanh MLP, biases,
+// LM head tied to wte), with the published Hugging Face configurations.
+// Parameter names follow GPT2LMHeadModel: wte, wpe, h.{i}.ln_1,
+// h.{i}.attn.c_attn, h.{i}.attn.c_proj, h.{i}.ln_2, h.{i}.mlp.c_fc,
+// h.{i}.mlp.c_proj, ln_f.
+#include "../layers/attention.hpp"
+#include "../layers/block.hpp"
+#include "../layers/embedding.hpp"
+#include "../layers/lm_head.hpp"
+#include "../layers/mlp.hpp"
+#include "../layers/norms.hpp"
+#include "../layers/repeat.hpp"
+#include "../policies/apply.hpp"
+
+namespace headroom::models {
+
+struct GPT2Config {
+  std::int64_t vocab = 0;
+  std::int64_t dim = 0;
+  int layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t max_positions = 0;
+};
+
+// config.json of openai-community/gpt2 (124M) and gpt2-medium (355M)
+inline constexpr GPT2Config gpt2_124m{50257, 768, 12, 12, 1024};
+inline constexpr GPT2Config gpt2_355m{50257, 1024, 24, 16, 1024};
+
+using GPT2Slots = type_list<c_attn, c_proj, attn_c_proj, c_fc, mlp_c_proj>;
+
+template <GPT2Config C, class... Mods>
+struct GPT2 {
+  static_assert((is_modifier_v<Mods> && ...), "GPT2<Config, Mods...>: every modifier must be an Apply<Recipe, On<...>> or Apply<Policy, EveryBlock>");
+  static_assert((detail::targets_known<GPT2Slots, Mods>::value && ...),
+                "GPT2: Apply<Recipe, On<...>> names a projection GPT-2 does not have (it has c_attn, c_proj, c_fc; attn_c_proj and mlp_c_proj pick one c_proj)");
+  static_assert(C.heads > 0 && C.dim % C.heads == 0, "GPT2: the number of heads must divide the model width");
+  static constexpr std::int64_t D = C.dim, F = 4 * C.dim;
+  static constexpr GPT2Config config = C;
+
+  template <class Slots, std::int64_t In, std::int64_t Out>
+  using proj = project_t<Slots, Linear<In, Out, true>, Mods...>;
+  using attention = FusedAttention<D, C.heads, proj<type_list<c_attn>, D, 3 * D>, proj<type_list<c_proj, attn_c_proj>, D, D>>;
+  using mlp = MLP<D, F, proj<type_list<c_fc>, D, F>, proj<type_list<c_proj, mlp_c_proj>, F, D>>;
+  using block = every_block_t<PreNormBlock<GPT2BlockNames, LayerNorm<D>, attention, LayerNorm<D>, mlp>, Mods...>;
+
+  static constexpr std::string_view kind = "GPT2";
+  static constexpr std::int64_t in_features = 0, out_features = 0;
+  static constexpr std::int64_t max_seq = C.max_positions;
+  static constexpr bool adapters = uses_adapters<Mods...>;
+  using children = type_list<Embedding<C.vocab, D>, LearnedPositions<C.max_positions, D>, Repeat<C.layers, block>,
+                             LayerNorm<D>, LMHeadLoss<C.vocab, D, true>>;
+
+  static constexpr Ref build(graph::Builder& b, Ref tokens) {
+    if constexpr (adapters) b.push_frozen();
+    Ref x = b.child<Embedding<C.vocab, D>>("wte", tokens);
+    x = b.child<LearnedPositions<C.max_positions, D>>("wpe", x);
+    x = b.child<Repeat<C.layers, block>>("h", x);
+    x = b.child<LayerNorm<D>>("ln_f", x);
+    const Ref loss = b.child<LMHeadLoss<C.vocab, D, true>>("lm_head", x);
+    if constexpr (adapters) b.pop_frozen();
+    return loss;
+  }
+};
+
+}  // namespace headroom::models

@@ -1,0 +1,77 @@
+#pragma once
+// Llama-family models (RMSNorm, RoPE, GQA, SwiGLU, no biases), with the
+// published Hugging Face configurations as presets.
+//
+//   models::Llama<models::llama3_8b, Apply<QLoRA, On<q_proj, v_proj>>, Apply<Checkpointed<>, EveryBlock>>
+//
+// Parameter names follow Hugging Face's LlamaForCausalLM: embed_tokens,
+// layers.{i}.self_attn.{q,k,v,o}_proj, layers.{i}.mlp.{gate,up,down}_proj,
+// layers.{i}.{input,post_attention}_layernorm, norm, lm_head.
+#include "../layers/attention.hpp"
+#include "../layers/block.hpp"
+#include "../layers/embedding.hpp"
+#include "../layers/lm_head.hpp"
+#include "../layers/mlp.hpp"
+#include "../layers/norms.hpp"
+#include "../layers/repeat.hpp"
+#include "../policies/apply.hpp"
+
+namespace headroom::models {
+
+struct LlamaConfig {
+  std::int64_t vocab = 0;
+  std::int64_t dim = 0;
+  std::int64_t ffn = 0;
+  int layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t max_positions = 0;
+  bool tied = false;
+};
+
+// config.json of meta-llama/Llama-2-7b-hf
+inline constexpr LlamaConfig llama2_7b{32000, 4096, 11008, 32, 32, 32, 4096, false};
+// config.json of meta-llama/Meta-Llama-3-8B
+inline constexpr LlamaConfig llama3_8b{128256, 4096, 14336, 32, 32, 8, 8192, false};
+// config.json of meta-llama/Llama-3.2-1B
+inline constexpr LlamaConfig llama3_2_1b{128256, 2048, 8192, 16, 32, 8, 131072, true};
+// A small Llama-style model that trains on two CPU cores in minutes
+// (byte-level vocabulary, 4 layers, d 256, 4 heads, 2 KV heads).
+inline constexpr LlamaConfig tiny_llama{256, 256, 768, 4, 4, 2, 512, false};
+
+using LlamaSlots = type_list<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>;
+
+template <LlamaConfig C, class... Mods>
+struct Llama {
+  static_assert((is_modifier_v<Mods> && ...), "Llama<Config, Mods...>: every modifier must be an Apply<Recipe, On<...>> or Apply<Policy, EveryBlock>");
+  static_assert((detail::targets_known<LlamaSlots, Mods>::value && ...),
+                "Llama: Apply<Recipe, On<...>> names a projection Llama does not have (it has q_proj k_proj v_proj o_proj gate_proj up_proj down_proj)");
+  static_assert(C.heads > 0 && C.dim % C.heads == 0, "Llama: the number of heads must divide the model width");
+  static constexpr std::int64_t D = C.dim, F = C.ffn, H = C.heads, KV = C.kv_heads, hd = C.dim / C.heads;
+  static constexpr LlamaConfig config = C;
+
+  template <class Slot, std::int64_t In, std::int64_t Out>
+  using proj = project_t<type_list<Slot>, Linear<In, Out, false>, Mods...>;
+  using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd>, proj<k_proj, D, KV * hd>,
+                              proj<v_proj, D, KV * hd>, proj<o_proj, H * hd, D>>;
+  using mlp = SwiGLU<D, F, proj<gate_proj, D, F>, proj<up_proj, D, F>, proj<down_proj, F, D>>;
+  using block = every_block_t<PreNormBlock<LlamaBlockNames, RMSNorm<D>, attention, RMSNorm<D>, mlp>, Mods...>;
+
+  static constexpr std::string_view kind = "Llama";
+  static constexpr std::int64_t in_features = 0, out_features = 0;
+  static constexpr std::int64_t max_seq = C.max_positions;
+  static constexpr bool adapters = uses_adapters<Mods...>;
+  using children = type_list<Embedding<C.vocab, D>, Repeat<C.layers, block>, RMSNorm<D>, LMHeadLoss<C.vocab, D, C.tied>>;
+
+  static constexpr Ref build(graph::Builder& b, Ref tokens) {
+    if constexpr (adapters) b.push_frozen();
+    Ref x = b.child<Embedding<C.vocab, D>>("embed_tokens", tokens);
+    x = b.child<Repeat<C.layers, block>>("layers", x);
+    x = b.child<RMSNorm<D>>("norm", x);
+    const Ref loss = b.child<LMHeadLoss<C.vocab, D, C.tied>>("lm_head", x);
+    if constexpr (adapters) b.pop_frozen();
+    return loss;
+  }
+};
+
+}  // namespace headroom::models

@@ -1,0 +1,704 @@
+#pragma once
+// The step graph: what a layer's `build` writes, and what the planner reads.
+//
+// A layer describes itself by calling a Builder in constexpr code: it declares
+// parameters, opens child scopes, and emits ops. An op names the tensors it
+// reads, the tensors it writes, the tensors its backward needs again (saved),
+// its scratch and its FLOPs. From the ops in forward order the builder derives
+// the whole timeline of a step: forward events, the loss, backward events in
+// reverse (with recompute for checkpointed segments and offload / prefetch
+// for offloaded ones) and the optimizer update, and records for every tensor
+// the events where it is born and used.
+//
+// Repeat<N, Block> builds its block once, as a *group*: the group's events and
+// tensors stand for N instances, and an endpoint says which instance it
+// refers to (the same one, the next one, a fixed one). The planner expands
+// groups arithmetically, so a 32-layer model costs one block to describe.
+#include <cstdint>
+#include <string_view>
+
+#include "../core/bytes.hpp"
+#include "../core/cvec.hpp"
+#include "../core/dtype.hpp"
+#include "../core/quant_format.hpp"
+#include "../optim/optimizer.hpp"
+#include "roles.hpp"
+
+namespace headroom {
+
+// Everything about a run that fixes memory and is not the model itself.
+struct RunConfig {
+  std::int64_t batch = 1;         // sequences per micro-batch
+  std::int64_t seq = 1;           // tokens per sequence
+  DType dtype = DType::F32;       // storage of weights, grads and activations
+  OptimDesc optim{};              // optimizer state per trainable element
+  int accumulate = 1;             // micro-batches per optimizer step
+  bool update_in_backward = false;
+  int workers = 1;                // threads / CTAs that own a private scratch tile
+  std::int64_t loss_chunk = 256;  // tokens per LM-head + cross-entropy chunk
+  std::int64_t alignment = 256;   // every buffer starts on this boundary
+
+  constexpr std::int64_t tokens() const { return batch * seq; }
+  constexpr std::int64_t act_bytes() const { return size_of(dtype); }
+};
+
+namespace graph {
+
+inline constexpr int none = -1;
+inline constexpr int all_instances = -3;  // Endpoint::abs: every instance of the event's group
+inline constexpr int not_last = -2;       // Endpoint::only: every instance but the group's last
+
+// A reference to a tensor: its id, and for a tensor of a group used outside
+// the group, the one instance meant (a Repeat's output is its last instance).
+struct Ref {
+  int id = none;
+  int fixed = none;
+  constexpr bool valid() const { return id != none; }
+  constexpr bool operator==(const Ref&) const = default;
+};
+
+struct Node {
+  std::string_view name;  // slot name given by the parent ("q_proj", "layers")
+  std::string_view kind;  // layer kind ("Linear", "LoRA")
+  int parent = none;
+  int index = none;       // position in a Sequential, or none
+  int group = none;       // the Repeat group it belongs to
+  int repeat = 1;         // for the node of a Repeat: its count
+};
+
+struct Tensor {
+  std::string_view name;
+  int node = none;
+  Role role = Role::activation;
+  Tier tier = Tier::device;
+  std::int64_t bytes = 0;
+  int group = none;
+  bool persistent = false;  // lives the whole step
+  bool collapsed = false;   // one buffer for all instances of its group
+  int alias = none;         // this tensor is another one (same buffer)
+  // A Repeat's block input: instance 0 is `outer`, instance j>0 is instance
+  // j-1 of `prev`. Endpoints recorded on it are forwarded to those.
+  bool is_virtual = false;
+  Ref outer{};
+  int prev = none;
+};
+
+// "Instance j of `tensor` is born at / used at event `event` of instance ...":
+//   only >= 0: applies to tensor instance `only` alone; not_last: all but the last
+//   abs >= 0: that instance of the event's group; all_instances: every one
+//   otherwise: instance j + rel.
+struct Endpoint {
+  int tensor = none;
+  int event = none;
+  int rel = 0;
+  int abs = none;
+  int only = none;
+  bool birth = false;
+};
+
+struct Event {
+  EventKind kind = EventKind::forward;
+  int node = none;
+  int group = none;
+  int op = none;  // the op it runs, for forward / backward / recompute
+};
+
+struct Param {
+  std::string_view name;
+  int node = none;
+  std::int64_t rows = 0, cols = 0;
+  bool trainable = true;
+  QuantDesc quant{};
+  int group = none;
+  int weight = none, scales = none, master = none, grad = none, state = none;
+  constexpr std::int64_t elements() const { return rows * cols; }
+};
+
+inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4;
+
+struct Op {
+  int node = none;
+  int group = none;
+  int event = none;  // its forward (or loss) event
+  Ref in[max_in]{};
+  bool in_grad[max_in]{};   // backward writes the gradient of this input
+  bool in_alias[max_in]{};  // ... into the gradient of out[0] itself (residual add)
+  int n_in = 0;
+  Ref out[max_out]{};
+  int n_out = 0;
+  Ref inout{};               // a tensor it updates in place (LoRA adds into the base output)
+  Ref saved[max_saved]{};    // what backward reads again
+  int n_saved = 0;
+  int grads[max_grads]{};    // gradient tensors of parameters its backward writes
+  int n_grads = 0;
+  std::int64_t scratch_fwd = 0, scratch_bwd = 0;
+  std::int64_t flops_fwd = 0, flops_bwd = 0;
+  bool fused_loss = false;   // forward computes loss and input gradient in one pass
+};
+
+struct Segment {
+  int first_op = 0, end_op = 0;  // [first, end) in op order
+  int node = none;
+  int group = none;
+  bool checkpoint = false;
+  bool offload = false;
+  int offload_event = none;
+  Ref input{};
+};
+
+struct Group {
+  int count = 1;
+  int node = none;
+  int first_op = 0, end_op = 0;
+  Ref input{};            // the tensor fed to instance 0
+  int placeholder = none; // the block's virtual input
+  int output = none;      // the block's output tensor (grouped)
+};
+
+// The builder a layer's `build` talks to.
+class Builder {
+ public:
+  RunConfig cfg{};
+  detail::cvec<Node> nodes;
+  detail::cvec<Tensor> tensors;
+  detail::cvec<Endpoint> endpoints;
+  detail::cvec<Event> events;
+  detail::cvec<Param> params;
+  detail::cvec<Op> ops;
+  detail::cvec<Segment> segments;
+  detail::cvec<Group> groups;
+  Ref tokens{}, targets{}, loss{};
+  int tied_weight = none;  // the embedding table an LM head may share
+  int quant_table = none, optim_table = none;
+
+  constexpr explicit Builder(RunConfig c) : cfg(c) {
+    nodes.push_back(Node{"model", "Model", none, none, none, 1});
+    events.push_back(Event{EventKind::load_batch, 0, none, none});
+  }
+
+  // ---- context ---------------------------------------------------------
+  constexpr std::int64_t tokens_count() const { return cfg.tokens(); }
+  constexpr std::int64_t act(std::int64_t features) const { return cfg.tokens() * features * cfg.act_bytes(); }
+  constexpr int current_group() const { return group_stack_.empty() ? none : group_stack_.back(); }
+  constexpr int current_node() const { return node_stack_.empty() ? 0 : node_stack_.back(); }
+  constexpr bool frozen() const { return frozen_ > 0; }
+
+  // ---- node scopes -------------------------------------------------------
+  constexpr int open(std::string_view name, std::string_view kind, int index = none) {
+    nodes.push_back(Node{name, kind, current_node(), index, current_group(), 1});
+    node_stack_.push_back(static_cast<int>(nodes.size()) - 1);
+    return node_stack_.back();
+  }
+  constexpr void close() { node_stack_.pop_back(); }
+
+  // Build layer L under a child node named `name`.
+  template <class L>
+  constexpr Ref child(std::string_view name, Ref x, int index = none) {
+    open(name, L::kind, index);
+    Ref y = L::build(*this, x);
+    close();
+    return y;
+  }
+
+  // ---- policies that are scopes ----------------------------------------------
+  constexpr void push_frozen() { ++frozen_; }
+  constexpr void pop_frozen() { --frozen_; }
+  constexpr void push_quant(QuantDesc q) { quant_stack_.push_back(q); }
+  constexpr void pop_quant() { quant_stack_.pop_back(); }
+
+  // ---- tensors -----------------------------------------------------------------
+  constexpr int new_tensor(std::string_view name, Role role, std::int64_t bytes, int group, Tier tier = Tier::device) {
+    Tensor t{};
+    t.name = name;
+    t.node = current_node();
+    t.role = role;
+    t.tier = tier;
+    t.bytes = bytes;
+    t.group = group;
+    tensors.push_back(t);
+    return static_cast<int>(tensors.size()) - 1;
+  }
+  constexpr int persistent(std::string_view name, Role role, std::int64_t bytes, int group) {
+    int t = new_tensor(name, role, bytes, group);
+    tensors[t].persistent = true;
+    return t;
+  }
+
+  // An activation produced by the op about to be emitted: [tokens, features].
+  constexpr Ref activation(std::string_view name, std::int64_t features) {
+    return Ref{new_tensor(name, Role::activation, act(features), current_group()), none};
+  }
+  // Any other tensor produced by the next op (statistics such as rstd, lse).
+  constexpr Ref produced(std::string_view name, std::int64_t bytes) {
+    return Ref{new_tensor(name, Role::activation, bytes, current_group()), none};
+  }
+
+  // ---- parameters -------------------------------------------------------------------
+  // A dense parameter, trainable unless inside Frozen / Quantized / a LoRA base.
+  constexpr int param(std::string_view name, std::int64_t rows, std::int64_t cols) {
+    return make_param(name, rows, cols, !frozen(), QuantDesc{});
+  }
+  // The main matrix of a projection: quantized when inside Quantized<Q, L>.
+  constexpr int matrix(std::string_view name, std::int64_t rows, std::int64_t cols) {
+    if (!quant_stack_.empty()) return make_param(name, rows, cols, false, quant_stack_.back());
+    return param(name, rows, cols);
+  }
+  // An adapter parameter: trainable even inside a frozen scope (LoRA's A, B).
+  constexpr int adapter(std::string_view name, std::int64_t rows, std::int64_t cols) {
+    return make_param(name, rows, cols, true, QuantDesc{});
+  }
+
+  // ---- ops ------------------------------------------------------------------------------
+  constexpr int emit(Op op, EventKind kind = EventKind::forward) {
+    op.node = current_node();
+    op.group = current_group();
+    const int e = push_event(kind, op.node, op.group);
+    op.event = e;
+    ops.push_back(op);
+    const int id = static_cast<int>(ops.size()) - 1;
+    events[e].op = id;
+    for (int i = 0; i < op.n_in; ++i) use(op.in[i], e);
+    if (op.inout.valid()) use(op.inout, e);
+    for (int i = 0; i < op.n_out; ++i) born(op.out[i], e);
+    if (op.scratch_fwd > 0) scratch("scratch", op.scratch_fwd, e);
+    return id;
+  }
+
+  // ---- segments (Checkpointed, Offloaded) -----------------------------------------------
+  constexpr int begin_segment(Ref input, bool checkpoint, bool offload) {
+    Segment s{};
+    s.first_op = static_cast<int>(ops.size());
+    s.node = current_node();
+    s.group = current_group();
+    s.checkpoint = checkpoint;
+    s.offload = offload;
+    s.input = input;
+    segments.push_back(s);
+    return static_cast<int>(segments.size()) - 1;
+  }
+  constexpr void end_segment(int s) {
+    segments[s].end_op = static_cast<int>(ops.size());
+    if (segments[s].offload) {
+      const int e = push_event(EventKind::offload, segments[s].node, segments[s].group);
+      segments[s].offload_event = e;
+    }
+  }
+
+  // ---- groups (Repeat) ------------------------------------------------------------------
+  // Opens a group of `count` instances; returns the block input to build with.
+  constexpr Ref begin_group(int count, Ref input) {
+    Group g{};
+    g.count = count;
+    g.node = current_node();
+    g.first_op = static_cast<int>(ops.size());
+    g.input = input;
+    groups.push_back(g);
+    const int gid = static_cast<int>(groups.size()) - 1;
+    nodes[g.node].repeat = count;
+    nodes[g.node].group = current_group();
+    group_stack_.push_back(gid);
+    const int p = new_tensor(tensors[input.id].name, Role::activation, tensors[input.id].bytes, gid);
+    tensors[p].is_virtual = true;
+    tensors[p].outer = input;
+    groups[gid].placeholder = p;
+    return Ref{p, none};
+  }
+  // Closes the group whose block returned `output`; returns the group's output.
+  constexpr Ref end_group(Ref output) {
+    const int gid = group_stack_.back();
+    group_stack_.pop_back();
+    groups[gid].end_op = static_cast<int>(ops.size());
+    groups[gid].output = output.id;
+    tensors[groups[gid].placeholder].prev = output.id;
+    return Ref{output.id, groups[gid].count - 1};
+  }
+
+  // ---- loss and batch ----------------------------------------------------------------------
+  constexpr void open_batch() {
+    tokens = Ref{new_tensor("tokens", Role::batch_io, cfg.tokens() * 4, none), none};
+    targets = Ref{new_tensor("targets", Role::batch_io, cfg.tokens() * 4, none), none};
+    born(tokens, 0);
+    born(targets, 0);
+  }
+
+  // ---- the timeline after forward --------------------------------------------------------------
+  // Generates backward (reverse op order), recompute, prefetch and update
+  // events, and every endpoint they imply. Call once, after the model's build.
+  constexpr void finish() {
+    grad_of_.assign(tensors.size() * 2 + 64, none);
+    remap_.assign(tensors.size() * 2 + 64, none);
+    prefetch_pre_.assign(segments.size(), none);
+    prefetch_in_.assign(segments.size(), none);
+    const int n = static_cast<int>(ops.size());
+    for (int i = n - 1; i >= 0; --i) {
+      enter_segments_backward(i);
+      run_backward(i);
+      leave_groups_backward(i);
+    }
+    const int upd = push_event(EventKind::update, 0, none);
+    for (auto& p : params) {
+      if (p.grad == none) continue;
+      if (cfg.accumulate > 1) {
+        tensors[p.grad].persistent = true;
+      } else if (!cfg.update_in_backward) {
+        use(Ref{p.grad, none}, upd);
+      }
+    }
+    if (loss.valid()) use(loss, upd);
+    forward_virtuals();
+  }
+
+  constexpr int grad_of(int t) const { return t < static_cast<int>(grad_of_.size()) ? grad_of_[t] : none; }
+
+ private:
+  detail::cvec<int> node_stack_;
+  detail::cvec<int> group_stack_;
+  detail::cvec<QuantDesc> quant_stack_;
+  int frozen_ = 0;
+  detail::cvec<int> grad_of_;
+  detail::cvec<int> remap_;        // checkpoint / offload: tensor -> copy used by backward
+  detail::cvec<int> active_seg_;   // segments whose backward is in progress
+
+  constexpr int push_event(EventKind k, int node, int group) {
+    events.push_back(Event{k, node, group, none});
+    return static_cast<int>(events.size()) - 1;
+  }
+
+  constexpr int make_param(std::string_view name, std::int64_t rows, std::int64_t cols, bool trainable, QuantDesc q) {
+    Param p{};
+    p.name = name;
+    p.node = current_node();
+    p.rows = rows;
+    p.cols = cols;
+    p.trainable = trainable;
+    p.quant = q;
+    p.group = current_group();
+    const std::int64_t n = rows * cols;
+    if (q.kind != QuantKind::none) {
+      p.weight = persistent(name, Role::weights, q.code_bytes(n), p.group);
+      p.scales = persistent("absmax", Role::quant_scales, q.scale_bytes(n), p.group);
+      if (q.table_bytes() > 0 && quant_table == none)
+        quant_table = persistent("code tables", Role::quant_scales, q.table_bytes(), none);
+    } else {
+      p.weight = persistent(name, Role::weights, n * cfg.act_bytes(), p.group);
+    }
+    if (trainable) {
+      if (is_half(cfg.dtype)) p.master = persistent("master", Role::master_weights, n * 4, p.group);
+      p.grad = new_tensor("grad", Role::grads, n * cfg.act_bytes(), p.group);
+      if (cfg.optim.states > 0)
+        p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(n), p.group);
+      if (cfg.optim.table_bytes() > 0 && optim_table == none)
+        optim_table = persistent("dynamic map", Role::optimizer_state, cfg.optim.table_bytes(), none);
+    }
+    params.push_back(p);
+    return static_cast<int>(params.size()) - 1;
+  }
+
+  constexpr void add_endpoint(int t, int e, int rel, int abs, int only, bool birth) {
+    endpoints.push_back(Endpoint{t, e, rel, abs, only, birth});
+  }
+  // Records a reference at event e, translating between the tensor's group
+  // and the event's.
+  constexpr void mark(Ref r, int e, bool birth) {
+    const int tg = tensors[r.id].group;
+    const int eg = events[e].group;
+    if (r.fixed != none) {
+      add_endpoint(r.id, e, 0, eg == none ? 0 : all_instances, r.fixed, birth);
+    } else if (tg == eg) {
+      add_endpoint(r.id, e, 0, none, none, birth);
+    } else if (eg == none) {
+      // every instance of a group's tensor, at one ungrouped event (the update)
+      add_endpoint(r.id, e, 0, 0, none, birth);
+    } else {
+      // an outer tensor read by every instance of a group
+      add_endpoint(r.id, e, 0, all_instances, none, birth);
+    }
+  }
+  constexpr void use(Ref r, int e) { mark(r, e, false); }
+  constexpr void born(Ref r, int e) { mark(r, e, true); }
+
+  constexpr void scratch(std::string_view name, std::int64_t bytes, int e) {
+    const int t = new_tensor(name, Role::scratch, bytes, events[e].group);
+    tensors[t].node = events[e].node;
+    add_endpoint(t, e, 0, none, none, true);
+  }
+
+  // The tensor backward reads in place of r (recomputed or prefetched copy).
+  constexpr Ref resolve(Ref r, int seg) {
+    if (r.fixed == none && remap_[r.id] != none) return Ref{remap_[r.id], none};
+    if (seg != none && segments[seg].offload && r.fixed == none && is_fwd_activation(r.id))
+      return Ref{prefetched_copy(r.id, seg), none};
+    return r;
+  }
+  constexpr bool is_fwd_activation(int t) const {
+    const Role ro = tensors[t].role;
+    return (ro == Role::activation || ro == Role::saved_activation) && !tensors[t].persistent;
+  }
+
+  // ---- backward generation -----------------------------------------------------------------
+  constexpr int outermost_segment_ending_at(int op, bool checkpoint) const {
+    int best = none;
+    for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
+      const auto& sg = segments[s];
+      if (sg.end_op - 1 != op || sg.first_op >= sg.end_op) continue;
+      if (checkpoint ? !sg.checkpoint : !sg.offload) continue;
+      if (best == none || sg.first_op < segments[best].first_op) best = s;
+    }
+    return best;
+  }
+  constexpr int innermost_active_offload(int op) const {
+    int best = none;
+    for (int s : active_seg_) {
+      const auto& sg = segments[s];
+      if (!sg.offload || op < sg.first_op || op >= sg.end_op) continue;
+      if (best == none || sg.first_op > segments[best].first_op) best = s;
+    }
+    return best;
+  }
+  constexpr bool inside_checkpoint(int op) const {
+    for (const auto& sg : segments)
+      if (sg.checkpoint && op >= sg.first_op && op < sg.end_op) return true;
+    return false;
+  }
+
+  constexpr void enter_segments_backward(int i) {
+    // offload: prefetch is issued one layer ahead (see prefetch_events)
+    for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
+      const auto& sg = segments[s];
+      if (sg.end_op - 1 == i && sg.offload && sg.first_op < sg.end_op) {
+        issue_prefetch(s);
+        active_seg_.push_back(s);
+      }
+    }
+    const int c = outermost_segment_ending_at(i, true);
+    if (c != none) recompute(c);
+  }
+
+  // Prefetch events of offload segment s. A segment that is a whole repeated
+  // block is fetched at the start of the next instance's backward (and the
+  // last instance just before the group's backward starts); other segments
+  // just before their own backward begins.
+  constexpr void issue_prefetch(int s) {
+    auto& sg = segments[s];
+    bool whole_block = false;
+    for (const auto& g : groups)
+      if (sg.group != none && g.first_op == sg.first_op && g.end_op == sg.end_op) whole_block = true;
+    if (whole_block) {
+      const int pre = push_event(EventKind::prefetch, sg.node, none);
+      const int in = push_event(EventKind::prefetch, sg.node, sg.group);
+      prefetch_pre_[s] = pre;
+      prefetch_in_[s] = in;
+    } else {
+      const int e = push_event(EventKind::prefetch, sg.node, sg.group);
+      prefetch_pre_[s] = none;
+      prefetch_in_[s] = e;
+    }
+  }
+  detail::cvec<int> prefetch_pre_;  // per segment: the ungrouped prefetch before a group's backward
+  detail::cvec<int> prefetch_in_;   // per segment: the prefetch event inside the timeline
+
+  constexpr bool whole_block_segment(int s) const { return prefetch_pre_[s] != none; }
+
+  constexpr int prefetched_copy(int t, int s) {
+    // one copy per (tensor, segment); remap_ holds it while the segment's backward runs
+    if (remap_[t] != none) return remap_[t];
+    const Segment sg = segments[s];
+    const int g = tensors[t].group;
+    const int host = new_tensor(tensors[t].name, tensors[t].role, tensors[t].bytes, g, Tier::offload);
+    const int dev = new_tensor(tensors[t].name, Role::saved_activation, tensors[t].bytes, g);
+    tensors[host].node = tensors[dev].node = sg.node;
+    tensors[host].role = tensors[dev].role = Role::saved_activation;
+    // the original lives until its offload copy is made
+    add_endpoint(t, sg.offload_event, 0, none, none, false);
+    add_endpoint(host, sg.offload_event, 0, none, none, true);
+    if (whole_block_segment(s)) {
+      add_endpoint(host, prefetch_in_[s], 1, none, not_last, false);
+      add_endpoint(host, prefetch_pre_[s], 0, 0, groups[g].count - 1, false);
+      add_endpoint(dev, prefetch_in_[s], 1, none, not_last, true);
+      add_endpoint(dev, prefetch_pre_[s], 0, 0, groups[g].count - 1, true);
+    } else {
+      add_endpoint(host, prefetch_in_[s], 0, none, none, false);
+      add_endpoint(dev, prefetch_in_[s], 0, none, none, true);
+    }
+    grow(dev);
+    remap_[t] = dev;
+    return dev;
+  }
+  constexpr void grow(int t) {
+    while (static_cast<int>(remap_.size()) <= t + 1) remap_.push_back(none);
+    while (static_cast<int>(grad_of_.size()) <= t + 1) grad_of_.push_back(none);
+  }
+
+  // Re-runs the forward of checkpoint segment s, op by op, producing
+  // recompute tensors that backward reads instead of the originals.
+  constexpr void recompute(int s) {
+    const auto sg = segments[s];
+    // which ops' outputs backward needs: saved by some op of the segment, or
+    // read by a later recomputed op
+    detail::cvec<char> needed(ops.size(), 0);
+    for (int k = sg.end_op - 1; k >= sg.first_op; --k) {
+      bool need = false;
+      for (int j = k; j < sg.end_op && !need; ++j) {
+        const auto& oj = ops[j];
+        for (int q = 0; q < oj.n_saved; ++q)
+          for (int o = 0; o < ops[k].n_out; ++o)
+            if (oj.saved[q] == ops[k].out[o]) need = true;
+        if (j > k && needed[j])
+          for (int q = 0; q < oj.n_in; ++q)
+            for (int o = 0; o < ops[k].n_out; ++o)
+              if (oj.in[q] == ops[k].out[o]) need = true;
+        if (j > k && needed[j] && oj.inout.valid())
+          for (int o = 0; o < ops[k].n_out; ++o)
+            if (oj.inout == ops[k].out[o]) need = true;
+      }
+      needed[k] = need;
+    }
+    const int seg_off = innermost_active_offload(sg.first_op);
+    for (int k = sg.first_op; k < sg.end_op; ++k) {
+      if (!needed[k]) continue;
+      const Op op = ops[k];
+      const int e = push_event(EventKind::recompute, op.node, op.group);
+      events[e].op = k;
+      for (int q = 0; q < op.n_in; ++q) use(resolve(op.in[q], seg_off), e);
+      if (op.inout.valid()) use(resolve(op.inout, seg_off), e);
+      for (int o = 0; o < op.n_out; ++o) {
+        const Ref orig = op.out[o];
+        const int r = new_tensor(tensors[orig.id].name, Role::recompute, tensors[orig.id].bytes, tensors[orig.id].group);
+        tensors[r].node = tensors[orig.id].node;
+        grow(r);
+        add_endpoint(r, e, 0, none, none, true);
+        remap_[orig.id] = r;
+      }
+      if (op.scratch_fwd > 0) scratch("scratch", op.scratch_fwd, e);
+    }
+  }
+
+  constexpr int ensure_grad(Ref r) {
+    if (grad_of_[r.id] == none) {
+      const Tensor t = tensors[r.id];
+      const int g = new_tensor(t.name, Role::activation_grad, t.bytes, t.group);
+      tensors[g].node = t.node;
+      grow(g);
+      grad_of_[r.id] = g;
+    }
+    return grad_of_[r.id];
+  }
+
+  constexpr void run_backward(int i) {
+    const Op op = ops[i];
+    int e = op.event;  // a fused loss writes its gradients during its forward event
+    if (!op.fused_loss) {
+      e = push_event(EventKind::backward, op.node, op.group);
+      events[e].op = i;
+    }
+    const int seg = innermost_active_offload(i);
+    // saved tensors: read again now (recomputed / prefetched where applicable)
+    for (int q = 0; q < op.n_saved; ++q) {
+      use(resolve(op.saved[q], seg), e);
+    }
+    // gradients of outputs: read (the producer is their last reader)
+    for (int o = 0; o < op.n_out; ++o) {
+      const int g = grad_of_[op.out[o].id];
+      if (g != none) use(Ref{g, op.out[o].fixed}, e);
+    }
+    if (op.inout.valid()) {
+      const int g = grad_of_[op.inout.id];
+      if (g != none) use(Ref{g, op.inout.fixed}, e);
+    }
+    // gradients of inputs: accumulate (aliasing the output's for residual adds)
+    for (int q = 0; q < op.n_in; ++q) {
+      if (!op.in_grad[q]) continue;
+      const Ref x = op.in[q];
+      if (op.in_alias[q] && grad_of_[x.id] == none && op.n_out > 0 && grad_of_[op.out[0].id] != none &&
+          x.fixed == none) {
+        grad_of_[x.id] = grad_of_[op.out[0].id];
+        continue;
+      }
+      const int g = ensure_grad(x);
+      born(Ref{g, x.fixed}, e);
+      use(Ref{g, x.fixed}, e);
+    }
+    // parameter gradients
+    for (int q = 0; q < op.n_grads; ++q) {
+      born(Ref{op.grads[q], none}, e);
+      use(Ref{op.grads[q], none}, e);
+    }
+    if (op.scratch_bwd > 0) scratch("scratch", op.scratch_bwd, e);
+    // leaving segments that start at this op
+    for (int k = static_cast<int>(active_seg_.size()) - 1; k >= 0; --k) {
+      if (segments[active_seg_[k]].first_op == i) {
+        for (auto& m : remap_) m = none;
+        active_seg_.erase_at(k);
+      }
+    }
+    for (const auto& sg : segments)
+      if (sg.checkpoint && sg.first_op == i)
+        for (auto& m : remap_) m = none;
+  }
+
+  // After the first op of a group has run its backward: link the gradient
+  // of the block input across instances.
+  constexpr void leave_groups_backward(int i) {
+    for (auto& g : groups) {
+      if (g.first_op != i) continue;
+      const int p = g.placeholder;
+      const int gp = grad_of_[p];
+      if (gp == none) continue;
+      const int gy = grad_of_[g.output];
+      const Ref x = g.input;
+      if (gp == gy && gy != none) {
+        // a residual stream: one gradient buffer shared by every instance
+        // and by the tensor feeding the group
+        tensors[gy].collapsed = true;
+        if (grad_of_[x.id] == none) {
+          grad_of_[x.id] = gy;
+        } else {
+          tensors[grad_of_[x.id]].alias = gy;
+        }
+      } else {
+        const int gx = ensure_grad(x);
+        tensors[gp].is_virtual = true;
+        tensors[gp].outer = Ref{gx, x.fixed};
+        tensors[gp].prev = gy;
+      }
+    }
+  }
+
+  // Forward endpoints recorded on virtual tensors (a group's block input and
+  // its gradient) to the tensors they stand for.
+  constexpr void forward_virtuals() {
+    const int n = static_cast<int>(endpoints.size());
+    for (int k = 0; k < n; ++k) {
+      const Endpoint ep = endpoints[k];
+      const Tensor& t = tensors[ep.tensor];
+      if (!t.is_virtual) continue;
+      const int count = groups[t.group].count;
+      // instance 0 is the outer tensor
+      {
+        Endpoint o = ep;
+        o.tensor = t.outer.id;
+        if (ep.abs == none) o.abs = ep.rel;  // event instance 0 + rel
+        o.rel = 0;
+        o.only = t.outer.fixed;
+        if (o.abs >= 0 && o.abs < count) endpoints.push_back(o);
+        else if (o.abs == all_instances) endpoints.push_back(o);
+      }
+      // instance j > 0 is instance j-1 of prev
+      if (t.prev != none) {
+        Endpoint o = ep;
+        o.tensor = t.prev;
+        o.rel = ep.rel + 1;
+        o.only = not_last;
+        endpoints.push_back(o);
+      }
+    }
+    // collapsed aliases: fold endpoints of aliased tensors into their target
+    for (int k = 0; k < static_cast<int>(endpoints.size()); ++k) {
+      int a = tensors[endpoints[k].tensor].alias;
+      if (a != none) endpoints[k].tensor = a;
+    }
+  }
+};
+
+}  // namespace graph
+}  // namespace headroom

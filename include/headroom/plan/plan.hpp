@@ -1,0 +1,462 @@
+#pragma once
+// The plan of one training step, computed at compile time:
+//
+//   constexpr auto plan = headroom::plan<Run>();
+//   static_assert(plan.peak_bytes() <= 24_GiB);
+//
+// Steps (all constexpr):
+//   1. build   the model's graph (plan/graph.hpp): ops, tensors, events, endpoints;
+//   2. expand  groups (Repeat) into the global timeline: event e of instance j
+//              of a group sits at base[e] + j * stride[e] (stride < 0 in backward);
+//   3. resolve each tensor instance to one buffer with [first, last] events;
+//   4. pack    each tier: a sweep in birth order, best-fit into the gaps left by
+//              dead buffers, with gradients (born in backward, alive to the
+//              update) packed from the top of the arena so they meet the
+//              activations they replace instead of fragmenting them;
+//   5. check   that no two buffers alive at one event overlap, and compute the
+//              liveness lower bound (max over events of the bytes alive).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "../run.hpp"
+#include "graph.hpp"
+
+namespace headroom {
+
+struct Buffer {
+  std::string_view name;
+  int node = -1;       // the layer node that owns it
+  int tensor = -1;     // graph tensor id (for the engine's lookup)
+  int instance = 0;    // instance of its Repeat group (0 when not repeated)
+  int param = -1;      // the parameter it belongs to, if any
+  Role role = Role::scratch;
+  Tier tier = Tier::device;
+  std::int64_t bytes = 0;  // bytes the tensor needs
+  std::int64_t size = 0;   // bytes reserved (bytes rounded up to the alignment)
+  std::int64_t align = 256;
+  int first = 0, last = 0;  // events, inclusive
+  std::int64_t offset = 0;  // in its tier's arena
+
+  constexpr bool alive_at(int e) const { return first <= e && e <= last; }
+  constexpr std::int64_t end() const { return offset + size; }
+};
+
+struct EventInfo {
+  EventKind kind = EventKind::forward;
+  int node = -1;
+  int instance = 0;
+  int op = -1;
+};
+
+struct ParamInfo {
+  std::string_view name;
+  int node = -1;
+  std::int64_t rows = 0, cols = 0;
+  int instances = 1;
+  bool trainable = true;
+  QuantDesc quant{};
+};
+
+struct NodeInfo {
+  std::string_view name;
+  std::string_view kind;
+  int parent = -1;
+  int index = -1;
+  int repeat = 1;
+};
+
+namespace detail {
+
+// Everything the constexpr pipeline produces, in growable form.
+struct Expanded {
+  RunConfig cfg{};
+  detail::cvec<Buffer> buffers;
+  detail::cvec<EventInfo> events;
+  detail::cvec<NodeInfo> nodes;
+  detail::cvec<ParamInfo> params;
+  std::int64_t peak[tier_count]{};
+  std::int64_t lower_bound[tier_count]{};
+  int bound_event[tier_count]{};
+  std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
+  bool valid = true;
+};
+
+struct Timeline {
+  detail::cvec<int> base, stride, count;  // per unexpanded event
+  int total = 0;
+  constexpr int at(int e, int inst) const { return base[e] + inst * stride[e]; }
+};
+
+constexpr Timeline expand_events(const graph::Builder& b) {
+  Timeline tl;
+  const int n = static_cast<int>(b.events.size());
+  tl.base.assign(n, 0);
+  tl.stride.assign(n, 0);
+  tl.count.assign(n, 1);
+  detail::cvec<char> seen(b.groups.size(), 0);
+  int g_at = 0;
+  int e = 0;
+  while (e < n) {
+    const int g = b.events[e].group;
+    if (g == graph::none) {
+      tl.base[e] = g_at++;
+      ++e;
+      continue;
+    }
+    int len = 0;
+    while (e + len < n && b.events[e + len].group == g) ++len;
+    const int N = b.groups[g].count;
+    const bool backward = seen[g];
+    seen[g] = true;
+    for (int k = 0; k < len; ++k) {
+      tl.count[e + k] = N;
+      tl.base[e + k] = backward ? g_at + (N - 1) * len + k : g_at + k;
+      tl.stride[e + k] = backward ? -len : len;
+    }
+    g_at += N * len;
+    e += len;
+  }
+  tl.total = g_at;
+  return tl;
+}
+
+// The global events an endpoint stands for, for tensor instance j:
+// [lo, hi], or lo > hi when it does not apply.
+struct Span {
+  int lo, hi;
+};
+constexpr Span resolve(const graph::Endpoint& ep, int j, int tensor_count, const Timeline& tl) {
+  constexpr Span none{1, 0};
+  if (ep.only >= 0 && j != ep.only) return none;
+  if (ep.only == graph::not_last && j == tensor_count - 1) return none;
+  const int n = tl.count[ep.event];
+  if (ep.abs == graph::all_instances) {
+    const int a = tl.at(ep.event, 0), z = tl.at(ep.event, n - 1);
+    return Span{a < z ? a : z, a < z ? z : a};
+  }
+  const int inst = ep.abs >= 0 ? ep.abs : j + ep.rel;
+  if (inst < 0 || inst >= n) return none;
+  const int g = tl.at(ep.event, inst);
+  return Span{g, g};
+}
+
+// ---- packing ------------------------------------------------------------------------------
+constexpr bool whole_step(const Buffer& b, int events) { return b.first == 0 && b.last == events - 1; }
+
+// Packs the buffers `ids` of one tier; returns the arena size.
+//   1. buffers alive the whole step (weights, scales, master weights,
+//      optimizer state) go first, back to back from offset 0;
+//   2. what backward creates and keeps to the end (parameter gradients, the
+//      residual gradient stream) is stacked down from the arena's end, in
+//      birth order, so it takes the room the freed activations leave;
+//   3. everything else is swept in birth order, each buffer into the
+//      smallest gap between the buffers still alive (best fit), above 1.
+constexpr std::int64_t pack(detail::cvec<Buffer>& bufs, const detail::cvec<int>& ids, int events, int loss_event) {
+  detail::cvec<int> order = ids;
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    if (bufs[a].first != bufs[b].first) return bufs[a].first < bufs[b].first;
+    if (bufs[a].last != bufs[b].last) return bufs[a].last > bufs[b].last;
+    return bufs[a].size > bufs[b].size;
+  });
+  std::int64_t base = 0;
+  detail::cvec<int> bottom, top;
+  for (int i : order) {
+    auto& b = bufs[i];
+    if (whole_step(b, events)) {
+      b.offset = base;
+      base += b.size;
+    } else if (b.first >= loss_event && b.last >= events - 2) {
+      top.push_back(i);
+    } else {
+      bottom.push_back(i);
+    }
+  }
+  detail::cvec<int> live;  // sorted by offset
+  detail::cvec<std::int64_t> high(events, base);  // bottom high-water mark per event
+  for (int i : bottom) {
+    auto& b = bufs[i];
+    for (int k = static_cast<int>(live.size()) - 1; k >= 0; --k)
+      if (bufs[live[k]].last < b.first) live.erase_at(k);
+    std::int64_t best = -1, best_gap = -1, cursor = base;
+    int best_pos = static_cast<int>(live.size());
+    for (int k = 0; k < static_cast<int>(live.size()); ++k) {
+      const std::int64_t gap = bufs[live[k]].offset - cursor;
+      if (gap >= b.size && (best_gap < 0 || gap < best_gap)) {
+        best_gap = gap;
+        best = cursor;
+        best_pos = k;
+      }
+      cursor = std::max(cursor, bufs[live[k]].end());
+    }
+    if (best < 0) best = cursor;
+    b.offset = best;
+    live.insert_at(best_pos, i);
+    for (int e = b.first; e <= b.last; ++e) high[e] = std::max(high[e], b.end());
+  }
+  detail::cvec<std::int64_t> depth(events, 0);
+  detail::cvec<std::int64_t> top_at(top.size(), 0);
+  std::int64_t d = 0;
+  for (std::size_t k = 0; k < top.size(); ++k) {
+    d += bufs[top[k]].size;
+    top_at[k] = d;
+    for (int e = bufs[top[k]].first; e < events; ++e) depth[e] = d;
+  }
+  std::int64_t arena = base;
+  for (int e = 0; e < events; ++e) arena = std::max(arena, high[e] + depth[e]);
+  for (std::size_t k = 0; k < top.size(); ++k) bufs[top[k]].offset = arena - top_at[k];
+  return arena;
+}
+
+// No two buffers alive at a common event may overlap, every buffer lies in
+// the arena and is aligned. Whole-step buffers must not overlap one another
+// nor anything else; the rest are swept in birth order with the live set kept
+// sorted by offset, checking each newcomer against its two neighbours.
+constexpr bool check(const detail::cvec<Buffer>& bufs, const detail::cvec<int>& ids, std::int64_t arena, int events) {
+  detail::cvec<int> fixed, rest;
+  for (int i : ids) {
+    const auto& b = bufs[i];
+    if (b.offset < 0 || b.end() > arena || b.offset % b.align != 0 || b.size < b.bytes) return false;
+    (whole_step(b, events) ? fixed : rest).push_back(i);
+  }
+  std::sort(fixed.begin(), fixed.end(), [&](int a, int b) { return bufs[a].offset < bufs[b].offset; });
+  std::int64_t floor = 0;
+  for (int i : fixed) {
+    if (bufs[i].offset < floor) return false;
+    floor = bufs[i].end();
+  }
+  std::sort(rest.begin(), rest.end(), [&](int a, int b) { return bufs[a].first < bufs[b].first; });
+  detail::cvec<int> live;
+  for (int i : rest) {
+    const auto& b = bufs[i];
+    if (b.offset < floor) return false;  // would overlap a whole-step buffer
+    for (int k = static_cast<int>(live.size()) - 1; k >= 0; --k)
+      if (bufs[live[k]].last < b.first) live.erase_at(k);
+    int pos = 0;
+    while (pos < static_cast<int>(live.size()) && bufs[live[pos]].offset < b.offset) ++pos;
+    if (pos > 0 && bufs[live[pos - 1]].end() > b.offset) return false;
+    if (pos < static_cast<int>(live.size()) && b.end() > bufs[live[pos]].offset) return false;
+    live.insert_at(pos, i);
+  }
+  return true;
+}
+
+template <class R>
+constexpr graph::Builder build_graph() {
+  graph::Builder b{R::config()};
+  b.open_batch();
+  b.nodes[0].kind = R::model::kind;
+  b.loss = R::model::build(b, b.tokens);
+  b.finish();
+  return b;
+}
+
+template <class R>
+constexpr Expanded expand() {
+  const graph::Builder b = build_graph<R>();
+  Expanded x;
+  x.cfg = b.cfg;
+  const Timeline tl = expand_events(b);
+  const int E = tl.total;
+
+  // events
+  x.events.assign(E, EventInfo{});
+  for (int e = 0; e < static_cast<int>(b.events.size()); ++e)
+    for (int j = 0; j < tl.count[e]; ++j)
+      x.events[tl.at(e, j)] = EventInfo{b.events[e].kind, b.events[e].node, tl.count[e] > 1 ? j : 0, b.events[e].op};
+  int loss_event = E - 1;
+  for (int e = 0; e < E; ++e)
+    if (x.events[e].kind == EventKind::loss) loss_event = e;
+
+  for (const auto& n : b.nodes) x.nodes.push_back(NodeInfo{n.name, n.kind, n.parent, n.index, n.repeat});
+  detail::cvec<int> param_of(b.tensors.size(), -1);
+  for (int p = 0; p < static_cast<int>(b.params.size()); ++p) {
+    const auto& pr = b.params[p];
+    const int inst = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+    x.params.push_back(ParamInfo{pr.name, pr.node, pr.rows, pr.cols, inst, pr.trainable, pr.quant});
+    for (int t : {pr.weight, pr.scales, pr.master, pr.grad, pr.state})
+      if (t != graph::none) param_of[t] = p;
+  }
+
+  // flops
+  for (const auto& op : b.ops) {
+    const std::int64_t inst = op.group == graph::none ? 1 : b.groups[op.group].count;
+    x.flops_fwd += inst * op.flops_fwd;
+    x.flops_bwd += inst * op.flops_bwd;
+  }
+  for (const auto& ev : b.events)
+    if (ev.kind == EventKind::recompute) {
+      const std::int64_t inst = ev.group == graph::none ? 1 : b.groups[ev.group].count;
+      x.flops_recompute += inst * b.ops[ev.op].flops_fwd;
+    }
+
+  // endpoints grouped by tensor
+  const int T = static_cast<int>(b.tensors.size());
+  detail::cvec<int> start(T + 1, 0);
+  for (const auto& ep : b.endpoints) ++start[ep.tensor + 1];
+  for (int t = 0; t < T; ++t) start[t + 1] += start[t];
+  detail::cvec<int> eps(b.endpoints.size(), 0);
+  {
+    detail::cvec<int> fill(start);
+    for (int k = 0; k < static_cast<int>(b.endpoints.size()); ++k) eps[fill[b.endpoints[k].tensor]++] = k;
+  }
+
+  // one buffer per tensor instance
+  const std::int64_t A = b.cfg.alignment;
+  for (int t = 0; t < T; ++t) {
+    const auto& tr = b.tensors[t];
+    if (tr.is_virtual || tr.alias != graph::none || tr.bytes <= 0) continue;
+    const int count = tr.group == graph::none ? 1 : b.groups[tr.group].count;
+    const int instances = tr.collapsed ? 1 : count;
+    int cf = E, cl = -1;  // collapsed: the union over instances
+    for (int j = 0; j < count; ++j) {
+      int first = E, last = -1;
+      for (int k = start[t]; k < start[t + 1]; ++k) {
+        const auto& ep = b.endpoints[eps[k]];
+        const Span s = resolve(ep, j, count, tl);
+        if (s.lo > s.hi) continue;
+        if (ep.birth) first = std::min(first, s.lo);
+        last = std::max(last, s.hi);
+      }
+      if (tr.persistent) {
+        first = 0;
+        last = E - 1;
+      }
+      if (first == E) continue;  // this instance does not exist
+      last = std::max(last, first);
+      if (tr.collapsed) {
+        cf = std::min(cf, first);
+        cl = std::max(cl, last);
+        if (j + 1 < count) continue;
+        first = cf;
+        last = cl;
+      }
+      Buffer buf{};
+      buf.name = tr.name;
+      buf.node = tr.node;
+      buf.tensor = t;
+      buf.instance = instances > 1 ? j : 0;
+      buf.param = param_of[t];
+      buf.role = tr.role;
+      if (buf.role == Role::activation && last > loss_event) buf.role = Role::saved_activation;
+      buf.tier = tr.tier;
+      buf.bytes = tr.bytes;
+      buf.align = A;
+      buf.size = align_up(tr.bytes, A);
+      buf.first = first;
+      buf.last = last;
+      x.buffers.push_back(buf);
+    }
+  }
+
+  // pack, bound and check each tier
+  for (int tier = 0; tier < tier_count; ++tier) {
+    detail::cvec<int> ids;
+    for (int i = 0; i < static_cast<int>(x.buffers.size()); ++i)
+      if (static_cast<int>(x.buffers[i].tier) == tier) ids.push_back(i);
+    x.peak[tier] = pack(x.buffers, ids, E, loss_event);
+    detail::cvec<std::int64_t> delta(E + 1, 0);
+    for (int i : ids) {
+      delta[x.buffers[i].first] += x.buffers[i].size;
+      delta[x.buffers[i].last + 1] -= x.buffers[i].size;
+    }
+    std::int64_t alive = 0;
+    for (int e = 0; e < E; ++e) {
+      alive += delta[e];
+      if (alive > x.lower_bound[tier]) {
+        x.lower_bound[tier] = alive;
+        x.bound_event[tier] = e;
+      }
+    }
+    x.valid = x.valid && check(x.buffers, ids, x.peak[tier], E);
+  }
+  return x;
+}
+
+struct Sizes {
+  std::size_t buffers, events, nodes, params;
+};
+
+template <class R>
+constexpr Sizes sizes() {
+  const Expanded x = expand<R>();
+  return Sizes{x.buffers.size(), x.events.size(), x.nodes.size(), x.params.size()};
+}
+
+}  // namespace detail
+
+// The plan of one training step of run R.
+template <std::size_t NB, std::size_t NE, std::size_t NN, std::size_t NP>
+struct Plan {
+  RunConfig config{};
+  std::array<Buffer, NB> buffers{};
+  std::array<EventInfo, NE> events{};
+  std::array<NodeInfo, NN> nodes{};
+  std::array<ParamInfo, NP> params{};
+  std::int64_t peak[tier_count]{};
+  std::int64_t bound[tier_count]{};
+  int bound_at[tier_count]{};
+  std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
+  bool packed_valid = false;
+
+  // Arena bytes of a tier: what a trainer allocates.
+  constexpr std::int64_t peak_bytes(Tier t = Tier::device) const { return peak[static_cast<int>(t)]; }
+  // Max over events of the bytes alive: no packing can do better.
+  constexpr std::int64_t lower_bound(Tier t = Tier::device) const { return bound[static_cast<int>(t)]; }
+  constexpr int lower_bound_event(Tier t = Tier::device) const { return bound_at[static_cast<int>(t)]; }
+  // No two buffers alive at one event overlap, all inside their arena, aligned.
+  constexpr bool valid() const { return packed_valid; }
+
+  // Sum of the reserved bytes of every buffer of a role (all instances).
+  constexpr std::int64_t bytes(Role r) const {
+    std::int64_t s = 0;
+    for (const auto& b : buffers)
+      if (b.role == r) s += b.size;
+    return s;
+  }
+  // Bytes of a role alive at event e.
+  constexpr std::int64_t bytes_at(Role r, int e, Tier t = Tier::device) const {
+    std::int64_t s = 0;
+    for (const auto& b : buffers)
+      if (b.role == r && b.tier == t && b.alive_at(e)) s += b.size;
+    return s;
+  }
+  constexpr std::int64_t parameters() const {
+    std::int64_t n = 0;
+    for (const auto& p : params) n += p.rows * p.cols * p.instances;
+    return n;
+  }
+  constexpr std::int64_t trainable_parameters() const {
+    std::int64_t n = 0;
+    for (const auto& p : params)
+      if (p.trainable) n += p.rows * p.cols * p.instances;
+    return n;
+  }
+  constexpr std::size_t event_count() const { return NE; }
+  constexpr std::int64_t flops() const { return flops_fwd + flops_bwd + flops_recompute; }
+};
+
+template <Run R>
+constexpr auto plan() {
+  constexpr detail::Sizes n = detail::sizes<R>();
+  const detail::Expanded x = detail::expand<R>();
+  Plan<n.buffers, n.events, n.nodes, n.params> p{};
+  p.config = x.cfg;
+  for (std::size_t i = 0; i < n.buffers; ++i) p.buffers[i] = x.buffers[i];
+  for (std::size_t i = 0; i < n.events; ++i) p.events[i] = x.events[i];
+  for (std::size_t i = 0; i < n.nodes; ++i) p.nodes[i] = x.nodes[i];
+  for (std::size_t i = 0; i < n.params; ++i) p.params[i] = x.params[i];
+  for (int t = 0; t < tier_count; ++t) {
+    p.peak[t] = x.peak[t];
+    p.bound[t] = x.lower_bound[t];
+    p.bound_at[t] = x.bound_event[t];
+  }
+  p.flops_fwd = x.flops_fwd;
+  p.flops_bwd = x.flops_bwd;
+  p.flops_recompute = x.flops_recompute;
+  p.packed_valid = x.valid;
+  return p;
+}
+
+}  // namespace headroom

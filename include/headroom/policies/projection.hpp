@@ -1,0 +1,23 @@
+#pragma once
+// Projections (Linear and policies over one) and recipes (dims still open).
+#include "../layers/linear.hpp"
+
+namespace headroom {
+
+template <class L>
+struct is_projection : std::false_type {};
+template <std::int64_t I, std::int64_t O, bool B>
+struct is_projection<Linear<I, O, B>> : std::true_type {};
+
+template <class L>
+inline constexpr bool is_projection_v = is_projection<L>::value;
+
+// A type still waiting for dims from a model (Linear<>, LoRA<8, Linear<>>, Checkpointed<>).
+template <class L>
+constexpr bool is_recipe() {
+  if constexpr (std::is_same_v<L, Hole>) return true;
+  else if constexpr (requires { L::is_recipe; }) return L::is_recipe;
+  else return false;
+}
+
+}  // namespace headroom

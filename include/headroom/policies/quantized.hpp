@@ -1,0 +1,35 @@
+#pragma once
+// Quantized<Q, L>: L's weight matrix stored frozen in format Q (NF4, Int4,
+// Int8; see core/quant_format.hpp). Forward and the input gradient
+// dequantize one (tile, In) panel at a time into per-worker scratch; the
+// whole dequantized matrix never exists.
+#include "projection.hpp"
+
+namespace headroom {
+
+template <class Q, class L = Linear<>>
+struct Quantized {
+  static_assert(QuantFormat<Q>, "Quantized<Q, L>: Q must be a quantization format (NF4, NF4DQ, Int8, Int4)");
+  static constexpr bool is_recipe = headroom::is_recipe<L>();
+  static_assert(is_projection_v<L>, "Quantized<Q, L>: L must be a linear projection (Linear, or LoRA / Frozen over one)");
+  static_assert(is_recipe || L::in_features % Q::desc.block == 0,
+                "Quantized<Q, L>: the quantization block size of Q must divide the row length (in_features) of L");
+  static constexpr std::string_view kind = "Quantized";
+  static constexpr std::int64_t in_features = L::in_features, out_features = L::out_features;
+  using format = Q;
+  using inner = L;
+  using children = type_list<L>;
+  template <class New>
+  using rebind = Quantized<Q, New>;
+
+  static constexpr Ref build(graph::Builder& b, Ref x) {
+    b.push_quant(Q::desc);
+    const Ref y = L::build(b, x);
+    b.pop_quant();
+    return y;
+  }
+};
+template <class Q, class L>
+struct is_projection<Quantized<Q, L>> : std::true_type {};
+
+}  // namespace headroom

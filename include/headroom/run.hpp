@@ -1,0 +1,138 @@
+#pragma once
+// Train<Model, Options...>: everything that fixes the memory of a step.
+//
+//   using Run = Train<Model, Batch<4>, Seq<2048>, AdamW8bit, Precision<BF16>>;
+//
+// Options (any order, each at most once; defaults in brackets):
+//   Batch<B> [1]        sequences per micro-batch
+//   Seq<T> [required]   tokens per sequence
+//   an optimizer [AdamW]: SGD<...>, AdamW, AdamW8bit
+//   Precision<T> [F32]  storage of weights, grads, activations; f32 master
+//                       weights when T is 16-bit
+//   Accumulate<K> [1]   micro-batches per optimizer step (grads then live the
+//                       whole step)
+//   UpdateInBackward    each layer's optimizer step runs inside its backward
+//                       and its grads are freed there (needs Accumulate<1>)
+//   Workers<W> [1]      threads / CTAs with private scratch tiles
+//   LossChunk<C> [256]  tokens per chunk of the fused LM head + loss
+#include <type_traits>
+
+#include "layers/layer.hpp"
+#include "optim/optimizer.hpp"
+
+namespace headroom {
+
+template <std::int64_t B>
+struct Batch {
+  static_assert(B >= 1, "Batch<B>: B must be at least 1");
+  static constexpr std::int64_t value = B;
+};
+template <std::int64_t T>
+struct Seq {
+  static_assert(T >= 1, "Seq<T>: T must be at least 1");
+  static constexpr std::int64_t value = T;
+};
+template <DType T>
+struct Precision {
+  static_assert(T == DType::F32 || T == DType::BF16 || T == DType::F16 || T == DType::F64,
+                "Precision<T>: T must be F32, BF16, F16 or F64");
+  static constexpr DType value = T;
+};
+template <int K>
+struct Accumulate {
+  static_assert(K >= 1, "Accumulate<K>: K must be at least 1");
+  static constexpr int value = K;
+};
+template <int W>
+struct Workers {
+  static_assert(W >= 1, "Workers<W>: W must be at least 1");
+  static constexpr int value = W;
+};
+template <std::int64_t C>
+struct LossChunk {
+  static_assert(C >= 1, "LossChunk<C>: C must be at least 1");
+  static constexpr std::int64_t value = C;
+};
+struct UpdateInBackward {};
+
+namespace detail {
+template <class T, template <auto...> class Tmpl>
+struct is_instance : std::false_type {};
+template <template <auto...> class Tmpl, auto... V>
+struct is_instance<Tmpl<V...>, Tmpl> : std::true_type {};
+
+template <template <auto...> class Tmpl, auto Default, class... Os>
+constexpr auto option_value() {
+  auto v = Default;
+  (
+      [&] {
+        if constexpr (is_instance<Os, Tmpl>::value) v = Os::value;
+      }(),
+      ...);
+  return v;
+}
+template <template <auto...> class Tmpl, class... Os>
+inline constexpr int option_count = (0 + ... + (is_instance<Os, Tmpl>::value ? 1 : 0));
+
+template <class... Os>
+struct find_optimizer {
+  using type = AdamW;
+};
+template <class O, class... Os>
+struct find_optimizer<O, Os...> {
+  using type = std::conditional_t<Optimizer<O>, O, typename find_optimizer<Os...>::type>;
+};
+
+template <class O>
+inline constexpr bool known_option =
+    is_instance<O, Batch>::value || is_instance<O, Seq>::value || is_instance<O, Precision>::value ||
+    is_instance<O, Accumulate>::value || is_instance<O, Workers>::value || is_instance<O, LossChunk>::value ||
+    std::is_same_v<O, UpdateInBackward> || Optimizer<O>;
+}  // namespace detail
+
+template <class M, class... Options>
+struct Train {
+  static_assert(Layer<M>, "Train<Model, ...>: Model must satisfy the Layer concept (see layers/layer.hpp)");
+  static_assert((detail::known_option<Options> && ...),
+                "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, UpdateInBackward or an optimizer");
+  static_assert(detail::option_count<Seq, Options...> == 1, "Train<Model, ...>: give the sequence length exactly once, as Seq<T>");
+  static_assert(detail::option_count<Batch, Options...> <= 1 && detail::option_count<Precision, Options...> <= 1 &&
+                    detail::option_count<Accumulate, Options...> <= 1,
+                "Train<Model, ...>: each option may be given at most once");
+  static_assert((0 + ... + (Optimizer<Options> ? 1 : 0)) <= 1, "Train<Model, ...>: give at most one optimizer");
+
+  using model = M;
+  using optimizer = typename detail::find_optimizer<Options...>::type;
+  static constexpr std::int64_t batch = detail::option_value<Batch, std::int64_t{1}, Options...>();
+  static constexpr std::int64_t seq = detail::option_value<Seq, std::int64_t{0}, Options...>();
+  static constexpr DType dtype = detail::option_value<Precision, DType::F32, Options...>();
+  static constexpr int accumulate = detail::option_value<Accumulate, 1, Options...>();
+  static constexpr int workers = detail::option_value<Workers, 1, Options...>();
+  static constexpr std::int64_t loss_chunk = detail::option_value<LossChunk, std::int64_t{256}, Options...>();
+  static constexpr bool update_in_backward = (std::is_same_v<Options, UpdateInBackward> || ...);
+
+  static_assert(!update_in_backward || accumulate == 1,
+                "Train<Model, ...>: UpdateInBackward frees each layer's grads right after its update, so it needs Accumulate<1>");
+  static_assert(!requires { M::max_seq; } || seq <= M::max_seq, "Train<Model, Seq<T>>: T exceeds the model's context length");
+
+  static constexpr RunConfig config() {
+    RunConfig c{};
+    c.batch = batch;
+    c.seq = seq;
+    c.dtype = dtype;
+    c.optim = optimizer::desc;
+    c.accumulate = accumulate;
+    c.update_in_backward = update_in_backward;
+    c.workers = workers;
+    c.loss_chunk = loss_chunk;
+    return c;
+  }
+};
+
+template <class R>
+concept Run = requires {
+  typename R::model;
+  { R::config() } -> std::same_as<RunConfig>;
+};
+
+}  // namespace headroom

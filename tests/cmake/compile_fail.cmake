@@ -1,0 +1,88 @@
+# Run by ctest as: cmake -DSETTINGS=<file> -DSOURCE=<file.cpp> -P compile_fail.cmake
+#
+# Passes only if compiling SOURCE fails AND the compiler's output contains the
+# text of every "// expect: <text>" line of SOURCE (substring, case-sensitive,
+# trailing spaces ignored). A file with no expect line is an error.
+cmake_minimum_required(VERSION 3.25)
+foreach(var SETTINGS SOURCE)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "compile_fail.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+include(${SETTINGS})
+get_filename_component(name ${SOURCE} NAME)
+
+# Collect the expectations. The file is split into lines by hand so that ';',
+# '[' and ']' in an expectation survive CMake's list handling.
+file(READ ${SOURCE} text)
+string(REPLACE ";" "@HEADROOM_SEMI@" text "${text}")
+string(REPLACE "[" "@HEADROOM_LB@" text "${text}")
+string(REPLACE "]" "@HEADROOM_RB@" text "${text}")
+string(REPLACE "\n" ";" lines "${text}")
+set(expects "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^[ \t]*// expect: (.*)$")
+    string(STRIP "${CMAKE_MATCH_1}" e)
+    if(NOT e STREQUAL "")
+      list(APPEND expects "${e}")
+    endif()
+  endif()
+endforeach()
+if(NOT expects)
+  message(FATAL_ERROR "${name}: no '// expect: <text>' line: say which error message the file must produce")
+endif()
+
+# Build the command line.
+set(cmd ${HEADROOM_CF_CXX} -std=c++20 -fsyntax-only ${HEADROOM_CF_FLAGS})
+foreach(dir IN LISTS HEADROOM_CF_INCLUDES)
+  if(NOT dir IN_LIST HEADROOM_CF_IMPLICIT_INCLUDES)
+    list(APPEND cmd -I${dir})
+  endif()
+endforeach()
+foreach(def IN LISTS HEADROOM_CF_DEFINITIONS)
+  list(APPEND cmd -D${def})
+endforeach()
+list(APPEND cmd ${SOURCE})
+
+set(ENV{LC_ALL} C)  # plain ASCII quotes in GCC's messages
+execute_process(COMMAND ${cmd}
+  RESULT_VARIABLE rc
+  OUTPUT_VARIABLE out
+  ERROR_VARIABLE out)
+
+list(JOIN cmd " " cmd_text)
+function(show_output)
+  string(REPLACE ";" "@HEADROOM_SEMI@" o "${out}")
+  string(REPLACE "\n" ";" o "${o}")
+  list(LENGTH o n)
+  if(n GREATER 40)
+    list(SUBLIST o 0 40 o)
+    set(more "\n... (${n} lines in all)")
+  endif()
+  list(JOIN o "\n" o)
+  string(REPLACE "@HEADROOM_SEMI@" ";" o "${o}")
+  message("command: ${cmd_text}\n--- compiler output (first lines) ---\n${o}${more}")
+endfunction()
+
+if(rc EQUAL 0)
+  show_output()
+  message(FATAL_ERROR "${name}: compiled without error, but it must fail")
+endif()
+set(missing "")
+set(found "")
+foreach(e IN LISTS expects)
+  string(REPLACE "@HEADROOM_SEMI@" ";" e "${e}")
+  string(REPLACE "@HEADROOM_LB@" "[" e "${e}")
+  string(REPLACE "@HEADROOM_RB@" "]" e "${e}")
+  string(FIND "${out}" "${e}" pos)
+  if(pos EQUAL -1)
+    string(APPEND missing "\n  expected text not found: ${e}")
+  else()
+    string(APPEND found "\n  found: ${e}")
+  endif()
+endforeach()
+if(missing)
+  show_output()
+  message(FATAL_ERROR "${name}: failed to compile (exit ${rc}), but not with the expected message:${missing}")
+endif()
+message("${name}: failed to compile, as expected${found}")
