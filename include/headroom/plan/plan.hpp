@@ -80,7 +80,6 @@ struct Expanded {
   std::int64_t lower_bound[tier_count]{};
   int bound_event[tier_count]{};
   std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
-  bool valid = true;
 };
 
 struct Timeline {
@@ -143,7 +142,30 @@ constexpr Span resolve(const graph::Endpoint& ep, int j, int tensor_count, const
 }
 
 // ---- packing ------------------------------------------------------------------------------
-constexpr bool whole_step(const Buffer& b, int events) { return b.first == 0 && b.last == events - 1; }
+// The sweeps below work on plain integer arrays (constant evaluation is
+// interpretation: fewer, simpler accesses compile faster).
+struct Spans {
+  cvec<int> first, last;
+  cvec<std::int64_t> size, offset;
+  template <class Bufs>
+  constexpr explicit Spans(const Bufs& bufs, const cvec<int>& ids) {
+    for (int i : ids) {
+      first.push_back(bufs[i].first);
+      last.push_back(bufs[i].last);
+      size.push_back(bufs[i].size);
+      offset.push_back(bufs[i].offset);
+    }
+  }
+};
+
+// Sweeps items `order` (sorted by birth) keeping `live` (sorted by offset)
+// free of items dead before `born`; returns nothing, compacts in place.
+constexpr void drop_dead(cvec<int>& live, const Spans& s, int born) {
+  std::size_t w = 0;
+  for (std::size_t k = 0; k < live.size(); ++k)
+    if (s.last[live[k]] >= born) live[w++] = live[k];
+  while (live.size() > w) live.pop_back();
+}
 
 // Packs the buffers `ids` of one tier; returns the arena size.
 //   1. buffers alive the whole step (weights, scales, master weights,
@@ -153,59 +175,62 @@ constexpr bool whole_step(const Buffer& b, int events) { return b.first == 0 && 
 //      birth order, so it takes the room the freed activations leave;
 //   3. everything else is swept in birth order, each buffer into the
 //      smallest gap between the buffers still alive (best fit), above 1.
-constexpr std::int64_t pack(detail::cvec<Buffer>& bufs, const detail::cvec<int>& ids, int events, int loss_event) {
-  detail::cvec<int> order = ids;
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    if (bufs[a].first != bufs[b].first) return bufs[a].first < bufs[b].first;
-    if (bufs[a].last != bufs[b].last) return bufs[a].last > bufs[b].last;
-    return bufs[a].size > bufs[b].size;
-  });
+constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events, int loss_event) {
+  Spans s(bufs, ids);
+  const int n = static_cast<int>(ids.size());
   std::int64_t base = 0;
-  detail::cvec<int> bottom, top;
-  for (int i : order) {
-    auto& b = bufs[i];
-    if (whole_step(b, events)) {
-      b.offset = base;
-      base += b.size;
-    } else if (b.first >= loss_event && b.last >= events - 2) {
-      top.push_back(i);
+  cvec<int> bottom, top;
+  for (int k = 0; k < n; ++k) {
+    if (s.first[k] == 0 && s.last[k] == events - 1) {
+      s.offset[k] = base;
+      base += s.size[k];
+    } else if (s.first[k] >= loss_event && s.last[k] >= events - 2) {
+      top.push_back(k);
     } else {
-      bottom.push_back(i);
+      bottom.push_back(k);
     }
   }
-  detail::cvec<int> live;  // sorted by offset
-  detail::cvec<std::int64_t> high(events, base);  // bottom high-water mark per event
+  const auto by_birth = [&](int a, int b) {
+    if (s.first[a] != s.first[b]) return s.first[a] < s.first[b];
+    if (s.last[a] != s.last[b]) return s.last[a] > s.last[b];
+    return s.size[a] > s.size[b];
+  };
+  std::sort(bottom.begin(), bottom.end(), by_birth);
+  std::sort(top.begin(), top.end(), by_birth);
+  cvec<int> live;  // sorted by offset
   for (int i : bottom) {
-    auto& b = bufs[i];
-    for (int k = static_cast<int>(live.size()) - 1; k >= 0; --k)
-      if (bufs[live[k]].last < b.first) live.erase_at(k);
+    drop_dead(live, s, s.first[i]);
     std::int64_t best = -1, best_gap = -1, cursor = base;
-    int best_pos = static_cast<int>(live.size());
-    for (int k = 0; k < static_cast<int>(live.size()); ++k) {
-      const std::int64_t gap = bufs[live[k]].offset - cursor;
-      if (gap >= b.size && (best_gap < 0 || gap < best_gap)) {
+    std::size_t best_pos = live.size();
+    for (std::size_t k = 0; k < live.size(); ++k) {
+      const std::int64_t gap = s.offset[live[k]] - cursor;
+      if (gap >= s.size[i] && (best_gap < 0 || gap < best_gap)) {
         best_gap = gap;
         best = cursor;
         best_pos = k;
       }
-      cursor = std::max(cursor, bufs[live[k]].end());
+      const std::int64_t end = s.offset[live[k]] + s.size[live[k]];
+      if (end > cursor) cursor = end;
     }
-    if (best < 0) best = cursor;
-    b.offset = best;
+    s.offset[i] = best < 0 ? cursor : best;
     live.insert_at(best_pos, i);
-    for (int e = b.first; e <= b.last; ++e) high[e] = std::max(high[e], b.end());
   }
-  detail::cvec<std::int64_t> depth(events, 0);
-  detail::cvec<std::int64_t> top_at(top.size(), 0);
+  // depth of the top stack per event: non-decreasing (it never pops)
+  cvec<std::int64_t> depth(events, 0);
+  cvec<std::int64_t> top_at(top.size(), 0);
   std::int64_t d = 0;
   for (std::size_t k = 0; k < top.size(); ++k) {
-    d += bufs[top[k]].size;
+    d += s.size[top[k]];
     top_at[k] = d;
-    for (int e = bufs[top[k]].first; e < events; ++e) depth[e] = d;
+    depth[s.first[top[k]]] = d;
   }
-  std::int64_t arena = base;
-  for (int e = 0; e < events; ++e) arena = std::max(arena, high[e] + depth[e]);
-  for (std::size_t k = 0; k < top.size(); ++k) bufs[top[k]].offset = arena - top_at[k];
+  for (int e = 1; e < events; ++e) depth[e] = std::max(depth[e], depth[e - 1]);
+  // the arena must hold every bottom buffer below the top stack as deep as it
+  // gets while that buffer lives, i.e. at its last event
+  std::int64_t arena = base + depth[events - 1];
+  for (int i : bottom) arena = std::max(arena, s.offset[i] + s.size[i] + depth[s.last[i]]);
+  for (std::size_t k = 0; k < top.size(); ++k) s.offset[top[k]] = arena - top_at[k];
+  for (int k = 0; k < n; ++k) bufs[ids[k]].offset = s.offset[k];
   return arena;
 }
 
@@ -213,30 +238,31 @@ constexpr std::int64_t pack(detail::cvec<Buffer>& bufs, const detail::cvec<int>&
 // the arena and is aligned. Whole-step buffers must not overlap one another
 // nor anything else; the rest are swept in birth order with the live set kept
 // sorted by offset, checking each newcomer against its two neighbours.
-constexpr bool check(const detail::cvec<Buffer>& bufs, const detail::cvec<int>& ids, std::int64_t arena, int events) {
-  detail::cvec<int> fixed, rest;
+template <class Bufs>
+constexpr bool check(const Bufs& bufs, const cvec<int>& ids, std::int64_t arena, int events) {
   for (int i : ids) {
     const auto& b = bufs[i];
     if (b.offset < 0 || b.end() > arena || b.offset % b.align != 0 || b.size < b.bytes) return false;
-    (whole_step(b, events) ? fixed : rest).push_back(i);
   }
-  std::sort(fixed.begin(), fixed.end(), [&](int a, int b) { return bufs[a].offset < bufs[b].offset; });
+  Spans s(bufs, ids);
+  const int n = static_cast<int>(ids.size());
+  cvec<int> fixed, rest;
+  for (int k = 0; k < n; ++k) (s.first[k] == 0 && s.last[k] == events - 1 ? fixed : rest).push_back(k);
+  std::sort(fixed.begin(), fixed.end(), [&](int a, int b) { return s.offset[a] < s.offset[b]; });
   std::int64_t floor = 0;
-  for (int i : fixed) {
-    if (bufs[i].offset < floor) return false;
-    floor = bufs[i].end();
+  for (int k : fixed) {
+    if (s.offset[k] < floor) return false;
+    floor = s.offset[k] + s.size[k];
   }
-  std::sort(rest.begin(), rest.end(), [&](int a, int b) { return bufs[a].first < bufs[b].first; });
-  detail::cvec<int> live;
+  std::sort(rest.begin(), rest.end(), [&](int a, int b) { return s.first[a] < s.first[b]; });
+  cvec<int> live;
   for (int i : rest) {
-    const auto& b = bufs[i];
-    if (b.offset < floor) return false;  // would overlap a whole-step buffer
-    for (int k = static_cast<int>(live.size()) - 1; k >= 0; --k)
-      if (bufs[live[k]].last < b.first) live.erase_at(k);
-    int pos = 0;
-    while (pos < static_cast<int>(live.size()) && bufs[live[pos]].offset < b.offset) ++pos;
-    if (pos > 0 && bufs[live[pos - 1]].end() > b.offset) return false;
-    if (pos < static_cast<int>(live.size()) && b.end() > bufs[live[pos]].offset) return false;
+    if (s.offset[i] < floor) return false;  // would overlap a whole-step buffer
+    drop_dead(live, s, s.first[i]);
+    std::size_t pos = 0;
+    while (pos < live.size() && s.offset[live[pos]] < s.offset[i]) ++pos;
+    if (pos > 0 && s.offset[live[pos - 1]] + s.size[live[pos - 1]] > s.offset[i]) return false;
+    if (pos < live.size() && s.offset[i] + s.size[i] > s.offset[live[pos]]) return false;
     live.insert_at(pos, i);
   }
   return true;
@@ -252,7 +278,8 @@ constexpr graph::Builder build_graph() {
   return b;
 }
 
-template <class R>
+// Builds, expands and resolves R's buffers; with Pack, also places them.
+template <class R, bool Pack = true>
 constexpr Expanded expand() {
   const graph::Builder b = build_graph<R>();
   Expanded x;
@@ -350,6 +377,7 @@ constexpr Expanded expand() {
     }
   }
 
+  if (!Pack) return x;
   // pack, bound and check each tier
   for (int tier = 0; tier < tier_count; ++tier) {
     detail::cvec<int> ids;
@@ -369,7 +397,6 @@ constexpr Expanded expand() {
         x.bound_event[tier] = e;
       }
     }
-    x.valid = x.valid && check(x.buffers, ids, x.peak[tier], E);
   }
   return x;
 }
@@ -380,7 +407,7 @@ struct Sizes {
 
 template <class R>
 constexpr Sizes sizes() {
-  const Expanded x = expand<R>();
+  const Expanded x = expand<R, false>();
   return Sizes{x.buffers.size(), x.events.size(), x.nodes.size(), x.params.size()};
 }
 
@@ -398,15 +425,24 @@ struct Plan {
   std::int64_t bound[tier_count]{};
   int bound_at[tier_count]{};
   std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
-  bool packed_valid = false;
 
   // Arena bytes of a tier: what a trainer allocates.
   constexpr std::int64_t peak_bytes(Tier t = Tier::device) const { return peak[static_cast<int>(t)]; }
   // Max over events of the bytes alive: no packing can do better.
   constexpr std::int64_t lower_bound(Tier t = Tier::device) const { return bound[static_cast<int>(t)]; }
   constexpr int lower_bound_event(Tier t = Tier::device) const { return bound_at[static_cast<int>(t)]; }
-  // No two buffers alive at one event overlap, all inside their arena, aligned.
-  constexpr bool valid() const { return packed_valid; }
+  // No two buffers alive at one event overlap, all inside their arena,
+  // aligned. Computed on demand (it costs as much as packing): static_assert
+  // it where compile time allows, test it at run time elsewhere.
+  constexpr bool valid() const {
+    for (int t = 0; t < tier_count; ++t) {
+      detail::cvec<int> ids;
+      for (std::size_t i = 0; i < NB; ++i)
+        if (static_cast<int>(buffers[i].tier) == t) ids.push_back(static_cast<int>(i));
+      if (!detail::check(buffers, ids, peak[t], static_cast<int>(NE))) return false;
+    }
+    return true;
+  }
 
   // Sum of the reserved bytes of every buffer of a role (all instances).
   constexpr std::int64_t bytes(Role r) const {
@@ -455,7 +491,6 @@ constexpr auto plan() {
   p.flops_fwd = x.flops_fwd;
   p.flops_bwd = x.flops_bwd;
   p.flops_recompute = x.flops_recompute;
-  p.packed_valid = x.valid;
   return p;
 }
 
