@@ -17,6 +17,7 @@
 #include "models/llama.hpp"
 #include "optim/optimizer.hpp"
 #include "plan/graph.hpp"
+#include "plan/lower.hpp"
 #include "plan/plan.hpp"
 #include "plan/roles.hpp"
 #include "policies/apply.hpp"

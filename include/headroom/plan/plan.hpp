@@ -377,24 +377,25 @@ constexpr Expanded expand() {
     }
   }
 
-  if (!Pack) return x;
-  // pack, bound and check each tier
-  for (int tier = 0; tier < tier_count; ++tier) {
-    detail::cvec<int> ids;
-    for (int i = 0; i < static_cast<int>(x.buffers.size()); ++i)
-      if (static_cast<int>(x.buffers[i].tier) == tier) ids.push_back(i);
-    x.peak[tier] = pack(x.buffers, ids, E, loss_event);
-    detail::cvec<std::int64_t> delta(E + 1, 0);
-    for (int i : ids) {
-      delta[x.buffers[i].first] += x.buffers[i].size;
-      delta[x.buffers[i].last + 1] -= x.buffers[i].size;
-    }
-    std::int64_t alive = 0;
-    for (int e = 0; e < E; ++e) {
-      alive += delta[e];
-      if (alive > x.lower_bound[tier]) {
-        x.lower_bound[tier] = alive;
-        x.bound_event[tier] = e;
+  if constexpr (Pack) {
+    // pack and bound each tier
+    for (int tier = 0; tier < tier_count; ++tier) {
+      detail::cvec<int> ids;
+      for (int i = 0; i < static_cast<int>(x.buffers.size()); ++i)
+        if (static_cast<int>(x.buffers[i].tier) == tier) ids.push_back(i);
+      x.peak[tier] = pack(x.buffers, ids, E, loss_event);
+      detail::cvec<std::int64_t> delta(E + 1, 0);
+      for (int i : ids) {
+        delta[x.buffers[i].first] += x.buffers[i].size;
+        delta[x.buffers[i].last + 1] -= x.buffers[i].size;
+      }
+      std::int64_t alive = 0;
+      for (int e = 0; e < E; ++e) {
+        alive += delta[e];
+        if (alive > x.lower_bound[tier]) {
+          x.lower_bound[tier] = alive;
+          x.bound_event[tier] = e;
+        }
       }
     }
   }

@@ -25,5 +25,9 @@ struct Checkpointed {
 };
 template <class L>
 struct is_projection<Checkpointed<L>> : is_projection<L> {};
+template <class L>
+struct is_checkpointed : std::false_type {};
+template <class L>
+struct is_checkpointed<Checkpointed<L>> : std::true_type {};
 
 }  // namespace headroom
