@@ -19,6 +19,7 @@
 #include "plan/graph.hpp"
 #include "plan/lower.hpp"
 #include "plan/plan.hpp"
+#include "plan/report.hpp"
 #include "plan/roles.hpp"
 #include "policies/apply.hpp"
 #include "policies/checkpointed.hpp"

@@ -80,6 +80,7 @@ struct Expanded {
   std::int64_t lower_bound[tier_count]{};
   int bound_event[tier_count]{};
   std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
+  bool valid = true;
 };
 
 struct Timeline {
@@ -158,14 +159,53 @@ struct Spans {
   }
 };
 
-// Sweeps items `order` (sorted by birth) keeping `live` (sorted by offset)
-// free of items dead before `born`; returns nothing, compacts in place.
-constexpr void drop_dead(cvec<int>& live, const Spans& s, int born) {
-  std::size_t w = 0;
-  for (std::size_t k = 0; k < live.size(); ++k)
-    if (s.last[live[k]] >= born) live[w++] = live[k];
-  while (live.size() > w) live.pop_back();
+// Orders items by key, ascending (bottom-up merge sort on plain arrays).
+constexpr void sort_by_key(cvec<int>& items, const cvec<std::int64_t>& key) {
+  const std::size_t n = items.size();
+  cvec<int> tmp(n, 0);
+  for (std::size_t width = 1; width < n; width *= 2) {
+    for (std::size_t lo = 0; lo < n; lo += 2 * width) {
+      const std::size_t mid = lo + width < n ? lo + width : n;
+      const std::size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+      std::size_t a = lo, b = mid, o = lo;
+      while (a < mid && b < hi) tmp[o++] = key[items[b]] < key[items[a]] ? items[b++] : items[a++];
+      while (a < mid) tmp[o++] = items[a++];
+      while (b < hi) tmp[o++] = items[b++];
+    }
+    items = tmp;
+  }
 }
+
+// Orders items by birth event, then longest-lived first, then largest
+// first: a counting sort on the birth event (O(n + events)), insertion sort
+// inside each event's small bucket.
+constexpr void sort_by_birth(cvec<int>& items, const Spans& s, int events) {
+  cvec<int> start(static_cast<std::size_t>(events) + 1, 0);
+  for (int i : items) ++start[s.first[i] + 1];
+  for (int e = 0; e < events; ++e) start[e + 1] += start[e];
+  cvec<int> out(items.size(), 0);
+  for (int i : items) out[start[s.first[i]]++] = i;
+  const auto before = [&](int a, int b) {
+    if (s.last[a] != s.last[b]) return s.last[a] > s.last[b];
+    return s.size[a] > s.size[b];
+  };
+  for (std::size_t k = 1; k < out.size(); ++k) {
+    const int v = out[k];
+    std::size_t j = k;
+    while (j > 0 && s.first[out[j - 1]] == s.first[v] && before(v, out[j - 1])) {
+      out[j] = out[j - 1];
+      --j;
+    }
+    out[j] = v;
+  }
+  items = out;
+}
+
+// A buffer already placed, as the sweeps see it.
+struct Placed {
+  std::int64_t offset = 0, end = 0;
+  int last = 0;
+};
 
 // Packs the buffers `ids` of one tier; returns the arena size.
 //   1. buffers alive the whole step (weights, scales, master weights,
@@ -190,30 +230,34 @@ constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events
       bottom.push_back(k);
     }
   }
-  const auto by_birth = [&](int a, int b) {
-    if (s.first[a] != s.first[b]) return s.first[a] < s.first[b];
-    if (s.last[a] != s.last[b]) return s.last[a] > s.last[b];
-    return s.size[a] > s.size[b];
-  };
-  std::sort(bottom.begin(), bottom.end(), by_birth);
-  std::sort(top.begin(), top.end(), by_birth);
-  cvec<int> live;  // sorted by offset
+  sort_by_birth(bottom, s, events);
+  sort_by_birth(top, s, events);
+  // the buffers alive at the current birth, sorted by offset
+  cvec<Placed> live;
   for (int i : bottom) {
-    drop_dead(live, s, s.first[i]);
+    const int born = s.first[i];
+    const std::int64_t size = s.size[i];
     std::int64_t best = -1, best_gap = -1, cursor = base;
-    std::size_t best_pos = live.size();
+    std::size_t best_pos = 0, w = 0;
     for (std::size_t k = 0; k < live.size(); ++k) {
-      const std::int64_t gap = s.offset[live[k]] - cursor;
-      if (gap >= s.size[i] && (best_gap < 0 || gap < best_gap)) {
+      const Placed p = live[k];
+      if (p.last < born) continue;  // dead: dropped by compaction
+      const std::int64_t gap = p.offset - cursor;
+      if (gap >= size && (best_gap < 0 || gap < best_gap)) {
         best_gap = gap;
         best = cursor;
-        best_pos = k;
+        best_pos = w;
       }
-      const std::int64_t end = s.offset[live[k]] + s.size[live[k]];
-      if (end > cursor) cursor = end;
+      if (p.end > cursor) cursor = p.end;
+      live[w++] = p;
     }
-    s.offset[i] = best < 0 ? cursor : best;
-    live.insert_at(best_pos, i);
+    while (live.size() > w) live.pop_back();
+    if (best < 0) {
+      best = cursor;
+      best_pos = w;
+    }
+    s.offset[i] = best;
+    live.insert_at(best_pos, Placed{best, best + size, s.last[i]});
   }
   // depth of the top stack per event: non-decreasing (it never pops)
   cvec<std::int64_t> depth(events, 0);
@@ -235,9 +279,14 @@ constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events
 }
 
 // No two buffers alive at a common event may overlap, every buffer lies in
-// the arena and is aligned. Whole-step buffers must not overlap one another
-// nor anything else; the rest are swept in birth order with the live set kept
-// sorted by offset, checking each newcomer against its two neighbours.
+// the arena and is aligned. The check assumes nothing about how the packer
+// worked; it splits the buffers only by their lifetimes:
+//   W  alive the whole step: pairwise disjoint, and below every other buffer;
+//   L  alive to the end of backward (last >= events - 2): all alive together
+//      there, so pairwise disjoint (sorted by offset, neighbours compared);
+//   O  the rest: swept in birth order against every O still alive, and
+//      against the L buffers they overlap in space (found by binary search),
+//      which must be born after they die.
 template <class Bufs>
 constexpr bool check(const Bufs& bufs, const cvec<int>& ids, std::int64_t arena, int events) {
   for (int i : ids) {
@@ -246,24 +295,47 @@ constexpr bool check(const Bufs& bufs, const cvec<int>& ids, std::int64_t arena,
   }
   Spans s(bufs, ids);
   const int n = static_cast<int>(ids.size());
-  cvec<int> fixed, rest;
-  for (int k = 0; k < n; ++k) (s.first[k] == 0 && s.last[k] == events - 1 ? fixed : rest).push_back(k);
-  std::sort(fixed.begin(), fixed.end(), [&](int a, int b) { return s.offset[a] < s.offset[b]; });
+  cvec<int> whole, tail, rest;
+  for (int k = 0; k < n; ++k) {
+    if (s.first[k] == 0 && s.last[k] == events - 1) whole.push_back(k);
+    else if (s.last[k] >= events - 2) tail.push_back(k);
+    else rest.push_back(k);
+  }
+  sort_by_key(whole, s.offset);
   std::int64_t floor = 0;
-  for (int k : fixed) {
+  for (int k : whole) {
     if (s.offset[k] < floor) return false;
     floor = s.offset[k] + s.size[k];
   }
-  std::sort(rest.begin(), rest.end(), [&](int a, int b) { return s.first[a] < s.first[b]; });
-  cvec<int> live;
+  sort_by_key(tail, s.offset);
+  for (std::size_t k = 0; k < tail.size(); ++k) {
+    if (s.offset[tail[k]] < floor) return false;
+    if (k > 0 && s.offset[tail[k - 1]] + s.size[tail[k - 1]] > s.offset[tail[k]]) return false;
+  }
+  sort_by_birth(rest, s, events);
+  cvec<Placed> live;  // O buffers alive at the current birth
   for (int i : rest) {
-    if (s.offset[i] < floor) return false;  // would overlap a whole-step buffer
-    drop_dead(live, s, s.first[i]);
-    std::size_t pos = 0;
-    while (pos < live.size() && s.offset[live[pos]] < s.offset[i]) ++pos;
-    if (pos > 0 && s.offset[live[pos - 1]] + s.size[live[pos - 1]] > s.offset[i]) return false;
-    if (pos < live.size() && s.offset[i] + s.size[i] > s.offset[live[pos]]) return false;
-    live.insert_at(pos, i);
+    const int born = s.first[i];
+    const std::int64_t lo = s.offset[i], hi = lo + s.size[i];
+    if (lo < floor) return false;  // would overlap a whole-step buffer
+    std::size_t w = 0;
+    for (std::size_t k = 0; k < live.size(); ++k) {
+      const Placed p = live[k];
+      if (p.last < born) continue;
+      if (p.offset < hi && lo < p.end) return false;  // alive together and overlapping
+      live[w++] = p;
+    }
+    while (live.size() > w) live.pop_back();
+    live.push_back(Placed{lo, hi, s.last[i]});
+    // the first tail buffer ending after lo, then every one starting before hi
+    std::size_t a = 0, z = tail.size();
+    while (a < z) {
+      const std::size_t m = (a + z) / 2;
+      if (s.offset[tail[m]] + s.size[tail[m]] <= lo) a = m + 1;
+      else z = m;
+    }
+    for (std::size_t k = a; k < tail.size() && s.offset[tail[k]] < hi; ++k)
+      if (s.first[tail[k]] <= s.last[i]) return false;
   }
   return true;
 }
@@ -350,7 +422,10 @@ constexpr Expanded expand() {
         first = 0;
         last = E - 1;
       }
-      if (first == E) continue;  // this instance does not exist
+      if (first == E) {  // never born: the graph is inconsistent
+        x.valid = false;
+        first = last = 0;
+      }
       last = std::max(last, first);
       if (tr.collapsed) {
         cf = std::min(cf, first);
@@ -384,6 +459,7 @@ constexpr Expanded expand() {
       for (int i = 0; i < static_cast<int>(x.buffers.size()); ++i)
         if (static_cast<int>(x.buffers[i].tier) == tier) ids.push_back(i);
       x.peak[tier] = pack(x.buffers, ids, E, loss_event);
+      x.valid = x.valid && check(x.buffers, ids, x.peak[tier], E);
       detail::cvec<std::int64_t> delta(E + 1, 0);
       for (int i : ids) {
         delta[x.buffers[i].first] += x.buffers[i].size;
@@ -406,10 +482,16 @@ struct Sizes {
   std::size_t buffers, events, nodes, params;
 };
 
+// Array sizes of R's plan, from the graph alone (no resolution, no packing).
 template <class R>
 constexpr Sizes sizes() {
-  const Expanded x = expand<R, false>();
-  return Sizes{x.buffers.size(), x.events.size(), x.nodes.size(), x.params.size()};
+  const graph::Builder b = build_graph<R>();
+  std::size_t buffers = 0;
+  for (const auto& t : b.tensors) {
+    if (t.is_virtual || t.alias != graph::none || t.bytes <= 0) continue;
+    buffers += (t.group == graph::none || t.collapsed) ? 1 : static_cast<std::size_t>(b.groups[t.group].count);
+  }
+  return Sizes{buffers, static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size()};
 }
 
 }  // namespace detail
@@ -426,6 +508,7 @@ struct Plan {
   std::int64_t bound[tier_count]{};
   int bound_at[tier_count]{};
   std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
+  bool checked_valid = false;
 
   // Arena bytes of a tier: what a trainer allocates.
   constexpr std::int64_t peak_bytes(Tier t = Tier::device) const { return peak[static_cast<int>(t)]; }
@@ -433,9 +516,11 @@ struct Plan {
   constexpr std::int64_t lower_bound(Tier t = Tier::device) const { return bound[static_cast<int>(t)]; }
   constexpr int lower_bound_event(Tier t = Tier::device) const { return bound_at[static_cast<int>(t)]; }
   // No two buffers alive at one event overlap, all inside their arena,
-  // aligned. Computed on demand (it costs as much as packing): static_assert
-  // it where compile time allows, test it at run time elsewhere.
-  constexpr bool valid() const {
+  // aligned: checked when the plan was made, independently of the packer.
+  constexpr bool valid() const { return checked_valid; }
+  // The same check, recomputed from this plan's arrays (slow in constant
+  // evaluation for large plans: meant for run-time tests).
+  constexpr bool recheck() const {
     for (int t = 0; t < tier_count; ++t) {
       detail::cvec<int> ids;
       for (std::size_t i = 0; i < NB; ++i)
@@ -492,6 +577,7 @@ constexpr auto plan() {
   p.flops_fwd = x.flops_fwd;
   p.flops_bwd = x.flops_bwd;
   p.flops_recompute = x.flops_recompute;
+  p.checked_valid = x.valid;
   return p;
 }
 
