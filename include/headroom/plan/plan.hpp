@@ -179,13 +179,14 @@ constexpr void sort_by_key(cvec<int>& items, const cvec<std::int64_t>& key) {
 // Orders items by birth event, then longest-lived first, then largest
 // first: a counting sort on the birth event (O(n + events)), insertion sort
 // inside each event's small bucket.
-constexpr void sort_by_birth(cvec<int>& items, const Spans& s, int events) {
+constexpr void sort_by_birth(cvec<int>& items, const Spans& s, int events, bool largest_first = false) {
   cvec<int> start(static_cast<std::size_t>(events) + 1, 0);
   for (int i : items) ++start[s.first[i] + 1];
   for (int e = 0; e < events; ++e) start[e + 1] += start[e];
   cvec<int> out(items.size(), 0);
   for (int i : items) out[start[s.first[i]]++] = i;
   const auto before = [&](int a, int b) {
+    if (largest_first && s.size[a] != s.size[b]) return s.size[a] > s.size[b];
     if (s.last[a] != s.last[b]) return s.last[a] > s.last[b];
     return s.size[a] > s.size[b];
   };
@@ -215,7 +216,12 @@ struct Placed {
 //      birth order, so it takes the room the freed activations leave;
 //   3. everything else is swept in birth order, each buffer into the
 //      smallest gap between the buffers still alive (best fit), above 1.
-constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events, int loss_event) {
+struct PackOrder {
+  bool largest_first = false;  // within one birth event: largest first (else longest-lived first)
+  bool first_fit = false;      // lowest gap that fits (else the smallest gap that fits)
+};
+
+constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events, int loss_event, PackOrder how = {}) {
   Spans s(bufs, ids);
   const int n = static_cast<int>(ids.size());
   std::int64_t base = 0;
@@ -230,7 +236,7 @@ constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events
       bottom.push_back(k);
     }
   }
-  sort_by_birth(bottom, s, events);
+  sort_by_birth(bottom, s, events, how.largest_first);
   sort_by_birth(top, s, events);
   // the buffers alive at the current birth, sorted by offset
   cvec<Placed> live;
@@ -243,7 +249,7 @@ constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events
       const Placed p = live[k];
       if (p.last < born) continue;  // dead: dropped by compaction
       const std::int64_t gap = p.offset - cursor;
-      if (gap >= size && (best_gap < 0 || gap < best_gap)) {
+      if (gap >= size && (best_gap < 0 || (!how.first_fit && gap < best_gap))) {
         best_gap = gap;
         best = cursor;
         best_pos = w;
@@ -458,7 +464,15 @@ constexpr Expanded expand() {
       detail::cvec<int> ids;
       for (int i = 0; i < static_cast<int>(x.buffers.size()); ++i)
         if (static_cast<int>(x.buffers[i].tier) == tier) ids.push_back(i);
-      x.peak[tier] = pack(x.buffers, ids, E, loss_event);
+      // two tie-breaks within a birth event; keep the smaller arena
+      const std::int64_t a1 = pack(x.buffers, ids, E, loss_event, PackOrder{true, false});
+      detail::cvec<std::int64_t> kept;
+      for (int i : ids) kept.push_back(x.buffers[i].offset);
+      x.peak[tier] = pack(x.buffers, ids, E, loss_event, PackOrder{false, false});
+      if (a1 < x.peak[tier]) {
+        x.peak[tier] = a1;
+        for (std::size_t k = 0; k < ids.size(); ++k) x.buffers[ids[k]].offset = kept[k];
+      }
       x.valid = x.valid && check(x.buffers, ids, x.peak[tier], E);
       detail::cvec<std::int64_t> delta(E + 1, 0);
       for (int i : ids) {

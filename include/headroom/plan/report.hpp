@@ -125,7 +125,10 @@ std::string node_path(const P& p, int node, int instance = -1) {
     const auto& nd = p.nodes[chain[k]];
     if (!s.empty()) s += '.';
     s += nd.index >= 0 ? std::to_string(nd.index) : std::string(nd.name);
-    if (detail::is_repeat_node(p, chain[k])) s += instance < 0 ? std::string(".*") : "." + std::to_string(instance);
+    if (detail::is_repeat_node(p, chain[k])) {
+      s += '.';
+      s += instance < 0 ? std::string("*") : std::to_string(instance);
+    }
   }
   return s;
 }
@@ -137,7 +140,10 @@ std::string describe_event(const P& p, int e) {
   if (e < 0 || e >= static_cast<int>(p.events.size())) return "?";
   const auto& ev = p.events[e];
   std::string s(name_of(ev.kind));
-  if (ev.node > 0) s += " " + node_path(p, ev.node, ev.instance);
+  if (ev.node > 0) {
+    s += ' ';
+    s += node_path(p, ev.node, ev.instance);
+  }
   return s;
 }
 
