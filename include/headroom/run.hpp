@@ -74,6 +74,13 @@ constexpr auto option_value() {
 template <template <auto...> class Tmpl, class... Os>
 inline constexpr int option_count = (0 + ... + (is_instance<Os, Tmpl>::value ? 1 : 0));
 
+// A model with learned / limited positions declares max_seq.
+template <class M>
+constexpr bool fits_context(std::int64_t seq) {
+  if constexpr (requires { M::max_seq; }) return seq <= M::max_seq;
+  else return true;
+}
+
 template <class... Os>
 struct find_optimizer {
   using type = AdamW;
@@ -113,7 +120,7 @@ struct Train {
 
   static_assert(!update_in_backward || accumulate == 1,
                 "Train<Model, ...>: UpdateInBackward frees each layer's grads right after its update, so it needs Accumulate<1>");
-  static_assert(!requires { M::max_seq; } || seq <= M::max_seq, "Train<Model, Seq<T>>: T exceeds the model's context length");
+  static_assert(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T exceeds the model's context length");
 
   static constexpr RunConfig config() {
     RunConfig c{};
