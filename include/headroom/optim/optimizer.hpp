@@ -16,6 +16,15 @@ namespace headroom {
 
 enum class OptimKind : std::uint8_t { sgd, adamw, adamw8bit };
 
+constexpr std::string_view name_of(OptimKind k) {
+  switch (k) {
+    case OptimKind::sgd: return "SGD";
+    case OptimKind::adamw: return "AdamW";
+    case OptimKind::adamw8bit: return "AdamW8bit";
+  }
+  return "?";
+}
+
 struct OptimDesc {
   OptimKind kind = OptimKind::adamw;
   int states = 2;           // state tensors per parameter

@@ -379,6 +379,7 @@ class Builder {
       p.scales = persistent("absmax", Role::quant_scales, q.scale_bytes(n), p.group);
       if (q.table_bytes() > 0 && quant_table == none)
         quant_table = persistent("code tables", Role::quant_scales, q.table_bytes(), none);
+      if (quant_table != none) tensors[quant_table].node = 0;  // shared by the model
     } else {
       p.weight = persistent(name, Role::weights, n * cfg.act_bytes(), p.group);
     }
@@ -389,6 +390,7 @@ class Builder {
         p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(n), p.group);
       if (cfg.optim.table_bytes() > 0 && optim_table == none)
         optim_table = persistent("dynamic map", Role::optimizer_state, cfg.optim.table_bytes(), none);
+      if (optim_table != none) tensors[optim_table].node = 0;  // shared by the model
     }
     params.push_back(p);
     return static_cast<int>(params.size()) - 1;

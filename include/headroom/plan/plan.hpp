@@ -27,9 +27,10 @@ namespace headroom {
 
 struct Buffer {
   std::string_view name;
-  int node = -1;       // the layer node that owns it
+  int node = -1;       // the layer node that owns it (0: the model, for shared tables)
   int tensor = -1;     // graph tensor id (for the engine's lookup)
-  int instance = 0;    // instance of its Repeat group (0 when not repeated)
+  int instance = 0;    // instance of its Repeat group; 0 when not repeated,
+                       // -1 for one buffer shared by all instances (the residual gradient stream)
   int param = -1;      // the parameter it belongs to, if any
   Role role = Role::scratch;
   Tier tier = Tier::device;
@@ -46,8 +47,14 @@ struct Buffer {
 struct EventInfo {
   EventKind kind = EventKind::forward;
   int node = -1;
-  int instance = 0;
-  int op = -1;
+  int instance = 0;       // instance of its Repeat group (0 when not repeated)
+  int op = -1;            // the op run by forward / backward / recompute events
+  bool repeated = false;  // one of the events of a Repeat's block
+  // prefetch events: the instance whose activations come back. A repeated
+  // block's are fetched one block ahead: the prefetch opening instance j's
+  // backward fetches instance j-1 (none for j = 0), the one just before the
+  // group's backward fetches the last instance.
+  int fetches = -1;
 };
 
 struct ParamInfo {
@@ -64,7 +71,9 @@ struct NodeInfo {
   std::string_view kind;
   int parent = -1;
   int index = -1;
-  int repeat = 1;
+  int repeat = 1;          // for a Repeat node: its count
+  bool is_repeat = false;  // a Repeat node (its subtree is per instance)
+  int group = -1;          // the Repeat group it lies in, -1 outside any
 };
 
 namespace detail {
@@ -369,12 +378,32 @@ constexpr Expanded expand() {
   x.events.assign(E, EventInfo{});
   for (int e = 0; e < static_cast<int>(b.events.size()); ++e)
     for (int j = 0; j < tl.count[e]; ++j)
-      x.events[tl.at(e, j)] = EventInfo{b.events[e].kind, b.events[e].node, tl.count[e] > 1 ? j : 0, b.events[e].op};
+      x.events[tl.at(e, j)] = EventInfo{b.events[e].kind, b.events[e].node, tl.count[e] > 1 ? j : 0, b.events[e].op,
+                                        b.events[e].group != graph::none, -1};
+  // what each prefetch fetches (see EventInfo::fetches)
+  for (int e = 0; e < static_cast<int>(b.events.size()); ++e) {
+    if (b.events[e].kind != EventKind::prefetch) continue;
+    for (int j = 0; j < tl.count[e]; ++j) {
+      auto& ev = x.events[tl.at(e, j)];
+      if (ev.repeated) {
+        ev.fetches = j - 1;
+      } else {
+        const bool opens_group = e + 1 < static_cast<int>(b.events.size()) && b.events[e + 1].kind == EventKind::prefetch &&
+                                 b.events[e + 1].group != graph::none;
+        ev.fetches = opens_group ? b.groups[b.events[e + 1].group].count - 1 : 0;
+      }
+    }
+  }
   int loss_event = E - 1;
   for (int e = 0; e < E; ++e)
     if (x.events[e].kind == EventKind::loss) loss_event = e;
 
-  for (const auto& n : b.nodes) x.nodes.push_back(NodeInfo{n.name, n.kind, n.parent, n.index, n.repeat});
+  for (int k = 0; k < static_cast<int>(b.nodes.size()); ++k) {
+    const auto& n = b.nodes[k];
+    bool rep = false;
+    for (const auto& g : b.groups) rep = rep || g.node == k;
+    x.nodes.push_back(NodeInfo{n.name, n.kind, n.parent, n.index, n.repeat, rep, n.group});
+  }
   detail::cvec<int> param_of(b.tensors.size(), -1);
   for (int p = 0; p < static_cast<int>(b.params.size()); ++p) {
     const auto& pr = b.params[p];
@@ -444,7 +473,7 @@ constexpr Expanded expand() {
       buf.name = tr.name;
       buf.node = tr.node;
       buf.tensor = t;
-      buf.instance = instances > 1 ? j : 0;
+      buf.instance = tr.collapsed ? -1 : (instances > 1 ? j : 0);
       buf.param = param_of[t];
       buf.role = tr.role;
       if (buf.role == Role::activation && last > loss_event) buf.role = Role::saved_activation;
@@ -544,11 +573,13 @@ struct Plan {
     return true;
   }
 
-  // Sum of the reserved bytes of every buffer of a role (all instances).
-  constexpr std::int64_t bytes(Role r) const {
+  // Sum of the reserved bytes of every buffer of a role (all instances), in
+  // one tier or in both.
+  constexpr std::int64_t bytes(Role r) const { return bytes(r, Tier::device) + bytes(r, Tier::offload); }
+  constexpr std::int64_t bytes(Role r, Tier t) const {
     std::int64_t s = 0;
     for (const auto& b : buffers)
-      if (b.role == r) s += b.size;
+      if (b.role == r && b.tier == t) s += b.size;
     return s;
   }
   // Bytes of a role alive at event e.

@@ -15,14 +15,16 @@
 // node_path(p, node, instance)  "layers.3.self_attn.q_proj" ("*" for instance < 0).
 //
 // Everything is linear in buffers + events (per-event live bytes come from a
-// difference array), so an 8B model's plan (~5000 buffers, ~2000 events)
-// reports in well under a millisecond of work per table.
+// difference array, not buffers x events): an 8B model's plan (~5000
+// buffers, ~2000 events) gives its table and its SVG in tens of milliseconds.
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -37,12 +39,12 @@
 
 namespace headroom {
 
-namespace detail {
+namespace detail::reporting {
 template <class T>
 struct is_plan : std::false_type {};
 template <std::size_t NB, std::size_t NE, std::size_t NN, std::size_t NP>
 struct is_plan<Plan<NB, NE, NN, NP>> : std::true_type {};
-}  // namespace detail
+}  // namespace detail::reporting
 
 // ---- number formatting --------------------------------------------------------------------
 // 1234567 -> "1,234,567"
@@ -72,11 +74,8 @@ inline std::string human_bytes(std::int64_t b) {
   return s.str();
 }
 
-// Decimal units, two decimals: "8.03 B", "41.94 M" (suffix appended: "TFLOP").
-inline std::string human_count(double v, std::string_view suffix = {}, bool flops = false) {
-  static constexpr std::array<const char*, 6> count_units{"", "K", "M", "B", "T", "Q"};
-  static constexpr std::array<const char*, 7> flop_units{"", "k", "M", "G", "T", "P", "E"};
-  const std::size_t n = flops ? flop_units.size() : count_units.size();
+namespace detail::reporting {
+inline std::string decimal_units(double v, const char* const* units, std::size_t n, std::string_view suffix) {
   std::size_t u = 0;
   while (std::abs(v) >= 1000.0 && u + 1 < n) {
     v /= 1000.0;
@@ -84,27 +83,30 @@ inline std::string human_count(double v, std::string_view suffix = {}, bool flop
   }
   std::ostringstream s;
   s << std::fixed << std::setprecision(u == 0 ? 0 : 2) << v;
-  const char* unit = flops ? flop_units[u] : count_units[u];
-  if (*unit != '\0' || !suffix.empty()) s << ' ' << unit << suffix;
+  if (*units[u] != '\0' || !suffix.empty()) s << ' ' << units[u] << suffix;
   return s.str();
 }
+}  // namespace detail::reporting
 
-inline std::string_view name_of(OptimKind k) {
-  switch (k) {
-    case OptimKind::sgd: return "SGD";
-    case OptimKind::adamw: return "AdamW";
-    case OptimKind::adamw8bit: return "AdamW8bit";
-  }
-  return "?";
+// Decimal units, two decimals: "8.03 B", "41.94 M", "512".
+inline std::string human_count(double v) {
+  static constexpr const char* units[] = {"", "K", "M", "B", "T", "Q"};
+  return detail::reporting::decimal_units(v, units, std::size(units), {});
+}
+
+// SI prefixes, two decimals: "95.73 TFLOP", "46.74 GFLOP".
+inline std::string human_flops(double v) {
+  static constexpr const char* units[] = {"", "k", "M", "G", "T", "P", "E"};
+  return detail::reporting::decimal_units(v, units, std::size(units), "FLOP");
 }
 
 // ---- paths and events ------------------------------------------------------------------------
-namespace detail {
+namespace detail::reporting {
 template <class P>
 constexpr bool is_repeat_node(const P& p, int n) {
-  return p.nodes[n].repeat > 1 || p.nodes[n].kind == "Repeat";
+  return p.nodes[n].is_repeat;
 }
-}  // namespace detail
+}  // namespace detail::reporting
 
 // Dotted path of a node, Hugging Face style: "layers.3.self_attn.q_proj".
 // The root is omitted ("model" for the root itself); a positional child is
@@ -112,7 +114,7 @@ constexpr bool is_repeat_node(const P& p, int n) {
 // Repeat's name ("layers.3" is block 3 as a whole), "*" when instance < 0
 // (all instances).
 template <class P>
-  requires detail::is_plan<P>::value
+  requires detail::reporting::is_plan<P>::value
 std::string node_path(const P& p, int node, int instance = -1) {
   const int nn = static_cast<int>(p.nodes.size());
   if (node < 0 || node >= nn) return "?";
@@ -125,7 +127,7 @@ std::string node_path(const P& p, int node, int instance = -1) {
     const auto& nd = p.nodes[chain[k]];
     if (!s.empty()) s += '.';
     s += nd.index >= 0 ? std::to_string(nd.index) : std::string(nd.name);
-    if (detail::is_repeat_node(p, chain[k])) {
+    if (detail::reporting::is_repeat_node(p, chain[k])) {
       s += '.';
       s += instance < 0 ? std::string("*") : std::to_string(instance);
     }
@@ -135,19 +137,23 @@ std::string node_path(const P& p, int node, int instance = -1) {
 
 // "backward layers.31.mlp.down_proj"
 template <class P>
-  requires detail::is_plan<P>::value
+  requires detail::reporting::is_plan<P>::value
 std::string describe_event(const P& p, int e) {
   if (e < 0 || e >= static_cast<int>(p.events.size())) return "?";
   const auto& ev = p.events[e];
   std::string s(name_of(ev.kind));
-  if (ev.node > 0) {
+  if (ev.kind == EventKind::prefetch) {  // names what comes back, not where it is issued
+    if (ev.fetches < 0) return s + " (nothing: first block)";
+    s += ' ';
+    s += node_path(p, ev.node, ev.fetches);
+  } else if (ev.node > 0) {
     s += ' ';
     s += node_path(p, ev.node, ev.instance);
   }
   return s;
 }
 
-namespace detail {
+namespace detail::reporting {
 
 // The phase an event belongs to: 0 load, 1 forward, 2 loss, 3 backward
 // (recompute / offload / prefetch included), 4 update.
@@ -189,9 +195,9 @@ std::vector<std::vector<std::int64_t>> live_by_role(const P& p, Tier t) {
 }
 
 // A plain text table: first column left-aligned, the rest right-aligned.
-class Table {
+class TextTable {
  public:
-  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  explicit TextTable(std::vector<std::string> header) : rows_{std::move(header)} {}
   void row(std::vector<std::string> r) { rows_.push_back(std::move(r)); }
   void rule() { rows_.emplace_back(); }
   void print(std::ostream& os, int indent = 2) const {
@@ -247,22 +253,23 @@ constexpr bool is_shared_table(const Buffer& b) {
                          b.role == Role::weights || b.role == Role::master_weights);
 }
 
-}  // namespace detail
+}  // namespace detail::reporting
 
 // ---- the text report ---------------------------------------------------------------------------------
 template <class P>
-  requires detail::is_plan<P>::value
+  requires detail::reporting::is_plan<P>::value
 void print(std::ostream& os, const P& p) {
+  namespace rp = detail::reporting;
   const auto& c = p.config;
   const int E = static_cast<int>(p.events.size());
   const int NN = static_cast<int>(p.nodes.size());
-  const auto fmt_flops = [](std::int64_t f) { return with_commas(f) + "  (" + human_count(static_cast<double>(f), "FLOP", true) + ")"; };
+  const auto fmt_flops = [](std::int64_t f) { return with_commas(f) + "  (" + human_flops(static_cast<double>(f)) + ")"; };
   const std::ios_base::fmtflags saved_flags = os.flags();
 
   // ---- heading and run
   std::string model(p.nodes.empty() ? std::string_view("model") : p.nodes[0].kind);
   for (int n = 1; n < NN; ++n)
-    if (detail::is_repeat_node(p, n) && p.nodes[n].parent == 0) {
+    if (rp::is_repeat_node(p, n) && p.nodes[n].parent == 0) {
       model += ", " + std::to_string(p.nodes[n].repeat) + " repeated blocks (" + node_path(p, n, 0) + ".." +
                std::to_string(p.nodes[n].repeat - 1) + ")";
       break;
@@ -281,14 +288,14 @@ void print(std::ostream& os, const P& p) {
   const std::int64_t params = p.parameters(), trainable = p.trainable_parameters();
   os << "  parameters   total " << with_commas(params) << " (" << human_count(static_cast<double>(params)) << ")"
      << ", trainable " << with_commas(trainable) << " (" << human_count(static_cast<double>(trainable)) << ", "
-     << detail::percent(static_cast<double>(trainable), static_cast<double>(params)) << ")\n";
+     << rp::percent(static_cast<double>(trainable), static_cast<double>(params)) << ")\n";
   os << "  timeline     " << with_commas(E) << " events, " << with_commas(static_cast<std::int64_t>(p.buffers.size()))
      << " buffers\n\n";
 
   // ---- memory per tier
   os << "memory\n";
   {
-    detail::Table t({"", "device", "offload"});
+    rp::TextTable t({"", "device", "offload"});
     auto both = [&](auto f) { return std::vector<std::string>{f(Tier::device), f(Tier::offload)}; };
     auto row = [&](std::string name, std::vector<std::string> v) {
       v.insert(v.begin(), std::move(name));
@@ -308,8 +315,8 @@ void print(std::ostream& os, const P& p) {
   for (Tier x : {Tier::device, Tier::offload}) {
     if (p.lower_bound(x) <= 0) continue;
     const int e = p.lower_bound_event(x);
-    os << "  " << name_of(x) << " bound at event " << e << " of " << E << " ("
-       << detail::phase_names[detail::phase_of(p, e, detail::loss_event(p))] << "): " << describe_event(p, e) << '\n';
+    os << "  " << name_of(x) << " bound at event " << with_commas(e) << " of " << with_commas(E) << " ("
+       << rp::phase_names[rp::phase_of(p, e, rp::loss_event(p))] << "): " << describe_event(p, e) << '\n';
   }
   os << '\n';
 
@@ -328,14 +335,14 @@ void print(std::ostream& os, const P& p) {
     if (any_off) head.push_back("total (offload)");
     head.push_back("alive at bound (event " + std::to_string(bound_e) + ")");
     head.push_back("share of bound");
-    detail::Table t(head);
+    rp::TextTable t(head);
     std::int64_t sd = 0, so = 0, sb = 0;
     for (int r = 0; r < role_count; ++r) {
       if (total_dev[r] == 0 && total_off[r] == 0) continue;
       std::vector<std::string> v{std::string(name_of(static_cast<Role>(r))), human_bytes(total_dev[r])};
       if (any_off) v.push_back(human_bytes(total_off[r]));
       v.push_back(human_bytes(at_bound[r]));
-      v.push_back(detail::percent(static_cast<double>(at_bound[r]), static_cast<double>(p.lower_bound(Tier::device))));
+      v.push_back(rp::percent(static_cast<double>(at_bound[r]), static_cast<double>(p.lower_bound(Tier::device))));
       t.row(std::move(v));
       sd += total_dev[r];
       so += total_off[r];
@@ -345,7 +352,7 @@ void print(std::ostream& os, const P& p) {
     std::vector<std::string> v{"all", human_bytes(sd)};
     if (any_off) v.push_back(human_bytes(so));
     v.push_back(human_bytes(sb));
-    v.push_back(detail::percent(static_cast<double>(sb), static_cast<double>(p.lower_bound(Tier::device))));
+    v.push_back(rp::percent(static_cast<double>(sb), static_cast<double>(p.lower_bound(Tier::device))));
     t.row(std::move(v));
     t.print(os);
   }
@@ -374,23 +381,23 @@ void print(std::ostream& os, const P& p) {
         }
       if (rows < 40) break;
     }
-    constexpr int ncol = static_cast<int>(detail::layer_columns.size());
+    constexpr int ncol = static_cast<int>(rp::layer_columns.size());
     // per group: [columns..., alive at bound, total]; row NN holds the shared tables
     std::vector<std::array<std::int64_t, ncol + 2>> acc(NN + 1, std::array<std::int64_t, ncol + 2>{});
     std::vector<char> used(NN + 1, 0);
     for (const auto& b : p.buffers) {
-      const int g = detail::is_shared_table(b) ? NN : (b.node >= 0 && b.node < NN ? ancestor_at(b.node, level) : 0);
-      acc[g][detail::layer_column(b.role)] += b.size;
+      const int g = rp::is_shared_table(b) ? NN : (b.node >= 0 && b.node < NN ? ancestor_at(b.node, level) : 0);
+      acc[g][rp::layer_column(b.role)] += b.size;
       if (b.tier == Tier::device && b.alive_at(bound_e)) acc[g][ncol] += b.size;
       acc[g][ncol + 1] += b.size;
       used[g] = 1;
     }
     os << "bytes by layer (Repeat instances collapsed, both tiers; activations include their grads, scratch and batch io)\n";
     std::vector<std::string> head{"layer"};
-    for (auto h : detail::layer_columns) head.emplace_back(h);
+    for (auto h : rp::layer_columns) head.emplace_back(h);
     head.push_back("at bound");
     head.push_back("total");
-    detail::Table t(head);
+    rp::TextTable t(head);
     std::array<std::int64_t, ncol + 2> sum{};
     for (int g = 0; g <= NN; ++g) {
       if (!used[g]) continue;
@@ -413,10 +420,10 @@ void print(std::ostream& os, const P& p) {
   // ---- flops
   os << "flops (one micro-batch)\n";
   {
-    detail::Table t({"", "FLOPs", "per token"});
+    rp::TextTable t({"", "FLOPs", "per token"});
     const double tok = static_cast<double>(c.tokens());
     auto row = [&](const char* name, std::int64_t f) {
-      t.row({name, fmt_flops(f), human_count(static_cast<double>(f) / tok, "FLOP", true)});
+      t.row({name, fmt_flops(f), human_flops(static_cast<double>(f) / tok)});
     };
     row("forward", p.flops_fwd);
     row("backward", p.flops_bwd);
@@ -429,7 +436,7 @@ void print(std::ostream& os, const P& p) {
 }
 
 template <class P>
-  requires detail::is_plan<P>::value
+  requires detail::reporting::is_plan<P>::value
 std::string report(const P& p) {
   std::ostringstream s;
   print(s, p);
@@ -443,7 +450,7 @@ std::ostream& operator<<(std::ostream& os, const Plan<NB, NE, NN, NP>& p) {
 }
 
 // ---- the SVG picture ---------------------------------------------------------------------------------
-namespace detail {
+namespace detail::reporting {
 
 inline std::string xml_escape(std::string_view s) {
   std::string o;
@@ -488,11 +495,13 @@ inline double nice_step(double range, int target) {
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * mag;
 }
 
+// A coordinate: one decimal, no trailing ".0".
 inline std::string num(double v) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(1) << v;
-  std::string r = s.str();
+  char buf[48];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, 1);
+  std::string r(buf, ec == std::errc{} ? end : buf);
   if (r.size() > 2 && r.compare(r.size() - 2, 2, ".0") == 0) r.resize(r.size() - 2);
+  if (r == "-0") r = "0";
   return r;
 }
 
@@ -510,17 +519,20 @@ struct Polyline {
   }
 };
 
-}  // namespace detail
+}  // namespace detail::reporting
 
 // Live bytes of tier t at every event, stacked by role. `title` replaces the
-// default heading (model, batch x seq, dtype, optimizer).
+// default heading (model, batch x seq, dtype, optimizer). When buffers alive
+// the whole step fill most of the picture (a quantized 8B model: weights are
+// 80% of the bytes), a second panel zooms on the range where bytes change.
 template <class P>
-  requires detail::is_plan<P>::value
+  requires detail::reporting::is_plan<P>::value
 std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title = {}) {
-  using detail::num;
+  namespace rp = detail::reporting;
+  using rp::num;
   const int E = static_cast<int>(p.events.size());
   const auto& c = p.config;
-  const auto live = detail::live_by_role(p, t);
+  const auto live = rp::live_by_role(p, t);
   std::vector<std::int64_t> total(E, 0);
   std::array<bool, role_count> present{};
   for (int r = 0; r < role_count; ++r)
@@ -529,25 +541,51 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
       if (live[r][e] > 0) present[r] = true;
     }
   const std::int64_t peak = p.peak_bytes(t), bound = p.lower_bound(t);
-  const int bound_e = p.lower_bound_event(t);
-  const int loss = detail::loss_event(p);
+  const int bound_e = std::clamp(p.lower_bound_event(t), 0, std::max(E - 1, 0));
+  const int loss = rp::loss_event(p);
+  const std::int64_t max_total = E > 0 ? *std::max_element(total.begin(), total.end()) : 0;
+  const std::int64_t min_total = E > 0 ? *std::min_element(total.begin(), total.end()) : 0;
+  const std::int64_t top_bytes = std::max<std::int64_t>({peak, bound, max_total, 1});
 
-  // ---- geometry
-  const double W = 1280, H = 660;
-  const double X0 = 90, X1 = W - 250, Y0 = 84, Y1 = H - 96;  // plot box
-  const double PW = X1 - X0, PH = Y1 - Y0;
-  const std::int64_t top_bytes = std::max<std::int64_t>({peak, bound, E > 0 ? *std::max_element(total.begin(), total.end()) : 0, 1});
-  // y unit and ticks
+  // ---- units: the largest binary unit the top reaches
   const char* unit = "B";
   double scale = 1;
   if (top_bytes >= (std::int64_t{1} << 30)) unit = "GiB", scale = double(std::int64_t{1} << 30);
   else if (top_bytes >= (std::int64_t{1} << 20)) unit = "MiB", scale = double(std::int64_t{1} << 20);
   else if (top_bytes >= (std::int64_t{1} << 10)) unit = "KiB", scale = 1024.0;
-  const double top_u = static_cast<double>(top_bytes) / scale * 1.08;
-  const double ystep = detail::nice_step(top_u, 6);
-  const double ymax = std::ceil(top_u / ystep) * ystep;
-  const auto ypix = [&](double bytes) { return Y1 - bytes / scale / ymax * PH; };
+
+  // ---- geometry: one panel, or an overview over a zoomed panel
+  const double top_u = static_cast<double>(top_bytes) / scale;
+  const bool zoom = static_cast<double>(min_total) > 0.55 * static_cast<double>(top_bytes);
+  const double W = 1280, H = zoom ? 800 : 660;
+  const double X0 = 90, X1 = W - 250, PW = X1 - X0;
+  const double plot_top = 84, plot_bottom = H - 96;
+  struct Panel {
+    double y0, y1;     // pixels
+    double lo, hi;     // value range, in `unit`
+    double step;       // gridline step, in `unit`
+    bool labels;       // peak / bound / loss labels drawn here
+    const char* clip;  // clip-path id
+  };
+  std::vector<Panel> panels;
+  {
+    const double step = rp::nice_step(top_u * 1.08, 6);
+    const double hi = std::ceil(top_u * 1.08 / step) * step;
+    if (!zoom) {
+      panels.push_back({plot_top, plot_bottom, 0, hi, step, true, "hr-clip-0"});
+    } else {
+      const double y_split = plot_top + 0.32 * (plot_bottom - plot_top);
+      panels.push_back({plot_top, y_split, 0, hi, rp::nice_step(hi, 4), false, "hr-clip-0"});
+      const double lo_u = static_cast<double>(min_total) / scale;
+      const double zr = (top_u - lo_u) * 1.15 + top_u * 1e-3;
+      const double zstep = rp::nice_step(zr, 6);
+      const double zlo = std::floor((lo_u - 0.05 * zr) / zstep) * zstep;
+      const double zhi = std::ceil((top_u + 0.08 * zr) / zstep) * zstep;
+      panels.push_back({y_split + 34, plot_bottom, std::max(0.0, zlo), zhi, zstep, true, "hr-clip-1"});
+    }
+  }
   const auto xpix = [&](double e) { return X0 + (E > 0 ? e / E * PW : 0); };  // left edge of event e
+  const auto ypix = [&](const Panel& pn, double bytes) { return pn.y1 - (bytes / scale - pn.lo) / (pn.hi - pn.lo) * (pn.y1 - pn.y0); };
 
   // ---- buckets: at most one per pixel column; each shows its event with the most live bytes
   const int nb = std::max(1, std::min(E, static_cast<int>(PW)));
@@ -560,7 +598,7 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
     for (int e = a; e < z && e < E; ++e)
       if (total[e] > total[best]) best = e;
     if (bound_e >= a && bound_e < z) best = bound_e;  // the bound's event is always drawn
-    rep[k] = best;
+    rep[k] = std::min(best, std::max(E - 1, 0));
     bx[k] = xpix(a);
   }
   bx[nb] = X1;
@@ -569,138 +607,164 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
   s << R"(<svg xmlns="http://www.w3.org/2000/svg" width=")" << num(W) << R"(" height=")" << num(H) << R"(" viewBox="0 0 )" << num(W) << ' '
     << num(H) << R"(" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">)" << '\n';
   s << R"(<rect width="100%" height="100%" fill="white"/>)" << '\n';
+  s << "<defs>";
+  for (const auto& pn : panels)
+    s << R"(<clipPath id=")" << pn.clip << R"("><rect x=")" << num(X0) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(PW)
+      << R"(" height=")" << num(pn.y1 - pn.y0) << R"("/></clipPath>)";
+  s << "</defs>\n";
 
   // ---- title
   std::string heading(title);
   if (heading.empty()) {
-    heading = std::string(p.nodes.empty() ? std::string_view("model") : p.nodes[0].kind) + ": batch " + std::to_string(c.batch) + " x seq " +
-              std::to_string(c.seq) + ", " + std::string(name_of(c.dtype)) + ", " + std::string(name_of(c.optim.kind));
+    heading = std::string(p.nodes.empty() ? std::string_view("model") : p.nodes[0].kind);
+    heading += ": batch " + std::to_string(c.batch) + " x seq " + std::to_string(c.seq);
+    heading += ", " + std::string(name_of(c.dtype)) + ", " + std::string(name_of(c.optim.kind));
   }
-  s << R"(<text x=")" << num(X0) << R"(" y="28" font-size="18" font-weight="bold">)" << detail::xml_escape(heading) << "</text>\n";
+  s << R"(<text x=")" << num(X0) << R"(" y="28" font-size="18" font-weight="bold">)" << rp::xml_escape(heading) << "</text>\n";
   std::ostringstream sub;
   sub << name_of(t) << " tier: arena peak " << human_bytes(peak) << ", lower bound " << human_bytes(bound);
-  if (bound > 0) sub << " (x" << std::fixed << std::setprecision(4) << static_cast<double>(peak) / static_cast<double>(bound) << ")";
-  sub << ", " << E << " events, " << p.buffers.size() << " buffers";
-  s << R"(<text x=")" << num(X0) << R"(" y="48" fill="#444">)" << detail::xml_escape(sub.str()) << "</text>\n";
+  if (bound > 0)
+    sub << " (peak / bound " << std::fixed << std::setprecision(4) << static_cast<double>(peak) / static_cast<double>(bound) << ")";
+  sub << ", " << with_commas(E) << " events, " << with_commas(static_cast<std::int64_t>(p.buffers.size())) << " buffers";
+  s << R"(<text x=")" << num(X0) << R"(" y="48" fill="#444">)" << rp::xml_escape(sub.str()) << "</text>\n";
   if (bound > 0) {
     s << R"(<text x=")" << num(X0) << R"(" y="66" fill="#444">)"
-      << detail::xml_escape("max live at event " + std::to_string(bound_e) + ": " + describe_event(p, bound_e)) << "</text>\n";
+      << rp::xml_escape("max live at event " + std::to_string(bound_e) + ": " + describe_event(p, bound_e)) << "</text>\n";
   }
 
-  // ---- phase tint behind the plot, phase band below it
+  // ---- runs of one phase
   struct Run {
     int phase, a, z;  // events [a, z)
   };
   std::vector<Run> runs;
   for (int e = 0; e < E; ++e) {
-    const int ph = detail::phase_of(p, e, loss);
+    const int ph = rp::phase_of(p, e, loss);
     if (!runs.empty() && runs.back().phase == ph) runs.back().z = e + 1;
     else runs.push_back({ph, e, e + 1});
   }
-  const double band_y = Y1 + 16, band_h = 20;
-  for (const auto& r : runs) {
-    const double xa = xpix(r.a), w = std::max(xpix(r.z) - xa, 2.0);
-    s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(Y0) << R"(" width=")" << num(w) << R"(" height=")" << num(PH)
-      << R"(" fill=")" << detail::phase_colors[r.phase] << R"(" opacity="0.45"/>)" << '\n';
-    s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(band_y) << R"(" width=")" << num(w) << R"(" height=")" << num(band_h)
-      << R"(" fill=")" << detail::phase_colors[r.phase] << R"(" stroke="#999" stroke-width="0.5"/>)" << '\n';
-    const std::string_view label = detail::phase_names[r.phase];
-    if (w > 8.0 * static_cast<double>(label.size()))
-      s << R"(<text x=")" << num(xa + w / 2) << R"(" y=")" << num(band_y + 14) << R"(" text-anchor="middle" fill="#333">)" << label
-        << "</text>\n";
-  }
 
-  // ---- y grid and labels
-  for (double v = 0; v <= ymax + 1e-9; v += ystep) {
-    const double y = Y1 - v / ymax * PH;
-    s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(y) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(y)
-      << R"(" stroke="#000" stroke-opacity=")" << (v == 0 ? "0.6" : "0.12") << R"("/>)" << '\n';
-    std::ostringstream lab;
-    lab << std::setprecision(ystep < 1 ? 2 : 4) << v;
-    s << R"(<text x=")" << num(X0 - 8) << R"(" y=")" << num(y + 4) << R"(" text-anchor="end" fill="#333">)" << lab.str() << "</text>\n";
-  }
-  s << R"~(<text transform="translate(24 )~" << num((Y0 + Y1) / 2) << R"~() rotate(-90)" text-anchor="middle" fill="#333">live bytes ()~"
-    << unit << ")</text>\n";
+  // ---- the stacked areas' edges, shared by the panels: top[k] of each drawn role
+  std::vector<Role> drawn;
+  for (Role role : rp::stack_order)
+    if (present[static_cast<int>(role)]) drawn.push_back(role);
+  std::vector<std::vector<std::int64_t>> cum(drawn.size() + 1, std::vector<std::int64_t>(nb, 0));
+  for (std::size_t i = 0; i < drawn.size(); ++i)
+    for (int k = 0; k < nb; ++k) cum[i + 1][k] = cum[i][k] + live[static_cast<int>(drawn[i])][rep[k]];
 
-  // ---- stacked areas
-  std::vector<double> below(nb, Y1);
-  std::vector<std::int64_t> cum(nb, 0);
-  for (Role role : detail::stack_order) {
-    const int r = static_cast<int>(role);
-    if (!present[r]) continue;
-    detail::Polyline top;
-    std::vector<double> above(nb);
+  // The upper edge of a stack as a path: steps while an event is at least
+  // 2 px wide, one point per pixel column otherwise; `close` runs it down to
+  // the panel's bottom. Areas are painted from the top of the stack down,
+  // each one to the bottom, so each path needs only its upper edge.
+  const bool steps = nb > 0 && PW / nb >= 2.0;
+  const auto path_of = [&](const std::vector<std::int64_t>& upper, const Panel& pn, bool close) {
+    rp::Polyline a;
     for (int k = 0; k < nb; ++k) {
-      cum[k] += live[r][rep[k]];
-      above[k] = ypix(static_cast<double>(cum[k]));
-      top.add(bx[k], above[k]);
-      top.add(bx[k + 1], above[k]);
+      const double y = std::min(ypix(pn, static_cast<double>(upper[k])), pn.y1 + 1);
+      if (steps) {
+        a.add(bx[k], y);
+        a.add(bx[k + 1], y);
+      } else {
+        if (k == 0) a.add(bx[0], y);
+        a.add((bx[k] + bx[k + 1]) / 2, y);
+        if (k == nb - 1) a.add(bx[nb], y);
+      }
     }
-    detail::Polyline bottom;
-    for (int k = nb - 1; k >= 0; --k) {
-      bottom.add(bx[k + 1], below[k]);
-      bottom.add(bx[k], below[k]);
-    }
-    s << R"(<path fill=")" << detail::role_colors[r] << R"(" fill-opacity="0.9" stroke="none" d="M)";
+    std::string d;
+    d.reserve(a.pts.size() * 14 + 32);
     bool first = true;
-    for (const auto& pt : top.pts) {
-      s << (first ? "" : " L") << num(pt.first) << ',' << num(pt.second);
+    for (const auto& pt : a.pts) {
+      d += first ? "M" : " L";
+      d += num(pt.first);
+      d += ',';
+      d += num(pt.second);
       first = false;
     }
-    for (const auto& pt : bottom.pts) s << " L" << num(pt.first) << ',' << num(pt.second);
-    s << R"( Z"><title>)" << name_of(role) << "</title></path>\n";
-    below = above;
-  }
-  // outline of the total
-  {
-    detail::Polyline line;
-    for (int k = 0; k < nb; ++k) {
-      line.add(bx[k], below[k]);
-      line.add(bx[k + 1], below[k]);
+    if (close) {
+      d += " L" + num(X1) + ',' + num(pn.y1 + 1) + " L" + num(X0) + ',' + num(pn.y1 + 1) + " Z";
     }
-    s << R"(<path fill="none" stroke="#333" stroke-width="0.8" d="M)";
-    bool first = true;
-    for (const auto& pt : line.pts) {
-      s << (first ? "" : " L") << num(pt.first) << ',' << num(pt.second);
-      first = false;
+    return d;
+  };
+
+  for (std::size_t pi = 0; pi < panels.size(); ++pi) {
+    const Panel& pn = panels[pi];
+    const double PH = pn.y1 - pn.y0;
+    // phase tint
+    for (const auto& r : runs) {
+      const double xa = xpix(r.a), w = std::max(xpix(r.z) - xa, 2.0);
+      s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(w) << R"(" height=")" << num(PH)
+        << R"(" fill=")" << rp::phase_colors[r.phase] << R"(" opacity="0.45"/>)" << '\n';
     }
-    s << R"("/>)" << '\n';
+    // grid and y labels
+    for (double v = pn.lo; v <= pn.hi + pn.step * 1e-6; v += pn.step) {
+      const double y = pn.y1 - (v - pn.lo) / (pn.hi - pn.lo) * PH;
+      s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(y) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(y)
+        << R"(" stroke="#000" stroke-opacity=")" << (v == 0 ? "0.6" : "0.12") << R"("/>)" << '\n';
+      std::ostringstream lab;
+      lab << std::setprecision(6) << std::round(v * 1000) / 1000;
+      s << R"(<text x=")" << num(X0 - 8) << R"(" y=")" << num(y + 4) << R"(" text-anchor="end" fill="#333">)" << lab.str() << "</text>\n";
+    }
+    s << R"~(<text transform="translate(24 )~" << num((pn.y0 + pn.y1) / 2) << R"~() rotate(-90)" text-anchor="middle" fill="#333">)~"
+      << (pi == 0 ? "live bytes (" : "live bytes, zoomed (") << unit << ")</text>\n";
+    // areas
+    s << R"~(<g clip-path="url(#)~" << pn.clip << R"~()">)~" << '\n';
+    for (std::size_t i = drawn.size(); i-- > 0;) {
+      const Role role = drawn[i];
+      s << R"(<path fill=")" << rp::role_colors[static_cast<int>(role)] << R"(" d=")" << path_of(cum[i + 1], pn, true)
+        << R"("><title>)" << name_of(role) << "</title></path>\n";
+    }
+    s << R"(<path fill="none" stroke="#333" stroke-width="0.8" d=")" << path_of(cum.back(), pn, false) << R"("/>)" << '\n';
+    s << "</g>\n";
+    // loss / update
+    for (int e = 0; e < E; ++e) {
+      const EventKind k = p.events[e].kind;
+      if (k != EventKind::loss && k != EventKind::update) continue;
+      const double x = xpix(e + 0.5);
+      s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(pn.y0) << R"(" x2=")" << num(x) << R"(" y2=")" << num(pn.y1)
+        << R"(" stroke="#555" stroke-dasharray="2 3"/>)" << '\n';
+      if (pi == 0)  // above the frame, clear of the data
+        s << R"(<text x=")" << num(x) << R"(" y=")" << num(pn.y0 - 4) << R"(" text-anchor="middle" fill="#555" font-size="11">)"
+          << name_of(k) << "</text>\n";
+    }
+    // peak and bound lines, marker at the bound's event
+    if (peak > 0) {
+      const double yp = ypix(pn, static_cast<double>(peak)), yb = ypix(pn, static_cast<double>(bound));
+      s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yp) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yp)
+        << R"(" stroke="#c0392b" stroke-width="1.5" stroke-dasharray="8 4"/>)" << '\n';
+      s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yb) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yb)
+        << R"(" stroke="#222" stroke-width="1.2" stroke-dasharray="2 3"/>)" << '\n';
+      if (pn.labels) {
+        const bool close = std::abs(yb - yp) < 14;
+        s << R"(<text x=")" << num(X1 - 4) << R"(" y=")" << num(yp - 5)
+          << R"(" text-anchor="end" fill="#c0392b" stroke="white" stroke-width="3" paint-order="stroke">arena peak )" << human_bytes(peak)
+          << "</text>\n";
+        s << R"(<text x=")" << num(close ? X0 + 4 : X1 - 4) << R"(" y=")" << num(close ? std::max(yb, yp) + 14 : yb - 5)
+          << R"(" text-anchor=")" << (close ? "start" : "end")
+          << R"(" fill="#222" stroke="white" stroke-width="3" paint-order="stroke">lower bound )" << human_bytes(bound) << "</text>\n";
+      }
+      if (bound > 0 && E > 0) {
+        const double x = xpix(bound_e + 0.5);
+        s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(yb + 5) << R"(" x2=")" << num(x) << R"(" y2=")" << num(pn.y1)
+          << R"(" stroke="#222" stroke-width="0.8" stroke-dasharray="1 2"/>)" << '\n';
+        s << R"(<circle cx=")" << num(x) << R"(" cy=")" << num(yb) << R"(" r="5" fill="white" stroke="#222" stroke-width="2"/>)" << '\n';
+      }
+    }
+    s << R"(<rect x=")" << num(X0) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(PW) << R"(" height=")" << num(PH)
+      << R"(" fill="none" stroke="#666"/>)" << '\n';
   }
-
-  // ---- loss / update markers
-  for (int e = 0; e < E; ++e) {
-    const EventKind k = p.events[e].kind;
-    if (k != EventKind::loss && k != EventKind::update) continue;
-    const double x = xpix(e + 0.5);
-    s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(Y0) << R"(" x2=")" << num(x) << R"(" y2=")" << num(Y1)
-      << R"(" stroke="#555" stroke-dasharray="2 3"/>)" << '\n';
-    s << R"(<text x=")" << num(x + (k == EventKind::update ? -4 : 4)) << R"(" y=")" << num(Y0 + 14) << R"(" text-anchor=")"
-      << (k == EventKind::update ? "end" : "start") << R"(" fill="#555" font-size="11">)" << name_of(k) << "</text>\n";
-  }
-
-  // ---- peak and bound lines, marker at the bound's event
-  if (peak > 0) {
-    const double yp = ypix(static_cast<double>(peak)), yb = ypix(static_cast<double>(bound));
-    const bool close = std::abs(yb - yp) < 14;
-    s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yp) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yp)
-      << R"(" stroke="#c0392b" stroke-width="1.5" stroke-dasharray="8 4"/>)" << '\n';
-    s << R"(<text x=")" << num(X1 - 4) << R"(" y=")" << num(yp - 5)
-      << R"(" text-anchor="end" fill="#c0392b" stroke="white" stroke-width="3" paint-order="stroke">arena peak )" << human_bytes(peak)
+  if (zoom) {
+    // what the zoomed panel shows, drawn as a bracket on the overview
+    const Panel& a = panels[0];
+    const Panel& b = panels[1];
+    const double ya = a.y1 - (b.lo - a.lo) / (a.hi - a.lo) * (a.y1 - a.y0), yz = a.y1 - (b.hi - a.lo) / (a.hi - a.lo) * (a.y1 - a.y0);
+    s << R"(<rect x=")" << num(X1 + 3) << R"(" y=")" << num(std::max(yz, a.y0)) << R"(" width="5" height=")"
+      << num(std::max(ya - std::max(yz, a.y0), 1.0)) << R"(" fill="#888"/>)" << '\n';
+    s << R"(<text x=")" << num(X0) << R"(" y=")" << num(b.y0 - 10) << R"(" fill="#444">)"
+      << rp::xml_escape("zoom: " + num(b.lo) + " to " + num(b.hi) + " " + unit + " (grey bar beside the overview)")
       << "</text>\n";
-    s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yb) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yb)
-      << R"(" stroke="#222" stroke-width="1.2" stroke-dasharray="2 3"/>)" << '\n';
-    s << R"(<text x=")" << num(close ? X0 + 4 : X1 - 4) << R"(" y=")" << num(close ? std::max(yb, yp) + 14 : yb - 5) << R"(" text-anchor=")"
-      << (close ? "start" : "end") << R"(" fill="#222" stroke="white" stroke-width="3" paint-order="stroke">lower bound )"
-      << human_bytes(bound) << "</text>\n";
-    if (bound > 0 && E > 0) {
-      const double x = xpix(bound_e + 0.5);
-      s << R"(<circle cx=")" << num(x) << R"(" cy=")" << num(yb) << R"(" r="5" fill="white" stroke="#222" stroke-width="2"/>)" << '\n';
-      s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(yb + 5) << R"(" x2=")" << num(x) << R"(" y2=")" << num(Y1)
-        << R"(" stroke="#222" stroke-width="0.8" stroke-dasharray="1 2"/>)" << '\n';
-    }
   }
 
-  // ---- event kinds worth marking: ticks in a strip between plot and phase band
+  // ---- event kinds worth marking: ticks in a strip below the plot, then the phase band
+  const double Y1 = panels.back().y1;
   struct Mark {
     EventKind kind;
     const char* color;
@@ -724,10 +788,18 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
       e = z;
     }
   }
-
-  // ---- x axis ticks (event index)
+  const double band_y = Y1 + 16, band_h = 20;
+  for (const auto& r : runs) {
+    const double xa = xpix(r.a), w = std::max(xpix(r.z) - xa, 2.0);
+    s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(band_y) << R"(" width=")" << num(w) << R"(" height=")" << num(band_h)
+      << R"(" fill=")" << rp::phase_colors[r.phase] << R"(" stroke="#999" stroke-width="0.5"/>)" << '\n';
+    const std::string_view label = rp::phase_names[r.phase];
+    if (w > 8.0 * static_cast<double>(label.size()))
+      s << R"(<text x=")" << num(xa + w / 2) << R"(" y=")" << num(band_y + 14) << R"(" text-anchor="middle" fill="#333">)" << label
+        << "</text>\n";
+  }
   if (E > 0) {
-    const double xstep = std::max(1.0, detail::nice_step(E, 10));
+    const double xstep = std::max(1.0, rp::nice_step(E, 10));
     for (double v = 0; v <= E; v += xstep) {
       const double x = xpix(v);
       s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(band_y + band_h) << R"(" x2=")" << num(x) << R"(" y2=")"
@@ -737,25 +809,22 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
     }
   }
   s << R"(<text x=")" << num((X0 + X1) / 2) << R"(" y=")" << num(band_y + band_h + 40)
-    << R"(" text-anchor="middle" fill="#333">event of the training step (forward, loss, backward, update)</text>)" << '\n';
-  s << R"(<rect x=")" << num(X0) << R"(" y=")" << num(Y0) << R"(" width=")" << num(PW) << R"(" height=")" << num(PH)
-    << R"(" fill="none" stroke="#666"/>)" << '\n';
+    << R"(" text-anchor="middle" fill="#333">event of the training step (load batch, forward, loss, backward, update)</text>)" << '\n';
 
   // ---- legend
-  double ly = Y0 + 4;
+  double ly = plot_top + 4;
   const double lx = X1 + 24;
   s << R"(<text x=")" << num(lx) << R"(" y=")" << num(ly) << R"(" font-weight="bold">role</text>)";
-  s << R"(<text x=")" << num(W - 14) << R"(" y=")" << num(ly) << R"(" text-anchor="end" fill="#555" font-size="11">at max live</text>)" << '\n';
+  s << R"(<text x=")" << num(W - 14) << R"(" y=")" << num(ly)
+    << R"(" text-anchor="end" fill="#555" font-size="11">at max live</text>)" << '\n';
   ly += 10;
-  for (int k = role_count - 1; k >= 0; --k) {  // top of the stack first, as drawn
-    const Role role = detail::stack_order[k];
-    const int r = static_cast<int>(role);
-    if (!present[r]) continue;
-    s << R"(<rect x=")" << num(lx) << R"(" y=")" << num(ly) << R"(" width="14" height="12" fill=")" << detail::role_colors[r]
+  for (auto it = drawn.rbegin(); it != drawn.rend(); ++it) {  // top of the stack first, as drawn
+    const int r = static_cast<int>(*it);
+    s << R"(<rect x=")" << num(lx) << R"(" y=")" << num(ly) << R"(" width="14" height="12" fill=")" << rp::role_colors[r]
       << R"(" stroke="#555" stroke-width="0.5"/>)";
-    s << R"(<text x=")" << num(lx + 20) << R"(" y=")" << num(ly + 10) << R"(">)" << name_of(role) << "</text>";
+    s << R"(<text x=")" << num(lx + 20) << R"(" y=")" << num(ly + 10) << R"(">)" << name_of(*it) << "</text>";
     s << R"(<text x=")" << num(W - 14) << R"(" y=")" << num(ly + 10) << R"(" text-anchor="end" fill="#444" font-size="11">)"
-      << (E > 0 ? human_bytes(live[r][std::clamp(bound_e, 0, E - 1)]) : "-") << "</text>\n";
+      << (E > 0 ? human_bytes(live[r][bound_e]) : "-") << "</text>\n";
     ly += 18;
   }
   ly += 10;
@@ -789,7 +858,7 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
 // Writes report_svg(p, t, title) to `path`; throws std::runtime_error when the
 // file cannot be written.
 template <class P>
-  requires detail::is_plan<P>::value
+  requires detail::reporting::is_plan<P>::value
 void write_svg(const P& p, const std::string& path, Tier t = Tier::device, std::string_view title = {}) {
   std::ofstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("headroom::write_svg: cannot open " + path);
