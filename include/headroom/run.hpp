@@ -137,7 +137,7 @@ struct Train {
 };
 
 template <class R>
-concept Run = requires {
+concept TrainingRun = requires {
   typename R::model;
   { R::config() } -> std::same_as<RunConfig>;
 };

@@ -536,7 +536,9 @@ class Builder {
   constexpr void recompute(int s) {
     const auto sg = segments[s];
     // which ops' outputs backward needs: saved by some op of the segment, or
-    // read by a later recomputed op
+    // read by a later recomputed op. An op that only adds into a tensor in
+    // place (LoRA into its base output) does not make that tensor needed: when
+    // nothing reads the sum again, recompute runs the adapter alone (for A x).
     detail::cvec<char> needed(ops.size(), 0);
     for (int k = sg.end_op - 1; k >= sg.first_op; --k) {
       bool need = false;
@@ -549,9 +551,6 @@ class Builder {
           for (int q = 0; q < oj.n_in; ++q)
             for (int o = 0; o < ops[k].n_out; ++o)
               if (oj.in[q] == ops[k].out[o]) need = true;
-        if (j > k && needed[j] && oj.inout.valid())
-          for (int o = 0; o < ops[k].n_out; ++o)
-            if (oj.inout == ops[k].out[o]) need = true;
       }
       needed[k] = need;
     }
@@ -562,7 +561,7 @@ class Builder {
       const int e = push_event(EventKind::recompute, op.node, op.group);
       events[e].op = k;
       for (int q = 0; q < op.n_in; ++q) use(resolve(op.in[q], seg_off), e);
-      if (op.inout.valid()) use(resolve(op.inout, seg_off), e);
+      if (op.inout.valid() && op.inout.fixed == none && remap_[op.inout.id] != none) use(resolve(op.inout, seg_off), e);
       for (int o = 0; o < op.n_out; ++o) {
         const Ref orig = op.out[o];
         const int r = new_tensor(tensors[orig.id].name, Role::recompute, tensors[orig.id].bytes, tensors[orig.id].group);

@@ -604,7 +604,7 @@ struct Plan {
   constexpr std::int64_t flops() const { return flops_fwd + flops_bwd + flops_recompute; }
 };
 
-template <Run R>
+template <TrainingRun R>
 constexpr auto plan() {
   constexpr detail::Sizes n = detail::sizes<R>();
   const detail::Expanded x = detail::expand<R>();

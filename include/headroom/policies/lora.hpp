@@ -15,7 +15,7 @@ struct LoRA {
   static_assert(Rank >= 1, "LoRA<Rank, L>: rank must be at least 1");
   static_assert(is_recipe || (Rank <= L::in_features && Rank <= L::out_features),
                 "LoRA<Rank, L>: rank must not exceed the projection's in_features or out_features");
-  static_assert(Alpha::num > 0, "LoRA<Rank, L, Alpha>: alpha must be positive");
+  static_assert(Rank < 1 || Alpha::num > 0, "LoRA<Rank, L, Alpha>: alpha must be positive");
   static constexpr std::string_view kind = "LoRA";
   static constexpr std::int64_t in_features = L::in_features, out_features = L::out_features;
   static constexpr int rank = Rank;
