@@ -64,18 +64,31 @@ struct Repeat {
 template <int N, class Block>
 struct is_repeat<Repeat<N, Block>> : std::true_type {};
 
+namespace detail {
+template <class... Ls>
+constexpr std::int64_t type_list_front_in() {
+  constexpr std::int64_t ins[] = {Ls::in_features...};
+  return ins[0];
+}
+template <class... Ls>
+constexpr std::int64_t type_list_back_out() {
+  constexpr std::int64_t outs[] = {Ls::out_features...};
+  return outs[sizeof...(Ls) - 1];
+}
+}  // namespace detail
+
 template <class... Ls>
 struct Sequential {
   static_assert(sizeof...(Ls) >= 1, "Sequential<Ls...>: needs at least one layer");
   static constexpr std::string_view kind = "Sequential";
   using children = type_list<Ls...>;
-  static constexpr std::int64_t features[] = {Ls::in_features..., 0};
-  static constexpr std::int64_t outs[] = {Ls::out_features...};
-  static constexpr std::int64_t in_features = features[0];
-  static constexpr std::int64_t out_features = outs[sizeof...(Ls) - 1];
+  static constexpr std::int64_t in_features = detail::type_list_front_in<Ls...>();
+  static constexpr std::int64_t out_features = detail::type_list_back_out<Ls...>();
   static constexpr bool chained() {
+    constexpr std::int64_t ins[] = {Ls::in_features...};
+    constexpr std::int64_t outs[] = {Ls::out_features...};
     for (std::size_t i = 0; i + 1 < sizeof...(Ls); ++i)
-      if (outs[i] != features[i + 1]) return false;
+      if (outs[i] != ins[i + 1]) return false;
     return true;
   }
   static_assert(chained(), "Sequential<Ls...>: each layer's out_features must equal the next layer's in_features");

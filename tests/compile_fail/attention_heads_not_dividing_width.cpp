@@ -1,0 +1,7 @@
+// Attention used directly with 5 heads over a width of 64.
+// expect: Attention<D, Heads, ...>: the number of heads must divide the model width D
+#include <headroom/headroom.hpp>
+using namespace headroom;
+
+using A = Attention<64, 5, 5, Positions::rope, Linear<64, 60>, Linear<64, 60>, Linear<64, 60>, Linear<60, 64>>;
+constexpr auto n = sizeof(A);
