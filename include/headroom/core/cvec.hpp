@@ -62,6 +62,13 @@ class cvec {
     if (size_ == cap_) reserve(cap_ < 8 ? 8 : cap_ * 2);
     data_[size_++] = v;
   }
+  // Appends a default element and returns it, to be filled in place (a
+  // copy of a large struct is costly in constant evaluation).
+  constexpr T& emplace_back() {
+    if (size_ == cap_) reserve(cap_ < 8 ? 8 : cap_ * 2);
+    data_[size_] = T{};
+    return data_[size_++];
+  }
   constexpr void pop_back() { --size_; }
   constexpr void clear() { size_ = 0; }
   constexpr void assign(std::size_t n, const T& v) {

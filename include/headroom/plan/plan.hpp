@@ -159,6 +159,10 @@ struct Spans {
   cvec<std::int64_t> size, offset;
   template <class Bufs>
   constexpr explicit Spans(const Bufs& bufs, const cvec<int>& ids) {
+    first.reserve(ids.size());
+    last.reserve(ids.size());
+    size.reserve(ids.size());
+    offset.reserve(ids.size());
     for (int i : ids) {
       first.push_back(bufs[i].first);
       last.push_back(bufs[i].last);
@@ -168,47 +172,62 @@ struct Spans {
   }
 };
 
-// Orders items by key, ascending (bottom-up merge sort on plain arrays).
-constexpr void sort_by_key(cvec<int>& items, const cvec<std::int64_t>& key) {
+// Orders items by key, ascending (bottom-up merge sort on plain arrays;
+// raw pointers: every call costs in constant evaluation).
+constexpr void sort_by_key(cvec<int>& items, const cvec<std::int64_t>& keys) {
   const std::size_t n = items.size();
-  cvec<int> tmp(n, 0);
+  cvec<int> buf(n, 0);
+  const std::int64_t* key = keys.begin();
+  int* from = items.begin();
+  int* to = buf.begin();
   for (std::size_t width = 1; width < n; width *= 2) {
     for (std::size_t lo = 0; lo < n; lo += 2 * width) {
       const std::size_t mid = lo + width < n ? lo + width : n;
       const std::size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-      std::size_t a = lo, b = mid, o = lo;
-      while (a < mid && b < hi) tmp[o++] = key[items[b]] < key[items[a]] ? items[b++] : items[a++];
-      while (a < mid) tmp[o++] = items[a++];
-      while (b < hi) tmp[o++] = items[b++];
+      std::size_t x = lo, y = mid, o = lo;
+      while (x < mid && y < hi) to[o++] = key[from[y]] < key[from[x]] ? from[y++] : from[x++];
+      while (x < mid) to[o++] = from[x++];
+      while (y < hi) to[o++] = from[y++];
     }
-    items = tmp;
+    int* t = from;
+    from = to;
+    to = t;
   }
+  if (from != items.begin())
+    for (std::size_t k = 0; k < n; ++k) items[k] = from[k];
 }
 
-// Orders items by birth event, then longest-lived first, then largest
-// first: a counting sort on the birth event (O(n + events)), insertion sort
-// inside each event's small bucket.
+// Orders items by birth event, then longest-lived first (or largest first),
+// then largest: a counting sort on the birth event (O(n + events)),
+// insertion sort inside each event's small bucket.
 constexpr void sort_by_birth(cvec<int>& items, const Spans& s, int events, bool largest_first = false) {
-  cvec<int> start(static_cast<std::size_t>(events) + 1, 0);
-  for (int i : items) ++start[s.first[i] + 1];
+  const int* first = s.first.begin();
+  const int* last = s.last.begin();
+  const std::int64_t* size = s.size.begin();
+  cvec<int> start_v(static_cast<std::size_t>(events) + 1, 0);
+  int* start = start_v.begin();
+  for (int i : items) ++start[first[i] + 1];
   for (int e = 0; e < events; ++e) start[e + 1] += start[e];
-  cvec<int> out(items.size(), 0);
-  for (int i : items) out[start[s.first[i]]++] = i;
-  const auto before = [&](int a, int b) {
-    if (largest_first && s.size[a] != s.size[b]) return s.size[a] > s.size[b];
-    if (s.last[a] != s.last[b]) return s.last[a] > s.last[b];
-    return s.size[a] > s.size[b];
-  };
-  for (std::size_t k = 1; k < out.size(); ++k) {
+  cvec<int> out_v(items.size(), 0);
+  int* out = out_v.begin();
+  for (int i : items) out[start[first[i]]++] = i;
+  for (std::size_t k = 1; k < items.size(); ++k) {
     const int v = out[k];
     std::size_t j = k;
-    while (j > 0 && s.first[out[j - 1]] == s.first[v] && before(v, out[j - 1])) {
-      out[j] = out[j - 1];
+    while (j > 0) {
+      const int u = out[j - 1];
+      if (first[u] != first[v]) break;
+      bool before;
+      if (largest_first && size[v] != size[u]) before = size[v] > size[u];
+      else if (last[v] != last[u]) before = last[v] > last[u];
+      else before = size[v] > size[u];
+      if (!before) break;
+      out[j] = u;
       --j;
     }
     out[j] = v;
   }
-  items = out;
+  items = out_v;
 }
 
 // A buffer already placed, as the sweeps see it.
@@ -217,7 +236,13 @@ struct Placed {
   int last = 0;
 };
 
-// Packs the buffers `ids` of one tier; returns the arena size.
+struct PackOrder {
+  bool largest_first = false;  // within one birth event: largest first (else longest-lived first)
+  bool first_fit = false;      // lowest gap that fits (else the smallest gap that fits)
+};
+
+// Packs the buffers of one tier (their spans `s`); writes s.offset and
+// returns the arena size.
 //   1. buffers alive the whole step (weights, scales, master weights,
 //      optimizer state) go first, back to back from offset 0;
 //   2. what backward creates and keeps to the end (parameter gradients, the
@@ -225,21 +250,19 @@ struct Placed {
 //      birth order, so it takes the room the freed activations leave;
 //   3. everything else is swept in birth order, each buffer into the
 //      smallest gap between the buffers still alive (best fit), above 1.
-struct PackOrder {
-  bool largest_first = false;  // within one birth event: largest first (else longest-lived first)
-  bool first_fit = false;      // lowest gap that fits (else the smallest gap that fits)
-};
-
-constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events, int loss_event, PackOrder how = {}) {
-  Spans s(bufs, ids);
-  const int n = static_cast<int>(ids.size());
+constexpr std::int64_t pack(Spans& s, int events, int loss_event, PackOrder how = {}) {
+  const int n = static_cast<int>(s.first.size());
+  const int* first = s.first.begin();
+  const int* last = s.last.begin();
+  const std::int64_t* size = s.size.begin();
+  std::int64_t* offset = s.offset.begin();
   std::int64_t base = 0;
   cvec<int> bottom, top;
   for (int k = 0; k < n; ++k) {
-    if (s.first[k] == 0 && s.last[k] == events - 1) {
-      s.offset[k] = base;
-      base += s.size[k];
-    } else if (s.first[k] >= loss_event && s.last[k] >= events - 2) {
+    if (first[k] == 0 && last[k] == events - 1) {
+      offset[k] = base;
+      base += size[k];
+    } else if (first[k] >= loss_event && last[k] >= events - 2) {
       top.push_back(k);
     } else {
       bottom.push_back(k);
@@ -248,48 +271,52 @@ constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events
   sort_by_birth(bottom, s, events, how.largest_first);
   sort_by_birth(top, s, events);
   // the buffers alive at the current birth, sorted by offset
-  cvec<Placed> live;
+  cvec<Placed> live_v;
+  live_v.reserve(bottom.size() + 1);
   for (int i : bottom) {
-    const int born = s.first[i];
-    const std::int64_t size = s.size[i];
+    const int born = first[i];
+    const std::int64_t sz = size[i];
     std::int64_t best = -1, best_gap = -1, cursor = base;
     std::size_t best_pos = 0, w = 0;
-    for (std::size_t k = 0; k < live.size(); ++k) {
-      const Placed p = live[k];
-      if (p.last < born) continue;  // dead: dropped by compaction
-      const std::int64_t gap = p.offset - cursor;
-      if (gap >= size && (best_gap < 0 || (!how.first_fit && gap < best_gap))) {
+    Placed* live = live_v.begin();
+    const std::size_t count = live_v.size();
+    for (std::size_t k = 0; k < count; ++k) {
+      if (live[k].last < born) continue;  // dead: dropped by compaction
+      const std::int64_t gap = live[k].offset - cursor;
+      if (gap >= sz && (best_gap < 0 || (!how.first_fit && gap < best_gap))) {
         best_gap = gap;
         best = cursor;
         best_pos = w;
       }
-      if (p.end > cursor) cursor = p.end;
-      live[w++] = p;
+      if (live[k].end > cursor) cursor = live[k].end;
+      if (w != k) live[w] = live[k];
+      ++w;
     }
-    while (live.size() > w) live.pop_back();
+    while (live_v.size() > w) live_v.pop_back();
     if (best < 0) {
       best = cursor;
       best_pos = w;
     }
-    s.offset[i] = best;
-    live.insert_at(best_pos, Placed{best, best + size, s.last[i]});
+    offset[i] = best;
+    live_v.insert_at(best_pos, Placed{best, best + sz, last[i]});
   }
   // depth of the top stack per event: non-decreasing (it never pops)
-  cvec<std::int64_t> depth(events, 0);
+  cvec<std::int64_t> depth_v(events, 0);
   cvec<std::int64_t> top_at(top.size(), 0);
+  std::int64_t* depth = depth_v.begin();
   std::int64_t d = 0;
   for (std::size_t k = 0; k < top.size(); ++k) {
-    d += s.size[top[k]];
+    d += size[top[k]];
     top_at[k] = d;
-    depth[s.first[top[k]]] = d;
+    depth[first[top[k]]] = d;
   }
-  for (int e = 1; e < events; ++e) depth[e] = std::max(depth[e], depth[e - 1]);
+  for (int e = 1; e < events; ++e)
+    if (depth[e] < depth[e - 1]) depth[e] = depth[e - 1];
   // the arena must hold every bottom buffer below the top stack as deep as it
   // gets while that buffer lives, i.e. at its last event
   std::int64_t arena = base + depth[events - 1];
-  for (int i : bottom) arena = std::max(arena, s.offset[i] + s.size[i] + depth[s.last[i]]);
-  for (std::size_t k = 0; k < top.size(); ++k) s.offset[top[k]] = arena - top_at[k];
-  for (int k = 0; k < n; ++k) bufs[ids[k]].offset = s.offset[k];
+  for (int i : bottom) arena = std::max(arena, offset[i] + size[i] + depth[last[i]]);
+  for (std::size_t k = 0; k < top.size(); ++k) offset[top[k]] = arena - top_at[k];
   return arena;
 }
 
@@ -302,57 +329,72 @@ constexpr std::int64_t pack(cvec<Buffer>& bufs, const cvec<int>& ids, int events
 //   O  the rest: swept in birth order against every O still alive, and
 //      against the L buffers they overlap in space (found by binary search),
 //      which must be born after they die.
-template <class Bufs>
-constexpr bool check(const Bufs& bufs, const cvec<int>& ids, std::int64_t arena, int events) {
-  for (int i : ids) {
-    const auto& b = bufs[i];
-    if (b.offset < 0 || b.end() > arena || b.offset % b.align != 0 || b.size < b.bytes) return false;
-  }
-  Spans s(bufs, ids);
-  const int n = static_cast<int>(ids.size());
+constexpr bool check(const Spans& s, std::int64_t arena, int events, std::int64_t align) {
+  const int n = static_cast<int>(s.first.size());
+  const int* first = s.first.begin();
+  const int* last = s.last.begin();
+  const std::int64_t* size = s.size.begin();
+  const std::int64_t* offset = s.offset.begin();
   cvec<int> whole, tail, rest;
   for (int k = 0; k < n; ++k) {
-    if (s.first[k] == 0 && s.last[k] == events - 1) whole.push_back(k);
-    else if (s.last[k] >= events - 2) tail.push_back(k);
+    if (offset[k] < 0 || offset[k] + size[k] > arena || offset[k] % align != 0) return false;
+    if (first[k] == 0 && last[k] == events - 1) whole.push_back(k);
+    else if (last[k] >= events - 2) tail.push_back(k);
     else rest.push_back(k);
   }
   sort_by_key(whole, s.offset);
   std::int64_t floor = 0;
   for (int k : whole) {
-    if (s.offset[k] < floor) return false;
-    floor = s.offset[k] + s.size[k];
+    if (offset[k] < floor) return false;
+    floor = offset[k] + size[k];
   }
   sort_by_key(tail, s.offset);
-  for (std::size_t k = 0; k < tail.size(); ++k) {
-    if (s.offset[tail[k]] < floor) return false;
-    if (k > 0 && s.offset[tail[k - 1]] + s.size[tail[k - 1]] > s.offset[tail[k]]) return false;
+  const int* t = tail.begin();
+  const std::size_t nt = tail.size();
+  for (std::size_t k = 0; k < nt; ++k) {
+    if (offset[t[k]] < floor) return false;
+    if (k > 0 && offset[t[k - 1]] + size[t[k - 1]] > offset[t[k]]) return false;
   }
   sort_by_birth(rest, s, events);
-  cvec<Placed> live;  // O buffers alive at the current birth
+  cvec<Placed> live_v;  // O buffers alive at the current birth
+  live_v.reserve(rest.size() + 1);
   for (int i : rest) {
-    const int born = s.first[i];
-    const std::int64_t lo = s.offset[i], hi = lo + s.size[i];
+    const int born = first[i];
+    const std::int64_t lo = offset[i], hi = lo + size[i];
     if (lo < floor) return false;  // would overlap a whole-step buffer
     std::size_t w = 0;
-    for (std::size_t k = 0; k < live.size(); ++k) {
-      const Placed p = live[k];
-      if (p.last < born) continue;
-      if (p.offset < hi && lo < p.end) return false;  // alive together and overlapping
-      live[w++] = p;
+    Placed* live = live_v.begin();
+    const std::size_t count = live_v.size();
+    for (std::size_t k = 0; k < count; ++k) {
+      if (live[k].last < born) continue;
+      if (live[k].offset < hi && lo < live[k].end) return false;  // alive together and overlapping
+      if (w != k) live[w] = live[k];
+      ++w;
     }
-    while (live.size() > w) live.pop_back();
-    live.push_back(Placed{lo, hi, s.last[i]});
+    while (live_v.size() > w) live_v.pop_back();
+    live_v.push_back(Placed{lo, hi, last[i]});
     // the first tail buffer ending after lo, then every one starting before hi
-    std::size_t a = 0, z = tail.size();
+    std::size_t a = 0, z = nt;
     while (a < z) {
       const std::size_t m = (a + z) / 2;
-      if (s.offset[tail[m]] + s.size[tail[m]] <= lo) a = m + 1;
+      if (offset[t[m]] + size[t[m]] <= lo) a = m + 1;
       else z = m;
     }
-    for (std::size_t k = a; k < tail.size() && s.offset[tail[k]] < hi; ++k)
-      if (s.first[tail[k]] <= s.last[i]) return false;
+    for (std::size_t k = a; k < nt && offset[t[k]] < hi; ++k)
+      if (first[t[k]] <= last[i]) return false;
   }
   return true;
+}
+
+// The check over buffers `ids` of a buffer array (bytes fit the reserved size).
+template <class Bufs>
+constexpr bool check(const Bufs& bufs, const cvec<int>& ids, std::int64_t arena, int events) {
+  std::int64_t align = 0;
+  for (int i : ids) {
+    if (bufs[i].size < bufs[i].bytes) return false;
+    align = bufs[i].align;
+  }
+  return check(Spans(bufs, ids), arena, events, align > 0 ? align : 1);
 }
 
 template <class R>
@@ -363,6 +405,17 @@ constexpr graph::Builder build_graph() {
   b.loss = R::model::build(b, b.tokens);
   b.finish();
   return b;
+}
+
+// How many buffers a graph's tensors make: one per instance (one for a
+// collapsed tensor); virtual and aliased tensors make none.
+constexpr std::size_t buffer_count(const graph::Builder& b) {
+  std::size_t n = 0;
+  for (const auto& t : b.tensors) {
+    if (t.is_virtual || t.alias != graph::none || t.bytes <= 0) continue;
+    n += (t.group == graph::none || t.collapsed) ? 1 : static_cast<std::size_t>(b.groups[t.group].count);
+  }
+  return n;
 }
 
 // Builds, expands and resolves R's buffers; with Pack, also places them.
@@ -437,6 +490,7 @@ constexpr Expanded expand() {
   }
 
   // one buffer per tensor instance
+  x.buffers.reserve(buffer_count(b));
   const std::int64_t A = b.cfg.alignment;
   for (int t = 0; t < T; ++t) {
     const auto& tr = b.tensors[t];
@@ -469,7 +523,7 @@ constexpr Expanded expand() {
         first = cf;
         last = cl;
       }
-      Buffer buf{};
+      Buffer& buf = x.buffers.emplace_back();
       buf.name = tr.name;
       buf.node = tr.node;
       buf.tensor = t;
@@ -483,7 +537,6 @@ constexpr Expanded expand() {
       buf.size = align_up(tr.bytes, A);
       buf.first = first;
       buf.last = last;
-      x.buffers.push_back(buf);
     }
   }
 
@@ -494,19 +547,21 @@ constexpr Expanded expand() {
       for (int i = 0; i < static_cast<int>(x.buffers.size()); ++i)
         if (static_cast<int>(x.buffers[i].tier) == tier) ids.push_back(i);
       // two tie-breaks within a birth event; keep the smaller arena
-      const std::int64_t a1 = pack(x.buffers, ids, E, loss_event, PackOrder{true, false});
-      detail::cvec<std::int64_t> kept;
-      for (int i : ids) kept.push_back(x.buffers[i].offset);
-      x.peak[tier] = pack(x.buffers, ids, E, loss_event, PackOrder{false, false});
+      Spans spans(x.buffers, ids);
+      const std::int64_t a1 = pack(spans, E, loss_event, PackOrder{true, false});
+      const detail::cvec<std::int64_t> kept = spans.offset;
+      x.peak[tier] = pack(spans, E, loss_event, PackOrder{false, false});
       if (a1 < x.peak[tier]) {
         x.peak[tier] = a1;
-        for (std::size_t k = 0; k < ids.size(); ++k) x.buffers[ids[k]].offset = kept[k];
+        spans.offset = kept;
       }
-      x.valid = x.valid && check(x.buffers, ids, x.peak[tier], E);
+      for (std::size_t k = 0; k < ids.size(); ++k) x.buffers[ids[k]].offset = spans.offset[k];
+      x.valid = x.valid && check(spans, x.peak[tier], E, b.cfg.alignment);
+      for (int i : ids) x.valid = x.valid && x.buffers[i].size >= x.buffers[i].bytes;
       detail::cvec<std::int64_t> delta(E + 1, 0);
-      for (int i : ids) {
-        delta[x.buffers[i].first] += x.buffers[i].size;
-        delta[x.buffers[i].last + 1] -= x.buffers[i].size;
+      for (std::size_t k = 0; k < ids.size(); ++k) {
+        delta[spans.first[k]] += spans.size[k];
+        delta[spans.last[k] + 1] -= spans.size[k];
       }
       std::int64_t alive = 0;
       for (int e = 0; e < E; ++e) {
@@ -529,11 +584,7 @@ struct Sizes {
 template <class R>
 constexpr Sizes sizes() {
   const graph::Builder b = build_graph<R>();
-  std::size_t buffers = 0;
-  for (const auto& t : b.tensors) {
-    if (t.is_virtual || t.alias != graph::none || t.bytes <= 0) continue;
-    buffers += (t.group == graph::none || t.collapsed) ? 1 : static_cast<std::size_t>(b.groups[t.group].count);
-  }
+  const std::size_t buffers = buffer_count(b);
   return Sizes{buffers, static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size()};
 }
 
