@@ -6,6 +6,37 @@
 
 namespace headroom {
 
+namespace detail {
+// One normalization op over rows of x (N, D): declares the parameters named
+// in `params` (each (D)), writes h (N, D) and one f32 statistic (N) per name
+// in `stats`, and saves x and the statistics for backward.
+template <std::size_t P, std::size_t S>
+constexpr Ref norm_op(graph::Builder& b, Ref x, std::int64_t D, const std::string_view (&params)[P],
+                      const std::string_view (&stats)[S], std::int64_t flops_per_elem_fwd, std::int64_t flops_per_elem_bwd) {
+  const std::int64_t n = b.tokens_count();
+  Op op{};
+  op.in[0] = x;  // x: (N, D)
+  op.in_grad[0] = true;
+  op.n_in = 1;
+  for (const auto& name : params) {
+    const graph::Param p = b.params[b.param(name, D, 1)];  // (D)
+    if (p.trainable) op.grads[op.n_grads++] = p.grad;
+  }
+  const Ref h = b.activation("h", D);  // h: (N, D)
+  op.out[op.n_out++] = h;
+  op.saved[op.n_saved++] = x;
+  for (const auto& name : stats) {
+    const Ref st = b.produced(name, n * 4);  // (N) f32
+    op.out[op.n_out++] = st;
+    op.saved[op.n_saved++] = st;
+  }
+  op.flops_fwd = flops_per_elem_fwd * n * D;
+  op.flops_bwd = flops_per_elem_bwd * n * D;
+  b.emit(op);
+  return h;
+}
+}  // namespace detail
+
 template <std::int64_t D>
 struct RMSNorm {
   static_assert(D > 0, "RMSNorm<D>: D must be positive");
@@ -14,24 +45,9 @@ struct RMSNorm {
   using children = type_list<>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
-    const graph::Param pg = b.params[b.param("weight", D, 1)];  // g: (D)
-    const std::int64_t n = b.tokens_count();
-    Op op{};
-    op.in[0] = x;  // x: (N, D)
-    op.in_grad[0] = true;
-    op.n_in = 1;
-    const Ref h = b.activation("h", D);          // h: (N, D)
-    const Ref rstd = b.produced("rstd", n * 4);  // rstd: (N) f32
-    op.out[0] = h;
-    op.out[1] = rstd;
-    op.n_out = 2;
-    op.saved[op.n_saved++] = x;
-    op.saved[op.n_saved++] = rstd;
-    if (pg.trainable) op.grads[op.n_grads++] = pg.grad;
-    op.flops_fwd = 4 * n * D;
-    op.flops_bwd = 8 * n * D;
-    b.emit(op);
-    return h;
+    constexpr std::string_view params[] = {"weight"};
+    constexpr std::string_view stats[] = {"rstd"};
+    return detail::norm_op(b, x, D, params, stats, 4, 8);
   }
 };
 
@@ -43,29 +59,9 @@ struct LayerNorm {
   using children = type_list<>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
-    const graph::Param pg = b.params[b.param("weight", D, 1)];  // g: (D)
-    const graph::Param pb = b.params[b.param("bias", D, 1)];    // b: (D)
-    const std::int64_t n = b.tokens_count();
-    Op op{};
-    op.in[0] = x;  // x: (N, D)
-    op.in_grad[0] = true;
-    op.n_in = 1;
-    const Ref h = b.activation("h", D);          // h: (N, D)
-    const Ref mean = b.produced("mean", n * 4);  // mean: (N) f32
-    const Ref rstd = b.produced("rstd", n * 4);  // rstd: (N) f32
-    op.out[0] = h;
-    op.out[1] = mean;
-    op.out[2] = rstd;
-    op.n_out = 3;
-    op.saved[op.n_saved++] = x;
-    op.saved[op.n_saved++] = mean;
-    op.saved[op.n_saved++] = rstd;
-    if (pg.trainable) op.grads[op.n_grads++] = pg.grad;
-    if (pb.trainable) op.grads[op.n_grads++] = pb.grad;
-    op.flops_fwd = 6 * n * D;
-    op.flops_bwd = 10 * n * D;
-    b.emit(op);
-    return h;
+    constexpr std::string_view params[] = {"weight", "bias"};
+    constexpr std::string_view stats[] = {"mean", "rstd"};
+    return detail::norm_op(b, x, D, params, stats, 6, 10);
   }
 };
 

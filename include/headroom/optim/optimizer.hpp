@@ -46,23 +46,21 @@ struct SGD {
   static constexpr OptimDesc desc{OptimKind::sgd, Momentum::num != 0 ? 1 : 0, false, 256};
 };
 
-template <class Beta1 = Ratio<9, 10>, class Beta2 = Ratio<999, 1000>, class WeightDecay = Ratio<1, 100>>
-struct AdamWith {
+// Adam with decoupled weight decay; EightBit stores both moments block-wise
+// quantized to 8 bits.
+template <bool EightBit, class Beta1 = Ratio<9, 10>, class Beta2 = Ratio<999, 1000>, class WeightDecay = Ratio<1, 100>>
+struct AdamFamily {
   using beta1 = Beta1;
   using beta2 = Beta2;
   using weight_decay = WeightDecay;
-  static constexpr std::string_view name = "AdamW";
-  static constexpr OptimDesc desc{OptimKind::adamw, 2, false, 256};
+  static constexpr std::string_view name = EightBit ? "AdamW8bit" : "AdamW";
+  static constexpr OptimDesc desc{EightBit ? OptimKind::adamw8bit : OptimKind::adamw, 2, EightBit, 256};
 };
 
 template <class Beta1 = Ratio<9, 10>, class Beta2 = Ratio<999, 1000>, class WeightDecay = Ratio<1, 100>>
-struct Adam8bitWith {
-  using beta1 = Beta1;
-  using beta2 = Beta2;
-  using weight_decay = WeightDecay;
-  static constexpr std::string_view name = "AdamW8bit";
-  static constexpr OptimDesc desc{OptimKind::adamw8bit, 2, true, 256};
-};
+using AdamWith = AdamFamily<false, Beta1, Beta2, WeightDecay>;
+template <class Beta1 = Ratio<9, 10>, class Beta2 = Ratio<999, 1000>, class WeightDecay = Ratio<1, 100>>
+using Adam8bitWith = AdamFamily<true, Beta1, Beta2, WeightDecay>;
 
 using AdamW = AdamWith<>;
 using AdamW8bit = Adam8bitWith<>;
