@@ -438,12 +438,13 @@ class Builder {
   }
 
   // ---- backward generation -----------------------------------------------------------------
-  constexpr int outermost_segment_ending_at(int op, bool checkpoint) const {
+  // The outermost checkpoint segment whose last op is `op`: segments that end
+  // together (Checkpointed<Checkpointed<L>>) recompute once.
+  constexpr int outermost_checkpoint_ending_at(int op) const {
     int best = none;
     for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
       const auto& sg = segments[s];
-      if (sg.end_op - 1 != op || sg.first_op >= sg.end_op) continue;
-      if (checkpoint ? !sg.checkpoint : !sg.offload) continue;
+      if (sg.end_op - 1 != op || sg.first_op >= sg.end_op || !sg.checkpoint) continue;
       if (best == none || sg.first_op < segments[best].first_op) best = s;
     }
     return best;
@@ -457,14 +458,9 @@ class Builder {
     }
     return best;
   }
-  constexpr bool inside_checkpoint(int op) const {
-    for (const auto& sg : segments)
-      if (sg.checkpoint && op >= sg.first_op && op < sg.end_op) return true;
-    return false;
-  }
 
   constexpr void enter_segments_backward(int i) {
-    // offload: prefetch is issued one layer ahead (see prefetch_events)
+    // offload: the prefetch is issued ahead of the segment's backward (see issue_prefetch)
     for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
       const auto& sg = segments[s];
       if (sg.end_op - 1 == i && sg.offload && sg.first_op < sg.end_op) {
@@ -472,7 +468,7 @@ class Builder {
         active_seg_.push_back(s);
       }
     }
-    const int c = outermost_segment_ending_at(i, true);
+    const int c = outermost_checkpoint_ending_at(i);
     if (c != none) recompute(c);
   }
 
