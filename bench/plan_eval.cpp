@@ -13,7 +13,7 @@ template <class R>
 static void plan_at_run_time(benchmark::State& state) {
   std::int64_t peak = 0, buffers = 0;
   for (auto _ : state) {
-    auto x = detail::expand<R>();  // not const: keep it out of constant evaluation
+    RuntimePlan x = plan_at_run_time<R>();  // not const: keep it out of constant evaluation
     peak = x.peak[0];
     buffers = static_cast<std::int64_t>(x.buffers.size());
     benchmark::DoNotOptimize(peak);

@@ -655,6 +655,17 @@ struct Plan {
   constexpr std::int64_t flops() const { return flops_fwd + flops_bwd + flops_recompute; }
 };
 
+// The same plan computed at run time, in growable arrays (members named as
+// in Plan: buffers, events, nodes, params, peak, lower_bound, valid, ...):
+// for tools that explore many configurations without paying compile time
+// for each. Keep the result non-const, so the compiler does not try to
+// evaluate it at compile time.
+using RuntimePlan = detail::Expanded;
+template <TrainingRun R>
+RuntimePlan plan_at_run_time() {
+  return detail::expand<R>();
+}
+
 template <TrainingRun R>
 constexpr auto plan() {
   constexpr detail::Sizes n = detail::sizes<R>();
