@@ -23,16 +23,8 @@ detail::Expanded expand_at_run_time() {
   return fn();
 }
 
-bool plan_valid(const detail::Expanded& x) {
-  if (!x.valid) return false;  // the planner's own check; then the check run again here
-  for (int t = 0; t < tier_count; ++t) {
-    detail::cvec<int> ids;
-    for (int i = 0; i < static_cast<int>(x.buffers.size()); ++i)
-      if (static_cast<int>(x.buffers[i].tier) == t) ids.push_back(i);
-    if (!detail::check(x.buffers, ids, x.peak[t], static_cast<int>(x.events.size()))) return false;
-  }
-  return true;
-}
+// the planner's own check; then the check run again over the final arrays
+bool plan_valid(const detail::Expanded& x) { return x.valid && x.recheck(); }
 
 int64_t peak(const detail::Expanded& x, Tier t = Tier::device) { return x.peak[static_cast<int>(t)]; }
 

@@ -89,7 +89,10 @@ struct Expanded {
   std::int64_t lower_bound[tier_count]{};
   int bound_event[tier_count]{};
   std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
-  bool valid = true;
+  bool valid = true;  // the check run when the plan was made
+
+  // The check, recomputed from these arrays.
+  constexpr bool recheck() const;
 };
 
 struct Timeline {
@@ -397,6 +400,19 @@ constexpr bool check(const Bufs& bufs, const cvec<int>& ids, std::int64_t arena,
   return check(Spans(bufs, ids), arena, events, align > 0 ? align : 1);
 }
 
+// The check, tier by tier, over a whole buffer array (Plan::recheck and
+// RuntimePlan::recheck).
+template <class Bufs>
+constexpr bool recheck(const Bufs& bufs, const std::int64_t* peak, int events) {
+  for (int t = 0; t < tier_count; ++t) {
+    cvec<int> ids;
+    for (std::size_t i = 0; i < bufs.size(); ++i)
+      if (static_cast<int>(bufs[i].tier) == t) ids.push_back(static_cast<int>(i));
+    if (!check(bufs, ids, peak[t], events)) return false;
+  }
+  return true;
+}
+
 template <class R>
 constexpr graph::Builder build_graph() {
   graph::Builder b{R::config()};
@@ -614,15 +630,7 @@ struct Plan {
   constexpr bool valid() const { return checked_valid; }
   // The same check, recomputed from this plan's arrays (slow in constant
   // evaluation for large plans: meant for run-time tests).
-  constexpr bool recheck() const {
-    for (int t = 0; t < tier_count; ++t) {
-      detail::cvec<int> ids;
-      for (std::size_t i = 0; i < NB; ++i)
-        if (static_cast<int>(buffers[i].tier) == t) ids.push_back(static_cast<int>(i));
-      if (!detail::check(buffers, ids, peak[t], static_cast<int>(NE))) return false;
-    }
-    return true;
-  }
+  constexpr bool recheck() const { return detail::recheck(buffers, peak, static_cast<int>(NE)); }
 
   // Sum of the reserved bytes of every buffer of a role (all instances), in
   // one tier or in both.
@@ -654,6 +662,10 @@ struct Plan {
   constexpr std::size_t event_count() const { return NE; }
   constexpr std::int64_t flops() const { return flops_fwd + flops_bwd + flops_recompute; }
 };
+
+constexpr bool detail::Expanded::recheck() const {
+  return detail::recheck(buffers, peak, static_cast<int>(events.size()));
+}
 
 // The same plan computed at run time, in growable arrays (members named as
 // in Plan: buffers, events, nodes, params, peak, lower_bound, valid, ...):
