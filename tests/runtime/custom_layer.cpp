@@ -183,8 +183,8 @@ TEST_CASE("a custom layer with odd widths: per-buffer rounding and 8-bit AdamW b
   //   n = 32,000: 125 blocks -> 65,000 -> 65,024
   //   n =    125:   1 block  ->    258 ->    512
   //   n = 15,625:  62 blocks -> 31,746 -> 32,000
-  // plus the 256-entry f32 dynamic map, once
-  CHECK(p.bytes(Role::optimizer_state) == 2 * 65'024 + 2 * (512 + 512 + 32'000) + 1'024);
+  // plus the two 256-entry f32 dynamic maps (signed for m, unsigned for v), once
+  CHECK(p.bytes(Role::optimizer_state) == 2 * 65'024 + 2 * (512 + 512 + 32'000) + 2'048);
   // saved: per instance the ScaleShift input and the Linear input, (25, 125) f32
   // = 12,500 -> 12,544 B each
   CHECK(p.bytes(Role::saved_activation) == 2 * (12'544 + 12'544));

@@ -202,7 +202,7 @@ Expect expect(const Arch& a, const Mix& m) {
     }
   }
   if (any_quant && table_bytes(m.quant) > 0) e.scales += a256(table_bytes(m.quant));
-  if (m.opt == Opt::adamw8bit && e.trainable > 0) e.state += a256(256 * 4);  // the dynamic map, once
+  if (m.opt == Opt::adamw8bit && e.trainable > 0) e.state += a256(2 * 256 * 4);  // the two dynamic maps (m signed, v unsigned), once
 
   // batch io: token ids and targets (i32, one per token) and the f32 loss
   const int64_t N = m.batch * m.seq;

@@ -138,9 +138,9 @@ static_assert(qlora.bytes(Role::grads) == 2 * 4 * 77'824);
 //   n =  4,096 (A of the 6 projections but down; B of q, o, down: 9 tensors) -> 8,320 -> 8,448
 //   n =  2,048 (B of k, v: 2 tensors)                                        -> 4,160 -> 4,352
 //   n = 12,288 (B of gate, up; A of down: 3 tensors)                         -> 24,960 -> 25,088
-// per layer: 9 x 8,448 + 2 x 4,352 + 3 x 25,088 = 160,000; plus the dynamic map (1 KiB) once
+// per layer: 9 x 8,448 + 2 x 4,352 + 3 x 25,088 = 160,000; plus the two dynamic maps (2 KiB) once
 static_assert(9 * 8'448 + 2 * 4'352 + 3 * 25'088 == 160'000);
-static_assert(qlora.bytes(Role::optimizer_state) == 4 * 160'000 + 1'024);
+static_assert(qlora.bytes(Role::optimizer_state) == 4 * 160'000 + 2'048);
 // batch io: ids and targets 100 * 4 = 400 -> 512 B each, the loss 4 -> 256
 static_assert(qlora.bytes(Role::batch_io) == 512 + 512 + 256);
 

@@ -5,7 +5,8 @@
 // AdamW8bit keeps both moments block-wise dynamically quantized to 8 bits
 // (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization"):
 // one byte per element and moment, one f32 absmax per block of 256, plus the
-// shared 256-entry dynamic code table. SGD with momentum keeps one f32 buffer
+// two shared 256-entry dynamic code tables (signed map for the first moment,
+// unsigned for the second, as bitsandbytes; see math/dynamic_map.hpp). SGD with momentum keeps one f32 buffer
 // (none when the momentum is zero).
 #include <cstdint>
 #include <string_view>
@@ -35,7 +36,8 @@ struct OptimDesc {
     if (blockwise8) return states * (n + ceil_div(n, block) * 4);
     return states * n * 4;
   }
-  constexpr std::int64_t table_bytes() const { return blockwise8 ? 256 * 4 : 0; }
+  // the two 256-entry f32 dynamic maps: signed for the first moment, unsigned for the second
+  constexpr std::int64_t table_bytes() const { return blockwise8 ? 2 * 256 * 4 : 0; }
 };
 
 template <class Momentum = Ratio<9, 10>, class WeightDecay = Ratio<0>>

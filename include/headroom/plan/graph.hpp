@@ -389,7 +389,7 @@ class Builder {
       if (cfg.optim.states > 0)
         p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(n), p.group);
       if (cfg.optim.table_bytes() > 0 && optim_table == none)
-        optim_table = persistent("dynamic map", Role::optimizer_state, cfg.optim.table_bytes(), none);
+        optim_table = persistent("dynamic maps", Role::optimizer_state, cfg.optim.table_bytes(), none);
       if (optim_table != none) tensors[optim_table].node = 0;  // shared by the model
     }
     params.push_back(p);
