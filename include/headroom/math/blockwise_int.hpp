@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "../core/config.hpp"
+#include "block.hpp"
 
 namespace headroom::math {
 
@@ -30,13 +31,12 @@ HEADROOM_HOST_DEVICE constexpr int int4_unpack(const std::uint8_t* packed, std::
   return nib >= 8 ? nib - 16 : nib;  // sign-extend the nibble
 }
 
-HEADROOM_HOST_DEVICE inline float block_absmax(const float* x, int len) {
-  float amax = 0.0f;
-  for (int i = 0; i < len; ++i) {
-    const float a = x[i] < 0.0f ? -x[i] : x[i];
-    amax = a > amax ? a : amax;
-  }
-  return amax;
+// Stores block b's absmax and returns the factor mapping it to qmax.
+// x: (len) the block  absmax: (blocks)
+HEADROOM_HOST_DEVICE inline float int_block_scale(const float* x, int len, int qmax, float* absmax, std::int64_t b) {
+  const float amax = block_absmax(x, len);
+  absmax[b] = amax;
+  return amax > 0.0f ? qmax / amax : 0.0f;
 }
 
 // Int8. x: (n)  codes: (n)  absmax: (ceil(n/block))
@@ -45,10 +45,8 @@ HEADROOM_HOST_DEVICE inline void quantize_blockwise_int8(const float* x, std::in
   constexpr int qmax = IntFormat<8>::qmax;
   for (std::int64_t b = 0; b * block < n; ++b) {
     const std::int64_t start = b * block;
-    const int len = static_cast<int>(n - start < block ? n - start : block);
-    const float amax = block_absmax(x + start, len);
-    absmax[b] = amax;
-    const float s = amax > 0.0f ? qmax / amax : 0.0f;
+    const int len = block_length(n, block, b);
+    const float s = int_block_scale(x + start, len, qmax, absmax, b);
     for (int i = 0; i < len; ++i) codes[start + i] = static_cast<std::int8_t>(int_quantize_value(x[start + i] * s, qmax));
   }
 }
@@ -66,10 +64,8 @@ HEADROOM_HOST_DEVICE inline void quantize_blockwise_int4(const float* x, std::in
   constexpr int qmax = IntFormat<4>::qmax;
   for (std::int64_t b = 0; b * block < n; ++b) {
     const std::int64_t start = b * block;
-    const int len = static_cast<int>(n - start < block ? n - start : block);
-    const float amax = block_absmax(x + start, len);
-    absmax[b] = amax;
-    const float s = amax > 0.0f ? qmax / amax : 0.0f;
+    const int len = block_length(n, block, b);
+    const float s = int_block_scale(x + start, len, qmax, absmax, b);
     for (int i = 0; i < len; i += 2) {
       const int hi = int_quantize_value(x[start + i] * s, qmax);
       const int lo = i + 1 < len ? int_quantize_value(x[start + i + 1] * s, qmax) : 0;

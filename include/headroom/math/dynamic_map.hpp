@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "../core/config.hpp"
+#include "block.hpp"
 
 namespace headroom::math {
 
@@ -72,12 +73,8 @@ HEADROOM_HOST_DEVICE inline void quantize_blockwise_dynamic(const float* x, std:
                                                             std::uint8_t* codes, float* absmax) {
   for (std::int64_t b = 0; b * block < n; ++b) {
     const std::int64_t start = b * block;
-    const std::int64_t end = start + block < n ? start + block : n;
-    float amax = 0.0f;
-    for (std::int64_t i = start; i < end; ++i) {
-      const float a = x[i] < 0.0f ? -x[i] : x[i];
-      amax = a > amax ? a : amax;
-    }
+    const std::int64_t end = start + block_length(n, block, b);
+    const float amax = block_absmax(x + start, end - start);
     absmax[b] = amax;
     const float inv = amax > 0.0f ? 1.0f / amax : 0.0f;
     for (std::int64_t i = start; i < end; ++i) codes[i] = dynamic_quantize_value(x[i] * inv, map);

@@ -52,11 +52,7 @@ HEADROOM_HOST_DEVICE constexpr std::uint8_t nf4_unpack(const std::uint8_t* packe
 // Quantize one block of len <= 64 elements; returns its absmax.
 // x: (len)  packed: (ceil(len/2)) bytes, written whole (a missing last low nibble is 0)
 HEADROOM_HOST_DEVICE inline float quantize_nf4_block(const float* x, int len, std::uint8_t* packed) {
-  float absmax = 0.0f;
-  for (int i = 0; i < len; ++i) {
-    const float a = x[i] < 0.0f ? -x[i] : x[i];
-    absmax = a > absmax ? a : absmax;
-  }
+  const float absmax = block_absmax(x, len);
   const float inv = absmax > 0.0f ? 1.0f / absmax : 0.0f;
   for (int i = 0; i < len; i += 2) {
     const std::uint8_t hi = nf4_quantize_value(x[i] * inv);
@@ -71,7 +67,7 @@ HEADROOM_HOST_DEVICE inline float quantize_nf4_block(const float* x, int len, st
 HEADROOM_HOST_DEVICE inline void quantize_block_nf4(const float* x, std::int64_t n, std::uint8_t* packed, float* absmax) {
   for (std::int64_t b = 0; b * nf4_block < n; ++b) {
     const std::int64_t start = b * nf4_block;
-    const int len = static_cast<int>(n - start < nf4_block ? n - start : nf4_block);
+    const int len = block_length(n, nf4_block, b);
     absmax[b] = quantize_nf4_block(x + start, len, packed + start / 2);
   }
 }
