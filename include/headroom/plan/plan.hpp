@@ -241,7 +241,6 @@ struct Placed {
 
 struct PackOrder {
   bool largest_first = false;  // within one birth event: largest first (else longest-lived first)
-  bool first_fit = false;      // lowest gap that fits (else the smallest gap that fits)
 };
 
 // Packs the buffers of one tier (their spans `s`); writes s.offset and
@@ -286,7 +285,7 @@ constexpr std::int64_t pack(Spans& s, int events, int loss_event, PackOrder how 
     for (std::size_t k = 0; k < count; ++k) {
       if (live[k].last < born) continue;  // dead: dropped by compaction
       const std::int64_t gap = live[k].offset - cursor;
-      if (gap >= sz && (best_gap < 0 || (!how.first_fit && gap < best_gap))) {
+      if (gap >= sz && (best_gap < 0 || gap < best_gap)) {
         best_gap = gap;
         best = cursor;
         best_pos = w;
@@ -564,9 +563,9 @@ constexpr Expanded expand() {
         if (static_cast<int>(x.buffers[i].tier) == tier) ids.push_back(i);
       // two tie-breaks within a birth event; keep the smaller arena
       Spans spans(x.buffers, ids);
-      const std::int64_t a1 = pack(spans, E, loss_event, PackOrder{true, false});
+      const std::int64_t a1 = pack(spans, E, loss_event, PackOrder{true});
       const detail::cvec<std::int64_t> kept = spans.offset;
-      x.peak[tier] = pack(spans, E, loss_event, PackOrder{false, false});
+      x.peak[tier] = pack(spans, E, loss_event, PackOrder{false});
       if (a1 < x.peak[tier]) {
         x.peak[tier] = a1;
         spans.offset = kept;
