@@ -16,7 +16,7 @@ enum class Positions : std::uint8_t { none, rope };
 namespace detail {
 
 // The attention core: (q, k, v) -> o, saving q, k, v, o and lse.
-template <std::int64_t Heads, std::int64_t KVHeads, std::int64_t HeadDim, Positions Pos>
+template <std::int64_t Heads, std::int64_t KVHeads, std::int64_t HeadDim, Positions Pos, std::int64_t Theta = 10000>
 struct AttentionCore {
   static constexpr std::string_view kind = "CausalAttention";
   static constexpr std::int64_t in_features = (Heads + 2 * KVHeads) * HeadDim;
@@ -25,8 +25,13 @@ struct AttentionCore {
 
   // inputs: either one fused (N, (H + 2 KV) hd) tensor or q (N, H hd), k, v (N, KV hd)
   static constexpr Ref build_from(graph::Builder& b, const Ref* in, int n_in) {
-    const std::int64_t B = b.cfg.batch, T = b.cfg.seq, W = b.cfg.workers;
+    const std::int64_t B = b.cfg.batch, T = b.cfg.seq, W = b.cfg.workers, cb = b.cfg.compute_bytes();
     Op op{};
+    op.kind = graph::OpKind::attention;
+    op.dim[0] = Heads;
+    op.dim[1] = KVHeads;
+    op.dim[2] = HeadDim;
+    op.dim[3] = Pos == Positions::rope ? Theta : 0;
     for (int i = 0; i < n_in; ++i) {
       op.in[i] = in[i];
       op.in_grad[i] = true;
@@ -34,17 +39,19 @@ struct AttentionCore {
     }
     op.n_in = n_in;
     const Ref o = b.activation("o", Heads * HeadDim);           // o: (N, H hd)
-    const Ref lse = b.produced("lse", B * Heads * T * 4);         // lse: (B, H, T) f32
+    const Ref lse = b.produced("lse", B * Heads * T * cb);        // lse: (B, H, T) f32
     op.out[0] = o;
     op.out[1] = lse;
     op.n_out = 2;
     op.saved[op.n_saved++] = o;
     op.saved[op.n_saved++] = lse;
     const std::int64_t t = detail::tile;
-    // per worker: a (t, t) score tile and a (t, hd) f32 accumulator, row max and sum
-    op.scratch_fwd = W * (t * t + t * HeadDim + 2 * t) * 4;
-    // delta = rowsum(dO * O): (B, H, T) f32; per worker: score and dscore tiles, dK/dV accumulators
-    op.scratch_bwd = B * Heads * T * 4 + W * (2 * t * t + 3 * t * HeadDim) * 4;
+    // a RoPE cos/sin table (T, hd); per worker: a (t, t) score tile, rotated
+    // q and k tiles and an (t, hd) accumulator, row max and sum
+    op.scratch_fwd = (T * HeadDim + W * (t * t + 3 * t * HeadDim + 2 * t)) * cb;
+    // delta = rowsum(dO * O): (B, H, T); the RoPE table; per worker: score
+    // and dscore tiles, rotated q / k tiles, dq / dK / dV accumulators
+    op.scratch_bwd = (B * Heads * T + T * HeadDim + W * (2 * t * t + 5 * t * HeadDim + 2 * t)) * cb;
     // causal: half of QK^T and PV; backward is 2.5x forward (5 matmuls vs 2)
     op.flops_fwd = 2 * B * Heads * T * T * HeadDim;
     op.flops_bwd = 5 * B * Heads * T * T * HeadDim;
@@ -59,7 +66,8 @@ constexpr bool attention_dims_ok = Heads > 0 && KVHeads > 0 && D % Heads == 0 &&
 
 }  // namespace detail
 
-template <std::int64_t D, std::int64_t Heads, std::int64_t KVHeads, Positions Pos, class Q, class K, class V, class O>
+template <std::int64_t D, std::int64_t Heads, std::int64_t KVHeads, Positions Pos, class Q, class K, class V, class O,
+          std::int64_t RopeTheta = 10000>
 struct Attention {
   static_assert(Heads > 0 && D % Heads == 0, "Attention<D, Heads, ...>: the number of heads must divide the model width D");
   static_assert(KVHeads > 0 && Heads % KVHeads == 0, "Attention<D, Heads, KVHeads, ...>: KV heads must divide the number of heads (GQA)");
@@ -73,7 +81,8 @@ struct Attention {
   static constexpr std::int64_t heads = Heads, kv_heads = KVHeads;
   static constexpr Positions positions = Pos;
   using children = type_list<Q, K, V, O>;
-  using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos>;
+  static constexpr std::int64_t rope_theta = RopeTheta;
+  using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos, RopeTheta>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     const Ref qkv[3] = {b.child<Q>("q_proj", x), b.child<K>("k_proj", x), b.child<V>("v_proj", x)};

@@ -15,6 +15,8 @@ namespace headroom {
 namespace detail {
 constexpr Ref residual_add(graph::Builder& b, Ref x, Ref f, std::int64_t features) {
   Op op{};
+  op.kind = graph::OpKind::add;
+  op.dim[0] = features;
   op.in[0] = x;
   op.in[1] = f;
   op.in_grad[0] = op.in_grad[1] = true;

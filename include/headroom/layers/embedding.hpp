@@ -17,6 +17,10 @@ struct Embedding {
     b.tied_weight = w;
     const graph::Param pw = b.params[w];
     Op op{};
+    op.kind = graph::OpKind::embedding;
+    op.param[0] = w;
+    op.dim[0] = Vocab;
+    op.dim[1] = Dim;
     op.in[0] = tokens;
     op.n_in = 1;
     const Ref x = b.activation("x", Dim);  // x: (N, Dim)
@@ -42,8 +46,13 @@ struct LearnedPositions {
   using children = type_list<>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, Dim), updated in place
-    const graph::Param pw = b.params[b.param("weight", MaxPos, Dim)];  // P: (MaxPos, Dim)
+    const int w = b.param("weight", MaxPos, Dim);  // P: (MaxPos, Dim)
+    const graph::Param pw = b.params[w];
     Op op{};
+    op.kind = graph::OpKind::positions;
+    op.param[0] = w;
+    op.dim[0] = MaxPos;
+    op.dim[1] = Dim;
     op.inout = x;
     op.flops_fwd = b.tokens_count() * Dim;
     if (pw.trainable) {

@@ -18,9 +18,14 @@ struct Linear {
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
     static_assert(!is_recipe, "Linear<>: a recipe without dims is only valid inside a model's Apply<...>; write Linear<In, Out>");
-    const graph::Param pw = b.params[b.matrix("weight", Out, In)];  // W: (Out, In)
+    const int w = b.matrix("weight", Out, In);  // W: (Out, In)
+    const graph::Param pw = b.params[w];
     const bool quantized = pw.quant.kind != QuantKind::none;
     Op op{};
+    op.kind = graph::OpKind::linear;
+    op.param[0] = w;
+    op.dim[0] = In;
+    op.dim[1] = Out;
     op.in[0] = x;  // x: (N, In)
     op.in_grad[0] = true;
     op.n_in = 1;
@@ -36,7 +41,9 @@ struct Linear {
       op.flops_bwd += 2 * n * In * Out;  // dW = dY^T X
     }
     if constexpr (Bias) {
-      const graph::Param pb = b.params[b.param("bias", Out, 1)];  // b: (Out)
+      const int bias_id = b.param("bias", Out, 1);  // b: (Out)
+      op.param[1] = bias_id;
+      const graph::Param pb = b.params[bias_id];
       if (pb.trainable) {
         op.grads[op.n_grads++] = pb.grad;
         op.flops_bwd += n * Out;
@@ -44,8 +51,14 @@ struct Linear {
     }
     if (quantized) {
       // one dequantized panel of W per worker, f32: (tile, In)
-      op.scratch_fwd = op.scratch_bwd = b.cfg.workers * detail::tile * In * 4;
+      op.scratch_fwd = op.scratch_bwd = b.cfg.workers * detail::tile * In * b.cfg.compute_bytes();
+      b.gemm(n, b.cfg.workers * detail::tile, In);   // Y panel = X W_panel^T
+      b.gemm(n, In, b.cfg.workers * detail::tile);   // dX += dY_panel W_panel
+    } else {
+      b.gemm(n, Out, In);  // Y = X W^T;  dX = dY W: (n, In, Out)
+      b.gemm(n, In, Out);
     }
+    if (pw.trainable) b.gemm(Out, In, n);  // dW = dY^T X
     b.emit(op);
     return y;
   }

@@ -24,18 +24,26 @@ struct LMHeadLoss {
     const std::int64_t n = b.tokens_count();
     const std::int64_t chunk = b.cfg.loss_chunk < n ? b.cfg.loss_chunk : n;
     Op op{};
+    op.kind = graph::OpKind::lm_head_loss;
+    op.param[0] = w;
+    op.dim[0] = Vocab;
+    op.dim[1] = D;
+    op.dim[2] = chunk;
     op.in[0] = h;
     op.in_grad[0] = true;
     op.in[1] = b.targets;
     op.n_in = 2;
-    const Ref loss = b.produced("loss", 4);  // f32 scalar
+    const Ref loss = b.produced("loss", b.cfg.compute_bytes());  // f32 scalar
     b.tensors[loss.id].role = Role::batch_io;
     b.loss = loss;
     op.out[0] = loss;
     op.n_out = 1;
     op.fused_loss = true;
     // logits / probabilities of one chunk, f32: (chunk, Vocab), plus row max and sum
-    op.scratch_fwd = chunk * (Vocab + 2) * 4;
+    op.scratch_fwd = chunk * (Vocab + 2) * b.cfg.compute_bytes();
+    b.gemm(chunk, Vocab, D);  // logits = h W^T
+    b.gemm(chunk, D, Vocab);  // dh = dlogits W
+    if (pw.trainable) b.gemm(Vocab, D, chunk);  // dW += dlogits^T h
     op.flops_fwd = 2 * n * D * Vocab;
     op.flops_bwd = 2 * n * D * Vocab;  // dH
     if (pw.trainable) {

@@ -8,9 +8,11 @@ namespace headroom {
 
 namespace detail {
 // An elementwise op over (N, F) inputs producing (N, F); saves its inputs.
-constexpr Ref elementwise(graph::Builder& b, std::string_view out_name, const Ref* in, int n_in, std::int64_t features,
-                          std::int64_t flops_per_elem) {
+constexpr Ref elementwise(graph::Builder& b, graph::OpKind kind, std::string_view out_name, const Ref* in, int n_in,
+                          std::int64_t features, std::int64_t flops_per_elem) {
   Op op{};
+  op.kind = kind;
+  op.dim[0] = features;
   for (int i = 0; i < n_in; ++i) {
     op.in[i] = in[i];
     op.in_grad[i] = true;
@@ -38,7 +40,7 @@ struct MLP {
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     const Ref pre = b.child<Fc>("c_fc", x);                // pre: (N, F)
     b.open("act", "GELU");
-    const Ref g = detail::elementwise(b, "gelu", &pre, 1, F, 8);  // g: (N, F)
+    const Ref g = detail::elementwise(b, graph::OpKind::gelu, "gelu", &pre, 1, F, 8);  // g: (N, F)
     b.close();
     return b.child<Proj>("c_proj", g);
   }
@@ -56,7 +58,7 @@ struct SwiGLU {
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     const Ref gu[2] = {b.child<Gate>("gate_proj", x), b.child<Up>("up_proj", x)};  // (N, F) each
     b.open("act", "SiLU*");
-    const Ref s = detail::elementwise(b, "silu_mul", gu, 2, F, 5);  // s: (N, F)
+    const Ref s = detail::elementwise(b, graph::OpKind::swiglu, "silu_mul", gu, 2, F, 5);  // s: (N, F)
     b.close();
     return b.child<Down>("down_proj", s);
   }

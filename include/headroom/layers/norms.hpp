@@ -15,18 +15,23 @@ constexpr Ref norm_op(graph::Builder& b, Ref x, std::int64_t D, const std::strin
                       const std::string_view (&stats)[S], std::int64_t flops_per_elem_fwd, std::int64_t flops_per_elem_bwd) {
   const std::int64_t n = b.tokens_count();
   Op op{};
+  op.kind = S == 1 ? graph::OpKind::rmsnorm : graph::OpKind::layernorm;
+  op.dim[0] = D;
   op.in[0] = x;  // x: (N, D)
   op.in_grad[0] = true;
   op.n_in = 1;
+  int k = 0;
   for (const auto& name : params) {
-    const graph::Param p = b.params[b.param(name, D, 1)];  // (D)
+    const int id = b.param(name, D, 1);  // (D)
+    op.param[k++] = id;
+    const graph::Param p = b.params[id];
     if (p.trainable) op.grads[op.n_grads++] = p.grad;
   }
   const Ref h = b.activation("h", D);  // h: (N, D)
   op.out[op.n_out++] = h;
   op.saved[op.n_saved++] = x;
   for (const auto& name : stats) {
-    const Ref st = b.produced(name, n * 4);  // (N) f32
+    const Ref st = b.produced(name, n * b.cfg.compute_bytes());  // (N) f32
     op.out[op.n_out++] = st;
     op.saved[op.n_saved++] = st;
   }

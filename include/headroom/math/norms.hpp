@@ -27,15 +27,18 @@ HEADROOM_HOST_DEVICE inline void rmsnorm_forward(const T* x, const T* w, int d, 
   *rstd = r;
 }
 
-// x, w, dy, dx, dw: (d)  rstd: saved by the forward. dx is written, dw accumulated.
+// x, w, dy, dx, dw: (d)  rstd: saved by the forward. dx is written (added
+// to when accumulate: the input's gradient already holds other terms), dw accumulated.
 template <class T>
-HEADROOM_HOST_DEVICE inline void rmsnorm_backward(const T* x, const T* w, const T* dy, int d, T rstd, T* dx, T* dw) {
+HEADROOM_HOST_DEVICE inline void rmsnorm_backward(const T* x, const T* w, const T* dy, int d, T rstd, T* dx, T* dw,
+                                                  bool accumulate = false) {
   T dot = T(0);  // sum(gw * xhat)
   for (int i = 0; i < d; ++i) dot += dy[i] * w[i] * x[i] * rstd;
   const T c = dot / T(d);
   for (int i = 0; i < d; ++i) {
     const T xhat = x[i] * rstd;
-    dx[i] = rstd * (dy[i] * w[i] - xhat * c);
+    const T g = rstd * (dy[i] * w[i] - xhat * c);
+    dx[i] = accumulate ? dx[i] + g : g;
     if (dw != nullptr) dw[i] += dy[i] * xhat;
   }
 }
@@ -56,10 +59,11 @@ HEADROOM_HOST_DEVICE inline void layernorm_forward(const T* x, const T* w, const
   *rstd = r;
 }
 
-// x, w, dy, dx, dw, db: (d). dx is written; dw, db accumulated (either may be null).
+// x, w, dy, dx, dw, db: (d). dx is written (added to when accumulate); dw, db
+// accumulated (either may be null).
 template <class T>
 HEADROOM_HOST_DEVICE inline void layernorm_backward(const T* x, const T* w, const T* dy, int d, T mean, T rstd, T* dx,
-                                                    T* dw, T* db) {
+                                                    T* dw, T* db, bool accumulate = false) {
   T sum_g = T(0), dot = T(0);
   for (int i = 0; i < d; ++i) {
     const T g = dy[i] * w[i];
@@ -69,7 +73,8 @@ HEADROOM_HOST_DEVICE inline void layernorm_backward(const T* x, const T* w, cons
   const T mg = sum_g / T(d), mgx = dot / T(d);
   for (int i = 0; i < d; ++i) {
     const T xhat = (x[i] - mean) * rstd;
-    dx[i] = rstd * (dy[i] * w[i] - mg - xhat * mgx);
+    const T g = rstd * (dy[i] * w[i] - mg - xhat * mgx);
+    dx[i] = accumulate ? dx[i] + g : g;
     if (dw != nullptr) dw[i] += dy[i] * xhat;
     if (db != nullptr) db[i] += dy[i];
   }

@@ -40,6 +40,24 @@ struct RunConfig {
 
   constexpr std::int64_t tokens() const { return batch * seq; }
   constexpr std::int64_t act_bytes() const { return size_of(dtype); }
+  // Element bytes of statistics and scratch (f32, or f64 when the run is f64).
+  constexpr std::int64_t compute_bytes() const { return dtype == DType::F64 ? 8 : 4; }
+};
+
+// The GEMM packing panels each worker owns (Goto's algorithm, as Eigen's
+// gebp kernel runs it): a (kc, mc) panel of the left operand and a (kc, nc)
+// panel of the right one. The host engine hands Eigen these panels from the
+// arena, so a GEMM allocates nothing; the plan holds them as one workspace.
+struct GemmBlocking {
+  static constexpr std::int64_t kc = 256, mc = 192, nc = 1024;
+  static constexpr std::int64_t align = 64;  // elements: each panel starts 64-element aligned
+  static constexpr std::int64_t round(std::int64_t n) { return (n + align - 1) / align * align; }
+  // elements per worker for an (m, n, k) product, either orientation
+  static constexpr std::int64_t panel_elements(std::int64_t m, std::int64_t n, std::int64_t k) {
+    const std::int64_t big = m > n ? m : n;
+    const std::int64_t kk = k < kc ? k : kc;
+    return round(kk * (big < mc ? big : mc)) + round(kk * (big < nc ? big : nc));
+  }
 };
 
 namespace graph {
@@ -116,6 +134,38 @@ struct Param {
 
 inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4;
 
+// What an op computes: the engines dispatch on it. Each kind's operands:
+//   embedding     in: tokens                 out: x            param: table           dim: vocab, D
+//   positions     inout: x                                     param: table           dim: max positions, D
+//   linear        in: x                      out: y            param: weight, bias    dim: in, out
+//   lora          in: x  inout: y (base out) out: A x          param: A, B            dim: in, out, rank; scale
+//   rmsnorm       in: x                      out: h, rstd      param: weight          dim: D
+//   layernorm     in: x                      out: h, mean, rstd param: weight, bias   dim: D
+//   attention     in: q, k, v (or fused qkv) out: o, lse                              dim: heads, kv heads, head dim, rope theta (0: none)
+//   gelu          in: x                      out: y                                   dim: features
+//   swiglu        in: gate, up               out: y                                   dim: features
+//   add           in: x, f                   out: y                                   dim: features
+//   lm_head_loss  in: h, targets             out: loss         param: weight          dim: vocab, D, chunk
+enum class OpKind : std::uint8_t { custom, embedding, positions, linear, lora, rmsnorm, layernorm, attention, gelu, swiglu, add, lm_head_loss };
+
+constexpr std::string_view name_of(OpKind k) {
+  switch (k) {
+    case OpKind::custom: return "custom";
+    case OpKind::embedding: return "embedding";
+    case OpKind::positions: return "positions";
+    case OpKind::linear: return "linear";
+    case OpKind::lora: return "lora";
+    case OpKind::rmsnorm: return "rmsnorm";
+    case OpKind::layernorm: return "layernorm";
+    case OpKind::attention: return "attention";
+    case OpKind::gelu: return "gelu";
+    case OpKind::swiglu: return "swiglu";
+    case OpKind::add: return "add";
+    case OpKind::lm_head_loss: return "lm_head_loss";
+  }
+  return "?";
+}
+
 struct Op {
   int node = none;
   int group = none;
@@ -134,6 +184,35 @@ struct Op {
   std::int64_t scratch_fwd = 0, scratch_bwd = 0;
   std::int64_t flops_fwd = 0, flops_bwd = 0;
   bool fused_loss = false;   // forward computes loss and input gradient in one pass
+  OpKind kind = OpKind::custom;
+  int param[2] = {none, none};  // the parameters it reads (see OpKind)
+  std::int64_t dim[4]{};        // its dimensions (see OpKind)
+  std::int64_t scale_num = 1, scale_den = 1;  // LoRA's alpha / rank
+};
+
+// The tensors one event reads and writes, slot by slot, as the engine binds
+// them: for a forward event the op's own; for a recompute the recomputed
+// copies (inout only when the base output itself was recomputed); for a
+// backward the saved tensors as backward sees them (recomputed or
+// prefetched), the gradients of the outputs and the gradients of the inputs
+// (none where the input's gradient *is* the output's: a residual add).
+struct Binding {
+  Ref in[max_in]{};
+  Ref out[max_out]{};
+  Ref inout{};
+  Ref saved[max_saved]{};
+  Ref d_out[max_out]{};
+  Ref d_inout{};
+  Ref d_in[max_in]{};
+  int scratch = none;  // its scratch tensor
+  int segment = none;  // offload / prefetch: the segment it copies
+};
+
+// One activation an Offloaded segment moves: src is copied to host (offload
+// tier) by the segment's offload event, host back to dev by its prefetch.
+struct Copy {
+  int segment = none;
+  int src = none, host = none, dev = none;
 };
 
 struct Segment {
@@ -167,13 +246,17 @@ class Builder {
   detail::cvec<Op> ops;
   detail::cvec<Segment> segments;
   detail::cvec<Group> groups;
+  detail::cvec<Binding> bindings;  // per event
+  detail::cvec<Copy> copies;
   Ref tokens{}, targets{}, loss{};
+  int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
   int tied_weight = none;  // the embedding table an LM head may share
   int quant_table = none, optim_table = none;
 
   constexpr explicit Builder(RunConfig c) : cfg(c) {
     nodes.push_back(Node{"model", "Model", none, none, none, 1});
     events.push_back(Event{EventKind::load_batch, 0, none, none});
+    bindings.push_back(Binding{});
   }
 
   // ---- context ---------------------------------------------------------
@@ -257,11 +340,22 @@ class Builder {
     ops.push_back(op);
     const int id = static_cast<int>(ops.size()) - 1;
     events[e].op = id;
-    for (int i = 0; i < op.n_in; ++i) use(op.in[i], e);
-    if (op.inout.valid()) use(op.inout, e);
-    for (int i = 0; i < op.n_out; ++i) born(op.out[i], e);
+    for (int i = 0; i < op.n_in; ++i) use(bindings[e].in[i] = op.in[i], e);
+    if (op.inout.valid()) use(bindings[e].inout = op.inout, e);
+    for (int i = 0; i < op.n_out; ++i) born(bindings[e].out[i] = op.out[i], e);
     if (op.scratch_fwd > 0) scratch("scratch", op.scratch_fwd, e);
     return id;
+  }
+
+  // A GEMM of an (m, k) by (k, n) product the op about to be emitted runs:
+  // the workspace grows to the largest panels any GEMM needs.
+  constexpr void gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
+    const std::int64_t bytes = cfg.workers * GemmBlocking::panel_elements(m, n, k) * cfg.compute_bytes();
+    if (gemm_workspace == none) {
+      gemm_workspace = persistent("gemm panels", Role::scratch, 0, none);
+      tensors[gemm_workspace].node = 0;
+    }
+    if (bytes > tensors[gemm_workspace].bytes) tensors[gemm_workspace].bytes = bytes;
   }
 
   // ---- segments (Checkpointed, Offloaded) -----------------------------------------------
@@ -281,6 +375,7 @@ class Builder {
     if (segments[s].offload) {
       const int e = push_event(EventKind::offload, segments[s].node, segments[s].group);
       segments[s].offload_event = e;
+      bindings[e].segment = s;
     }
   }
 
@@ -361,6 +456,7 @@ class Builder {
 
   constexpr int push_event(EventKind k, int node, int group) {
     events.push_back(Event{k, node, group, none});
+    bindings.push_back(Binding{});
     return static_cast<int>(events.size()) - 1;
   }
 
@@ -423,6 +519,7 @@ class Builder {
     const int t = new_tensor(name, Role::scratch, bytes, events[e].group);
     tensors[t].node = events[e].node;
     add_endpoint(t, e, 0, none, none, true);
+    bindings[e].scratch = t;
   }
 
   // The tensor backward reads in place of r (recomputed or prefetched copy).
@@ -486,8 +583,10 @@ class Builder {
       const int in = push_event(EventKind::prefetch, sg.node, sg.group);
       prefetch_pre_[s] = pre;
       prefetch_in_[s] = in;
+      bindings[pre].segment = bindings[in].segment = s;
     } else {
       const int e = push_event(EventKind::prefetch, sg.node, sg.group);
+      bindings[e].segment = s;
       prefetch_pre_[s] = none;
       prefetch_in_[s] = e;
     }
@@ -520,6 +619,7 @@ class Builder {
     }
     grow(dev);
     remap_[t] = dev;
+    copies.push_back(Copy{s, t, host, dev});
     return dev;
   }
   constexpr void grow(int t) {
@@ -556,14 +656,16 @@ class Builder {
       const Op op = ops[k];
       const int e = push_event(EventKind::recompute, op.node, op.group);
       events[e].op = k;
-      for (int q = 0; q < op.n_in; ++q) use(resolve(op.in[q], seg_off), e);
-      if (op.inout.valid() && op.inout.fixed == none && remap_[op.inout.id] != none) use(resolve(op.inout, seg_off), e);
+      for (int q = 0; q < op.n_in; ++q) use(bindings[e].in[q] = resolve(op.in[q], seg_off), e);
+      if (op.inout.valid() && op.inout.fixed == none && remap_[op.inout.id] != none)
+        use(bindings[e].inout = resolve(op.inout, seg_off), e);
       for (int o = 0; o < op.n_out; ++o) {
         const Ref orig = op.out[o];
         const int r = new_tensor(tensors[orig.id].name, Role::recompute, tensors[orig.id].bytes, tensors[orig.id].group);
         tensors[r].node = tensors[orig.id].node;
         grow(r);
         add_endpoint(r, e, 0, none, none, true);
+        bindings[e].out[o] = Ref{r, none};
         remap_[orig.id] = r;
       }
       if (op.scratch_fwd > 0) scratch("scratch", op.scratch_fwd, e);
@@ -590,17 +692,18 @@ class Builder {
     }
     const int seg = innermost_active_offload(i);
     // saved tensors: read again now (recomputed / prefetched where applicable)
+    Binding& bd = bindings[e];
     for (int q = 0; q < op.n_saved; ++q) {
-      use(resolve(op.saved[q], seg), e);
+      use(bd.saved[q] = resolve(op.saved[q], seg), e);
     }
     // gradients of outputs: read (the producer is their last reader)
     for (int o = 0; o < op.n_out; ++o) {
       const int g = grad_of_[op.out[o].id];
-      if (g != none) use(Ref{g, op.out[o].fixed}, e);
+      if (g != none) use(bd.d_out[o] = Ref{g, op.out[o].fixed}, e);
     }
     if (op.inout.valid()) {
       const int g = grad_of_[op.inout.id];
-      if (g != none) use(Ref{g, op.inout.fixed}, e);
+      if (g != none) use(bd.d_inout = Ref{g, op.inout.fixed}, e);
     }
     // gradients of inputs: accumulate (aliasing the output's for residual adds)
     for (int q = 0; q < op.n_in; ++q) {
@@ -612,6 +715,7 @@ class Builder {
         continue;
       }
       const int g = ensure_grad(x);
+      bindings[e].d_in[q] = Ref{g, x.fixed};
       born(Ref{g, x.fixed}, e);
       use(Ref{g, x.fixed}, e);
     }

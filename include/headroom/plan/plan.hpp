@@ -433,10 +433,9 @@ constexpr std::size_t buffer_count(const graph::Builder& b) {
   return n;
 }
 
-// Builds, expands and resolves R's buffers; with Pack, also places them.
-template <class R, bool Pack = true>
-constexpr Expanded expand() {
-  const graph::Builder b = build_graph<R>();
+// Expands and resolves a built graph's buffers; with Pack, also places them.
+template <bool Pack = true>
+constexpr Expanded expand_graph(const graph::Builder& b) {
   Expanded x;
   x.cfg = b.cfg;
   const Timeline tl = expand_events(b);
@@ -589,6 +588,12 @@ constexpr Expanded expand() {
     }
   }
   return x;
+}
+
+// Builds, expands and resolves R's buffers; with Pack, also places them.
+template <class R, bool Pack = true>
+constexpr Expanded expand() {
+  return expand_graph<Pack>(build_graph<R>());
 }
 
 struct Sizes {

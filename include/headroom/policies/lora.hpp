@@ -29,10 +29,20 @@ struct LoRA {
     b.push_frozen();
     const Ref y = L::build(b, x);  // y: (N, Out), the base output
     b.pop_frozen();
-    const graph::Param pa = b.params[b.adapter("lora_A", Rank, in_features)];   // A: (Rank, In)
-    const graph::Param pb = b.params[b.adapter("lora_B", out_features, Rank)];  // B: (Out, Rank)
+    const int a_id = b.adapter("lora_A", Rank, in_features);   // A: (Rank, In)
+    const int b_id = b.adapter("lora_B", out_features, Rank);  // B: (Out, Rank)
+    const graph::Param pa = b.params[a_id];
+    const graph::Param pb = b.params[b_id];
     const std::int64_t n = b.tokens_count();
     Op op{};
+    op.kind = graph::OpKind::lora;
+    op.param[0] = a_id;
+    op.param[1] = b_id;
+    op.dim[0] = in_features;
+    op.dim[1] = out_features;
+    op.dim[2] = Rank;
+    op.scale_num = Alpha::num;
+    op.scale_den = Alpha::den * Rank;
     op.in[0] = x;
     op.in_grad[0] = true;
     op.n_in = 1;
@@ -44,7 +54,13 @@ struct LoRA {
     op.saved[op.n_saved++] = ax;
     op.grads[op.n_grads++] = pa.grad;
     op.grads[op.n_grads++] = pb.grad;
-    op.scratch_bwd = n * Rank * 4;  // d(A x): (N, Rank) f32
+    op.scratch_bwd = n * Rank * b.cfg.compute_bytes();  // d(A x): (N, Rank) f32
+    b.gemm(n, Rank, in_features);   // A x;  dx += d(Ax) A
+    b.gemm(n, out_features, Rank);  // y += B (A x)
+    b.gemm(n, Rank, out_features);  // d(Ax) = dy B
+    b.gemm(n, in_features, Rank);
+    b.gemm(out_features, Rank, n);  // dB = dy^T (A x)
+    b.gemm(Rank, in_features, n);   // dA = d(Ax)^T x
     op.flops_fwd = 2 * n * Rank * (in_features + out_features);
     op.flops_bwd = 2 * op.flops_fwd;
     b.emit(op);

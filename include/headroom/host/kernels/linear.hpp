@@ -1,0 +1,160 @@
+#pragma once
+// Projections on the host: dense, quantized (panel-at-a-time dequantization)
+// and LoRA (low-rank product added into the base output in place).
+//
+// Conventions of every host kernel: row-major tensors, N = tokens; a
+// gradient argument written with `first` = true is overwritten (this event
+// creates the buffer), otherwise added to; null means "not wanted".
+#include <cstdint>
+
+#include "../../math/activations.hpp"
+#include "../gemm.hpp"
+#include "../quant.hpp"
+
+namespace headroom::host {
+
+// What the forward pass does to each output row right after its GEMM panel,
+// while it is in cache: add the bias, and optionally apply the activation of
+// the op that follows (GELU of the MLP, or SwiGLU once its second input is
+// the one being produced), writing the activation's output as well.
+enum class Fused : std::uint8_t { none, gelu, swiglu_up };
+template <class T>
+struct Epilogue {
+  const T* bias = nullptr;   // (Out)
+  Fused act = Fused::none;
+  T* act_out = nullptr;      // (N, Out): gelu(y), or silu(gate) * y
+  const T* gate = nullptr;   // (N, Out): swiglu's first input, already computed
+};
+
+namespace detail {
+template <class T>
+void apply_epilogue(const Epilogue<T>& ep, T* y, std::int64_t r0, std::int64_t r1, std::int64_t out) {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    T* row = y + r * out;
+    if (ep.bias != nullptr)
+      for (std::int64_t j = 0; j < out; ++j) row[j] += ep.bias[j];
+    if (ep.act == Fused::gelu) {
+      T* a = ep.act_out + r * out;
+      for (std::int64_t j = 0; j < out; ++j) a[j] = math::gelu_tanh(row[j]);
+    } else if (ep.act == Fused::swiglu_up) {
+      T* a = ep.act_out + r * out;
+      const T* g = ep.gate + r * out;
+      for (std::int64_t j = 0; j < out; ++j) a[j] = math::swiglu(g[j], row[j]);
+    }
+  }
+}
+inline constexpr std::int64_t epilogue_rows = 64;  // rows per GEMM panel when an epilogue follows
+}  // namespace detail
+
+// y (N, Out) = x (N, In) W^T (Out, In), then the epilogue, panel by panel.
+template <class T>
+void linear_forward(const T* x, const T* w, T* y, std::int64_t n, std::int64_t in, std::int64_t out, const Epilogue<T>& ep,
+                    const GemmPanels<T>& ws, int workers) {
+  const bool has_epilogue = ep.bias != nullptr || ep.act != Fused::none;
+  if (!has_epilogue || n < out) {
+    gemm(Trans::no, Trans::yes, n, out, in, T(1), x, in, w, in, T(0), y, out, ws, workers);
+    if (has_epilogue)
+      team(workers, [&](int wk, int count) {
+        const Range r = share(n, count, wk);
+        detail::apply_epilogue(ep, y, r.begin, r.end, out);
+      });
+    return;
+  }
+  team(workers, [&](int wk, int count) {
+    const Range r = share(n, count, wk);
+    for (std::int64_t r0 = r.begin; r0 < r.end; r0 += detail::epilogue_rows) {
+      const std::int64_t r1 = r0 + detail::epilogue_rows < r.end ? r0 + detail::epilogue_rows : r.end;
+      gemm_serial(Trans::no, Trans::yes, r1 - r0, out, in, T(1), x + r0 * in, in, w, in, T(0), y + r0 * out, out, ws, wk);
+      detail::apply_epilogue(ep, y, r0, r1, out);
+    }
+  });
+}
+
+// Backward of a dense projection: dx (+)= dy W; dW (+)= dy^T x; db (+)= colsum(dy).
+template <class T>
+void linear_backward(const T* dy, const T* x, const T* w, T* dx, bool dx_first, T* dw, bool dw_first, T* db, bool db_first,
+                     std::int64_t n, std::int64_t in, std::int64_t out, const GemmPanels<T>& ws, int workers) {
+  if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, out, T(1), dy, out, w, in, dx_first ? T(0) : T(1), dx, in, ws, workers);
+  if (dw != nullptr) gemm(Trans::yes, Trans::no, out, in, n, T(1), dy, out, x, in, dw_first ? T(0) : T(1), dw, in, ws, workers);
+  if (db != nullptr)
+    parallel_for(out, workers, [&](std::int64_t j, int) {
+      T s = T(0);
+      for (std::int64_t r = 0; r < n; ++r) s += dy[r * out + j];
+      db[j] = db_first ? s : db[j] + s;
+    });
+}
+
+// Rows of W dequantized per round: one 64-row panel per worker, in scratch
+// (workers * 64, In); the GEMM then runs over that block of columns of y.
+template <class T>
+std::int64_t quant_panel_rows(int workers) {
+  return static_cast<std::int64_t>(workers) * 64;
+}
+
+namespace detail {
+template <class T>
+void dequantize_panel(const QuantView& w, std::int64_t p0, std::int64_t rows, T* panel, int workers) {
+  team(workers, [&](int wk, int count) {
+    const Range r = share((rows + 63) / 64, count, wk);
+    for (std::int64_t t = r.begin; t < r.end; ++t) {
+      const std::int64_t a = p0 + t * 64, b = a + 64 < p0 + rows ? a + 64 : p0 + rows;
+      dequantize_rows(w, a, b, panel + (a - p0) * w.cols);
+    }
+  });
+}
+}  // namespace detail
+
+// y (N, Out) = x (N, In) dequant(W)^T, one panel of W's rows at a time.
+template <class T>
+void quant_linear_forward(const T* x, const QuantView& w, T* y, std::int64_t n, const Epilogue<T>& ep, T* panel,
+                          const GemmPanels<T>& ws, int workers) {
+  const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows<T>(workers);
+  for (std::int64_t p0 = 0; p0 < out; p0 += step) {
+    const std::int64_t rows = p0 + step < out ? step : out - p0;
+    detail::dequantize_panel(w, p0, rows, panel, workers);
+    gemm(Trans::no, Trans::yes, n, rows, in, T(1), x, in, panel, in, T(0), y + p0, out, ws, workers);
+  }
+  if (ep.bias != nullptr || ep.act != Fused::none)
+    team(workers, [&](int wk, int count) {
+      const Range r = share(n, count, wk);
+      detail::apply_epilogue(ep, y, r.begin, r.end, out);
+    });
+}
+
+// dx (N, In) (+)= dy (N, Out) dequant(W), panel by panel.
+template <class T>
+void quant_linear_backward_input(const T* dy, const QuantView& w, T* dx, bool dx_first, std::int64_t n, T* panel,
+                                 const GemmPanels<T>& ws, int workers) {
+  const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows<T>(workers);
+  for (std::int64_t p0 = 0; p0 < out; p0 += step) {
+    const std::int64_t rows = p0 + step < out ? step : out - p0;
+    detail::dequantize_panel(w, p0, rows, panel, workers);
+    const T beta = (p0 == 0 && dx_first) ? T(0) : T(1);
+    gemm(Trans::no, Trans::no, n, in, rows, T(1), dy + p0, out, panel, in, beta, dx, in, ws, workers);
+  }
+}
+
+// LoRA forward: ax (N, r) = x A^T; y (N, Out) += s * ax B^T (when y is given:
+// a recompute that only needs A x passes none).
+template <class T>
+void lora_forward(const T* x, const T* a, const T* b, T* ax, T* y, T scale, std::int64_t n, std::int64_t in, std::int64_t out,
+                  std::int64_t rank, const GemmPanels<T>& ws, int workers) {
+  gemm(Trans::no, Trans::yes, n, rank, in, T(1), x, in, a, in, T(0), ax, rank, ws, workers);
+  if (y != nullptr) gemm(Trans::no, Trans::yes, n, out, rank, scale, ax, rank, b, rank, T(1), y, out, ws, workers);
+}
+
+// LoRA backward from dy (N, Out), the saved x and ax:
+//   dB (+)= s dy^T ax;  dax = s dy B (scratch);  dA (+)= dax^T x;  dx (+)= dax A.
+template <class T>
+void lora_backward(const T* dy, const T* x, const T* ax, const T* a, const T* b, T* dax, T* da, bool da_first, T* db,
+                   bool db_first, T* dx, bool dx_first, T scale, std::int64_t n, std::int64_t in, std::int64_t out,
+                   std::int64_t rank, const GemmPanels<T>& ws, int workers) {
+  if (db != nullptr)
+    gemm(Trans::yes, Trans::no, out, rank, n, scale, dy, out, ax, rank, db_first ? T(0) : T(1), db, rank, ws, workers);
+  gemm(Trans::no, Trans::no, n, rank, out, scale, dy, out, b, rank, T(0), dax, rank, ws, workers);
+  if (da != nullptr)
+    gemm(Trans::yes, Trans::no, rank, in, n, T(1), dax, rank, x, in, da_first ? T(0) : T(1), da, in, ws, workers);
+  if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, rank, T(1), dax, rank, a, in, dx_first ? T(0) : T(1), dx, in, ws, workers);
+}
+
+}  // namespace headroom::host

@@ -1,0 +1,157 @@
+#pragma once
+// Row-wise and element-wise ops on the host: RMSNorm / LayerNorm (saving
+// their row statistics), GELU, SwiGLU, the residual add, the token embedding
+// and learned positions. The per-element math is math/*.hpp, shared with CUDA.
+#include <cstdint>
+
+#include "../../math/activations.hpp"
+#include "../../math/norms.hpp"
+#include "../parallel.hpp"
+
+namespace headroom::host {
+
+inline constexpr double norm_eps = 1e-5;  // rms_norm_eps / layer_norm_epsilon of the presets
+
+// x (N, D) -> h (N, D), rstd (N) [, mean (N) for LayerNorm: bias b may be given]
+template <class T>
+void norm_forward(bool layer, const T* x, const T* w, const T* b, T* h, T* mean, T* rstd, std::int64_t n, std::int64_t d,
+                  int workers) {
+  parallel_for(n, workers, [&](std::int64_t r, int) {
+    if (layer) math::layernorm_forward(x + r * d, w, b, static_cast<int>(d), T(norm_eps), h + r * d, mean + r, rstd + r);
+    else math::rmsnorm_forward(x + r * d, w, static_cast<int>(d), T(norm_eps), h + r * d, rstd + r);
+  });
+}
+
+// dx (+)= rows' input gradient; dw / db (+)= column sums (second pass, by
+// columns, so each is written by one worker).
+template <class T>
+void norm_backward(bool layer, const T* x, const T* w, const T* mean, const T* rstd, const T* dh, T* dx, bool dx_first, T* dw,
+                   bool dw_first, T* db, bool db_first, std::int64_t n, std::int64_t d, int workers) {
+  if (dx != nullptr)
+    parallel_for(n, workers, [&](std::int64_t r, int) {
+      if (layer)
+        math::layernorm_backward(x + r * d, w, dh + r * d, static_cast<int>(d), mean[r], rstd[r], dx + r * d,
+                                 static_cast<T*>(nullptr), static_cast<T*>(nullptr), !dx_first);
+      else
+        math::rmsnorm_backward(x + r * d, w, dh + r * d, static_cast<int>(d), rstd[r], dx + r * d, static_cast<T*>(nullptr),
+                               !dx_first);
+    });
+  if (dw == nullptr && db == nullptr) return;
+  parallel_for(d, workers, [&](std::int64_t j, int) {
+    T sw = T(0), sb = T(0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      const T g = dh[r * d + j];
+      const T xhat = layer ? (x[r * d + j] - mean[r]) * rstd[r] : x[r * d + j] * rstd[r];
+      sw += g * xhat;
+      sb += g;
+    }
+    if (dw != nullptr) dw[j] = dw_first ? sw : dw[j] + sw;
+    if (db != nullptr) db[j] = db_first ? sb : db[j] + sb;
+  });
+}
+
+template <class T>
+void gelu_forward(const T* x, T* y, std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = math::gelu_tanh(x[i]);
+  });
+}
+template <class T>
+void gelu_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) {
+      const T g = dy[i] * math::gelu_tanh_grad(x[i]);
+      dx[i] = dx_first ? g : dx[i] + g;
+    }
+  });
+}
+
+template <class T>
+void swiglu_forward(const T* gate, const T* up, T* y, std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = math::swiglu(gate[i], up[i]);
+  });
+}
+template <class T>
+void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgate, bool dgate_first, T* dup, bool dup_first,
+                     std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) {
+      T dg, du;
+      math::swiglu_backward(gate[i], up[i], dy[i], dg, du);
+      if (dgate != nullptr) dgate[i] = dgate_first ? dg : dgate[i] + dg;
+      if (dup != nullptr) dup[i] = dup_first ? du : dup[i] + du;
+    }
+  });
+}
+
+// y = x + f; backward adds dy into whichever input gradient is a buffer of
+// its own (the residual stream usually *is* dy, and then there is nothing to do).
+template <class T>
+void add_forward(const T* x, const T* f, T* y, std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = x[i] + f[i];
+  });
+}
+template <class T>
+void accumulate(const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) dx[i] = dx_first ? dy[i] : dx[i] + dy[i];
+  });
+}
+
+// x (N, D) = E[tokens] ; dE (+)= scatter of dx rows (by columns: one writer each).
+template <class T>
+void embedding_forward(const std::int32_t* tokens, const T* table, T* x, std::int64_t n, std::int64_t d, int workers) {
+  parallel_for(n, workers, [&](std::int64_t r, int) {
+    const T* src = table + static_cast<std::int64_t>(tokens[r]) * d;
+    for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = src[j];
+  });
+}
+template <class T>
+void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtable, bool first, std::int64_t n, std::int64_t vocab,
+                        std::int64_t d, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range cols = share(d, c, w);
+    if (first)
+      for (std::int64_t v = 0; v < vocab; ++v)
+        for (std::int64_t j = cols.begin; j < cols.end; ++j) dtable[v * d + j] = T(0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      T* dst = dtable + static_cast<std::int64_t>(tokens[r]) * d;
+      for (std::int64_t j = cols.begin; j < cols.end; ++j) dst[j] += dx[r * d + j];
+    }
+  });
+}
+
+// x (B*T, D) += P[t] ; dP[t] (+)= sum over the batch of dx[b, t]
+template <class T>
+void positions_forward(const T* table, T* x, std::int64_t batch, std::int64_t seq, std::int64_t d, int workers) {
+  parallel_for(batch * seq, workers, [&](std::int64_t r, int) {
+    const T* p = table + (r % seq) * d;
+    for (std::int64_t j = 0; j < d; ++j) x[r * d + j] += p[j];
+  });
+}
+// (rows of P past seq get no gradient: zero when this writes dP first)
+template <class T>
+void positions_backward(const T* dx, T* dtable, bool first, std::int64_t batch, std::int64_t seq, std::int64_t max_pos,
+                        std::int64_t d, int workers) {
+  parallel_for(max_pos, workers, [&](std::int64_t t, int) {
+    for (std::int64_t j = 0; j < d; ++j) {
+      if (t >= seq) {
+        if (first) dtable[t * d + j] = T(0);
+        continue;
+      }
+      T s = T(0);
+      for (std::int64_t b = 0; b < batch; ++b) s += dx[(b * seq + t) * d + j];
+      dtable[t * d + j] = first ? s : dtable[t * d + j] + s;
+    }
+  });
+}
+
+}  // namespace headroom::host

@@ -1,0 +1,110 @@
+#pragma once
+// A quantized weight matrix in the arena, and panel-at-a-time dequantization.
+//
+// Buffers (sizes from QuantDesc, core/quant_format.hpp):
+//   codes  : NF4 / Int4 two per byte (first element in the high nibble), Int8 one per byte
+//   scales : one f32 absmax per block of `block` elements; with double
+//            quantization (NF4DQ): [absmax2 f32 x ceil(blocks/256)] [offset f32] [codes u8 x blocks]
+//            (floats first, so they stay aligned)
+//   table  : the model's shared code tables: NF4's 16 values, then the
+//            signed dynamic map (256) used by double quantization
+// The whole dequantized matrix never exists: kernels ask for rows [r0, r1).
+#include <cstdint>
+
+#include "../core/quant_format.hpp"
+#include "../math/blockwise_int.hpp"
+#include "../math/dynamic_map.hpp"
+#include "../math/nf4.hpp"
+
+namespace headroom::host {
+
+struct QuantView {
+  QuantDesc q{};
+  std::uint8_t* codes = nullptr;
+  std::uint8_t* scales = nullptr;
+  float* table = nullptr;  // model's code tables (see above)
+  std::int64_t rows = 0, cols = 0;
+
+  std::int64_t blocks() const { return rows * cols / q.block; }
+  float* absmax() const { return reinterpret_cast<float*>(scales); }  // plain formats
+  // double quantization parts
+  float* absmax2() const { return reinterpret_cast<float*>(scales); }
+  float* offset() const { return absmax2() + (blocks() + q.dq_block - 1) / q.dq_block; }
+  std::uint8_t* dq_codes() const { return reinterpret_cast<std::uint8_t*>(offset() + 1); }
+  const float* dq_map() const { return table + 16; }
+
+  float block_absmax(std::int64_t b) const {
+    if (!q.double_quant) return absmax()[b];
+    return math::double_dequantize_absmax(dq_codes(), absmax2(), *offset(), dq_map(), b);
+  }
+};
+
+// Fills the model's code tables (once, when the trainer starts).
+inline void fill_quant_table(float* table, bool double_quant) {
+  for (int i = 0; i < 16; ++i) table[i] = math::nf4_code(i);
+  if (double_quant) math::make_dynamic_map(true, table + 16);
+}
+
+// Rows [r0, r1) of the matrix, dequantized: out (r1 - r0, cols).
+template <class T>
+void dequantize_rows(const QuantView& w, std::int64_t r0, std::int64_t r1, T* out) {
+  const std::int64_t begin = r0 * w.cols, end = r1 * w.cols, block = w.q.block;
+  for (std::int64_t b0 = begin; b0 < end; b0 += block) {  // blocks never straddle rows (block divides cols)
+    const float a = w.block_absmax(b0 / block);
+    T* o = out + (b0 - begin);
+    switch (w.q.kind) {
+      case QuantKind::nf4:
+        for (std::int64_t i = 0; i < block; i += 2) {
+          const std::uint8_t byte = w.codes[(b0 + i) >> 1];
+          o[i] = static_cast<T>(math::nf4_code(byte >> 4) * a);
+          o[i + 1] = static_cast<T>(math::nf4_code(byte & 15) * a);
+        }
+        break;
+      case QuantKind::int4: {
+        const float s = a / math::IntFormat<4>::qmax;
+        for (std::int64_t i = 0; i < block; ++i) o[i] = static_cast<T>(math::int4_unpack(w.codes, b0 + i) * s);
+        break;
+      }
+      case QuantKind::int8: {
+        const float s = a / math::IntFormat<8>::qmax;
+        const auto* c = reinterpret_cast<const std::int8_t*>(w.codes);
+        for (std::int64_t i = 0; i < block; ++i) o[i] = static_cast<T>(c[b0 + i] * s);
+        break;
+      }
+      case QuantKind::none: break;
+    }
+  }
+}
+
+// Quantizes rows [r0, r1) from dense values: x (r1 - r0, cols) f32. Plain
+// formats only write their own blocks; double quantization of the absmaxes
+// (which needs every block's absmax) is finish_double_quant, run once after
+// all rows are in. `staging` holds the plain absmaxes until then: (blocks) f32.
+inline void quantize_rows(const QuantView& w, std::int64_t r0, std::int64_t r1, const float* x, float* staging) {
+  const std::int64_t begin = r0 * w.cols, end = r1 * w.cols, block = w.q.block;
+  float* absmax = w.q.double_quant ? staging : w.absmax();
+  for (std::int64_t b0 = begin; b0 < end; b0 += block) {
+    const float* v = x + (b0 - begin);
+    const std::int64_t b = b0 / block;
+    switch (w.q.kind) {
+      case QuantKind::nf4:
+        absmax[b] = math::quantize_nf4_block(v, static_cast<int>(block), w.codes + (b0 >> 1));
+        break;
+      case QuantKind::int4:
+        math::quantize_blockwise_int4(v, block, static_cast<int>(block), w.codes + (b0 >> 1), absmax + b);
+        break;
+      case QuantKind::int8:
+        math::quantize_blockwise_int8(v, block, static_cast<int>(block), reinterpret_cast<std::int8_t*>(w.codes) + b0,
+                                      absmax + b);
+        break;
+      case QuantKind::none: break;
+    }
+  }
+}
+
+inline void finish_double_quant(const QuantView& w, const float* staging) {
+  if (!w.q.double_quant) return;
+  math::double_quantize_absmax(staging, w.blocks(), w.dq_map(), w.dq_codes(), w.absmax2(), w.offset());
+}
+
+}  // namespace headroom::host

@@ -1,0 +1,549 @@
+#pragma once
+// host::Trainer<Run>: trains Run on the CPU inside exactly the planned arena.
+//
+//   using Run = Train<models::Llama<models::tiny_llama>, Batch<8>, Seq<128>, Workers<2>>;
+//   host::Trainer<Run> t({.lr = 1e-3, .warmup_steps = 20, .total_steps = 500});
+//   StepStats s = t.step(tokens, targets);   // (Accumulate, Batch, Seq) int32 each
+//
+// At construction the trainer allocates one arena per tier of the plan's
+// peak bytes (the offload tier as a file-backed mapping) and nothing else
+// that a step touches. A step walks schedule<Run>() — the constexpr list of
+// events with every tensor's offset — and runs one kernel per event:
+// forward, the fused LM head + loss, backward (with recompute and tier copies
+// where the plan put them) and the optimizer pass. No allocation happens
+// inside a step (tests/runtime/host_memory.cpp counts them).
+//
+// Run options the engine honours: Precision<F32> or Precision<F64> (f64 for
+// gradient checks), Batch, Seq, the optimizer, Accumulate<K> (step() takes K
+// micro-batches), UpdateInBackward (each parameter is updated as soon as its
+// gradient is complete; no global-norm clipping then), Workers<W> (up to W
+// threads; the plan holds W private scratch tiles), LossChunk.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../plan/plan.hpp"
+#include "../plan/schedule.hpp"
+#include "arena.hpp"
+#include "attention.hpp"
+#include "gemm.hpp"
+#include "kernels/linear.hpp"
+#include "kernels/lm_head.hpp"
+#include "kernels/optimizer.hpp"
+#include "kernels/pointwise.hpp"
+#include "quant.hpp"
+
+namespace headroom::host {
+
+struct TrainOptions {
+  std::uint64_t seed = 1234;     // weight initialisation
+  int threads = 0;               // 0: the run's Workers<W>; at most W
+  double lr = 3e-4;              // peak learning rate
+  double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
+  int warmup_steps = 0;          // linear warmup from lr / warmup_steps
+  int total_steps = 0;           // cosine decay over this many steps; 0: constant after warmup
+  double clip_norm = 1.0;        // global gradient-norm clipping; 0: off
+  std::filesystem::path offload_dir = default_offload_dir();
+};
+
+struct StepStats {
+  int step = 0;             // optimizer steps done, this one included
+  double loss = 0;          // mean over the step's tokens
+  double grad_norm = 0;     // before clipping (0 with UpdateInBackward)
+  double lr = 0;
+};
+
+// The loss came out NaN or infinite: nothing was updated.
+class non_finite_loss : public std::runtime_error {
+ public:
+  non_finite_loss(int step, double loss)
+      : std::runtime_error("headroom: the loss at step " + std::to_string(step) + " is " + std::to_string(loss) +
+                           "; the step was stopped before any update (the weights are those of step " +
+                           std::to_string(step - 1) + ")"),
+        step_(step) {}
+  int step() const { return step_; }
+
+ private:
+  int step_;
+};
+
+namespace detail {
+template <DType D>
+struct host_scalar {
+  static_assert(D == DType::F32 || D == DType::F64,
+                "host::Trainer<Run>: the host engine runs Precision<F32> or Precision<F64>; 16-bit storage is the CUDA engine's");
+  using type = std::conditional_t<D == DType::F64, double, float>;
+};
+
+// Counter-based random numbers: the value of element i of a parameter never
+// depends on threads or order (splitmix64).
+constexpr std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline double uniform01(std::uint64_t key, std::uint64_t i) {
+  return (static_cast<double>(mix(key ^ mix(i)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+inline double normal(std::uint64_t key, std::uint64_t i) {
+  const double u1 = uniform01(key, 2 * i), u2 = uniform01(key, 2 * i + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+}  // namespace detail
+
+template <TrainingRun R>
+class Trainer {
+ public:
+  using T = typename detail::host_scalar<R::dtype>::type;
+  static constexpr auto plan = headroom::plan<R>();
+  static constexpr auto sched = headroom::schedule<R>();
+  static constexpr RunConfig config = R::config();
+  static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
+  static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
+  static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
+                "host::Trainer: the schedule and the plan must pack the same arena");
+
+  explicit Trainer(TrainOptions o = {})
+      : opt_(o),
+        device_(plan.peak_bytes(Tier::device)),
+        offload_(plan.peak_bytes(Tier::offload), o.offload_dir) {
+    workers_ = o.threads <= 0 ? config.workers : o.threads;
+    if (workers_ > config.workers)
+      throw std::invalid_argument("host::Trainer: " + std::to_string(workers_) + " threads asked, but the plan holds scratch for " +
+                                  std::to_string(config.workers) + " workers (Workers<W> in the run type)");
+    if (config.update_in_backward && o.clip_norm > 0)
+      throw std::invalid_argument(
+          "host::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
+          "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
+    panels_ = GemmPanels<T>{sched.gemm_panels.bound() ? device_.at<T>(sched.gemm_panels.offset) : nullptr,
+                            sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(T)) / config.workers};
+    fill_tables();
+    initialize(o.seed);
+  }
+
+  // ---- training -------------------------------------------------------------------------------------
+  // One optimizer step: `accumulate` micro-batches of (batch, seq) token ids
+  // and next-token targets, then the update.
+  StepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    check_batch(tokens, targets, tokens_per_step);
+    const int step_no = step_ + 1;
+    if (config.accumulate > 1) zero_grads();
+    double loss = 0;
+    for (int k = 0; k < config.accumulate; ++k) {
+      const double l = micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
+                                   targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no, true);
+      loss += l / config.accumulate;
+    }
+    StepStats s;
+    s.step = step_no;
+    s.loss = loss;
+    s.lr = lr_at(step_no);
+    if (!config.update_in_backward) s.grad_norm = update(step_no);
+    step_ = step_no;
+    return s;
+  }
+
+  // Forward and backward of one micro-batch, without the update: the
+  // gradients stay in the arena (read them with grad()). For gradient checks.
+  double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
+    check_batch(tokens, targets, tokens_per_micro_batch);
+    if (config.accumulate > 1) zero_grads();
+    return micro_batch(tokens, targets, step_ + 1, true, /*update_after=*/false);
+  }
+
+  // Mean loss of one micro-batch; no gradient, no update.
+  double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    check_batch(tokens, targets, tokens_per_micro_batch);
+    load_batch(tokens, targets);
+    for (int g = 1; g < sched.loss_step; ++g) run_step(sched.steps[g]);
+    return loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch;
+  }
+
+  double lr_at(int step) const {
+    const double peak = opt_.lr;
+    if (opt_.warmup_steps > 0 && step <= opt_.warmup_steps) return peak * step / opt_.warmup_steps;
+    if (opt_.total_steps <= opt_.warmup_steps) return peak;
+    const double progress =
+        std::min(1.0, static_cast<double>(step - opt_.warmup_steps) / static_cast<double>(opt_.total_steps - opt_.warmup_steps));
+    const double floor = peak * opt_.min_lr_ratio;
+    return floor + 0.5 * (peak - floor) * (1.0 + std::cos(3.141592653589793 * progress));
+  }
+
+  // ---- the arena ---------------------------------------------------------------------------------------
+  std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
+  const Arena& arena(Tier t = Tier::device) const { return t == Tier::device ? device_ : offload_; }
+  int steps_done() const { return step_; }
+  void set_steps_done(int s) { step_ = s; }
+  int threads() const { return workers_; }
+  const TrainOptions& options() const { return opt_; }
+
+  // ---- parameters ----------------------------------------------------------------------------------------
+  static constexpr std::size_t param_count = sched.params.size();
+  static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
+  // A dense parameter's values (row-major rows x cols), or null for a quantized one.
+  T* weight(const ParamSlot& p) const { return p.quant.kind == QuantKind::none ? device_.at<T>(p.weight) : nullptr; }
+  T* grad(const ParamSlot& p) const { return p.grad >= 0 ? device_.at<T>(p.grad) : nullptr; }
+  std::byte* state(const ParamSlot& p) const { return p.state >= 0 ? device_.at<std::byte>(p.state) : nullptr; }
+  QuantView quant(const ParamSlot& p) const {
+    return QuantView{p.quant, device_.at<std::uint8_t>(p.weight), device_.at<std::uint8_t>(p.scales),
+                     sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
+  }
+  // The parameter's dotted path in the model: "layers.3.self_attn.q_proj.lora_A".
+  static std::string path_of(const ParamSlot& p) { return node_path(p.node, p.instance) + "." + std::string(p.name); }
+  static std::string node_path(int node, int instance) {
+    std::vector<std::string> parts;
+    for (int n = node; n > 0; n = plan.nodes[n].parent) {
+      const NodeInfo& ni = plan.nodes[n];
+      std::string part = ni.name.empty() ? std::to_string(ni.index) : std::string(ni.name);
+      if (ni.is_repeat) part += "." + std::to_string(instance);
+      parts.push_back(part);
+    }
+    std::string s;
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) s += (s.empty() ? "" : ".") + *it;
+    return s;
+  }
+  // Quantizes dense values into a quantized parameter: x (rows, cols) f32.
+  void set_quantized(const ParamSlot& p, std::span<const float> x) {
+    const QuantView w = quant(p);
+    std::vector<float> staging(static_cast<std::size_t>(w.blocks()));
+    quantize_rows(w, 0, p.rows, x.data(), staging.data());
+    finish_double_quant(w, staging.data());
+  }
+  // Zeroes every optimizer state and restarts the step count (after loading weights).
+  void reset_optimizer() {
+    for (const ParamSlot& p : sched.params)
+      if (p.state >= 0) std::memset(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(config.optim.state_bytes(p.elements())));
+    step_ = 0;
+  }
+
+ private:
+  TrainOptions opt_;
+  Arena device_, offload_;
+  GemmPanels<T> panels_{};
+  int workers_ = 1;
+  int step_ = 0;
+  double last_loss_ = 0;
+
+  template <class U = T>
+  U* ptr(const Slot& s) const {
+    return s.bound() ? device_.at<U>(s.offset) : nullptr;
+  }
+
+  static void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::int64_t n) {
+    if (static_cast<std::int64_t>(tokens.size()) != n || static_cast<std::int64_t>(targets.size()) != n)
+      throw std::invalid_argument("host::Trainer: expected " + std::to_string(n) + " token ids and targets (batch " +
+                                  std::to_string(config.batch) + " x seq " + std::to_string(config.seq) +
+                                  (config.accumulate > 1 ? " x accumulate " + std::to_string(config.accumulate) : std::string()) +
+                                  "), got " + std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
+    const std::int64_t vocab = vocab_size();
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0 || tokens[i] >= vocab || targets[i] < 0 || targets[i] >= vocab)
+        throw std::out_of_range("host::Trainer: token id " + std::to_string(tokens[i] < 0 || tokens[i] >= vocab ? tokens[i] : targets[i]) +
+                                " at position " + std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  static constexpr std::int64_t vocab_size() {
+    for (const Step& s : sched.steps)
+      if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
+    return 0;
+  }
+
+  void load_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    std::memcpy(ptr<std::int32_t>(sched.tokens), tokens.data(), tokens.size_bytes());
+    std::memcpy(ptr<std::int32_t>(sched.targets), targets.data(), targets.size_bytes());
+  }
+
+  double micro_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no, bool backward,
+                     bool update_after = true) {
+    (void)update_after;
+    load_batch(tokens, targets);
+    const int end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
+    double loss = 0;
+    for (int g = 1; g < end; ++g) {
+      const Step& st = sched.steps[g];
+      if (st.kind == EventKind::loss) {
+        loss = loss_step(st, backward) / tokens_per_micro_batch;
+        if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
+        *ptr(sched.loss) = static_cast<T>(loss);
+        continue;
+      }
+      run_step(st);
+      if (config.update_in_backward)
+        for (int k = st.update_begin; k < st.update_end; ++k) update_param(sched.params[sched.updates[k]], step_no, T(1));
+    }
+    return loss;
+  }
+
+  void zero_grads() {
+    for (const ParamSlot& p : sched.params)
+      if (p.grad >= 0) std::memset(device_.at<std::byte>(p.grad), 0, static_cast<std::size_t>(p.elements() * sizeof(T)));
+  }
+
+  // ---- one event ----------------------------------------------------------------------------------------
+  void run_step(const Step& st) {
+    switch (st.kind) {
+      case EventKind::load_batch: break;
+      case EventKind::forward:
+      case EventKind::recompute: forward(st); break;
+      case EventKind::loss: loss_step(st, true); break;
+      case EventKind::backward: backward(st); break;
+      case EventKind::offload:
+        for (int c = st.copy_begin; c < st.copy_end; ++c) {
+          const CopyStep& cp = sched.copies[c];
+          std::memcpy(offload_.at<std::byte>(cp.to), device_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
+          offload_.release(cp.to, cp.bytes);
+        }
+        break;
+      case EventKind::prefetch:
+        for (int c = st.copy_begin; c < st.copy_end; ++c) {
+          const CopyStep& cp = sched.copies[c];
+          std::memcpy(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
+        }
+        break;
+      case EventKind::update: break;  // run by step() after the micro-batches
+    }
+  }
+
+  T* param_weight(int k) const { return k >= 0 ? device_.at<T>(sched.params[k].weight) : nullptr; }
+  T* param_grad(int k) const {
+    return k >= 0 && sched.params[k].trainable && sched.params[k].grad >= 0 ? device_.at<T>(sched.params[k].grad) : nullptr;
+  }
+  bool quantized(int k) const { return k >= 0 && sched.params[k].quant.kind != QuantKind::none; }
+  static AttentionDims attention_dims(const Step& st) {
+    AttentionDims d{};
+    d.batch = config.batch;
+    d.seq = config.seq;
+    d.heads = st.dim[0];
+    d.kv_heads = st.dim[1];
+    d.head_dim = st.dim[2];
+    d.rope = st.dim[3] > 0;
+    d.rope_theta = static_cast<double>(st.dim[3] > 0 ? st.dim[3] : 10000);
+    return d;
+  }
+
+  void forward(const Step& st) {
+    const std::int64_t n = tokens_per_micro_batch;
+    const int w = workers_;
+    using graph::OpKind;
+    switch (st.op) {
+      case OpKind::embedding:
+        embedding_forward(ptr<std::int32_t>(st.in[0]), param_weight(st.param[0]), ptr(st.out[0]), n, st.dim[1], w);
+        break;
+      case OpKind::positions:
+        positions_forward(param_weight(st.param[0]), ptr(st.inout), config.batch, config.seq, st.dim[1], w);
+        break;
+      case OpKind::linear: {
+        Epilogue<T> ep{};
+        ep.bias = param_weight(st.param[1]);
+        if (quantized(st.param[0]))
+          quant_linear_forward(ptr(st.in[0]), quant(sched.params[st.param[0]]), ptr(st.out[0]), n, ep, ptr(st.scratch), panels_, w);
+        else
+          linear_forward(ptr(st.in[0]), param_weight(st.param[0]), ptr(st.out[0]), n, st.dim[0], st.dim[1], ep, panels_, w);
+        break;
+      }
+      case OpKind::lora:
+        lora_forward(ptr(st.in[0]), param_weight(st.param[0]), param_weight(st.param[1]), ptr(st.out[0]), ptr(st.inout),
+                     static_cast<T>(st.scale_num) / static_cast<T>(st.scale_den), n, st.dim[0], st.dim[1], st.dim[2], panels_, w);
+        break;
+      case OpKind::rmsnorm:
+        norm_forward<T>(false, ptr(st.in[0]), param_weight(st.param[0]), nullptr, ptr(st.out[0]), nullptr, ptr(st.out[1]), n,
+                        st.dim[0], w);
+        break;
+      case OpKind::layernorm:
+        norm_forward<T>(true, ptr(st.in[0]), param_weight(st.param[0]), param_weight(st.param[1]), ptr(st.out[0]), ptr(st.out[1]),
+                        ptr(st.out[2]), n, st.dim[0], w);
+        break;
+      case OpKind::attention: {
+        const AttentionDims d = attention_dims(st);
+        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
+        if (st.in[1].bound()) {
+          attention_forward(d, ptr(st.in[0]), q_cols, ptr(st.in[1]), kv_cols, ptr(st.in[2]), kv_cols, ptr(st.out[0]),
+                            ptr(st.out[1]), ptr(st.scratch), w);
+        } else {  // one fused (N, 3D) q|k|v input
+          T* qkv = ptr(st.in[0]);
+          const std::int64_t ld = q_cols + 2 * kv_cols;
+          attention_forward(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.out[0]), ptr(st.out[1]),
+                            ptr(st.scratch), w);
+        }
+        break;
+      }
+      case OpKind::gelu: gelu_forward(ptr(st.in[0]), ptr(st.out[0]), n * st.dim[0], w); break;
+      case OpKind::swiglu: swiglu_forward(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], w); break;
+      case OpKind::add: add_forward(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], w); break;
+      case OpKind::lm_head_loss:
+      case OpKind::custom: unsupported(st); break;
+    }
+  }
+
+  // The fused LM head + loss; returns the summed loss of the micro-batch.
+  double loss_step(const Step& st, bool grads) {
+    const std::int64_t n = tokens_per_micro_batch;
+    const T scale = T(1) / static_cast<T>(n * config.accumulate);
+    T* dh = grads ? ptr(st.d_in[0]) : nullptr;
+    T* dw = grads ? param_grad(st.param[0]) : nullptr;
+    return lm_head_loss(ptr(st.in[0]), param_weight(st.param[0]), ptr<std::int32_t>(st.in[1]), dh, st.d_in[0].first, dw,
+                        st.grad_first[0], scale, n, st.dim[1], st.dim[0], st.dim[2], ptr(st.scratch), panels_, workers_);
+  }
+
+  void backward(const Step& st) {
+    const std::int64_t n = tokens_per_micro_batch;
+    const int w = workers_;
+    using graph::OpKind;
+    const T* dy = ptr(st.d_out[0]);
+    switch (st.op) {
+      case OpKind::embedding:
+        if (T* g = param_grad(st.param[0]))
+          embedding_backward(ptr<std::int32_t>(st.saved[0]), dy, g, st.grad_first[0], n, st.dim[0], st.dim[1], w);
+        break;
+      case OpKind::positions:
+        if (T* g = param_grad(st.param[0]))
+          positions_backward(ptr(st.d_inout), g, st.grad_first[0], config.batch, config.seq, st.dim[0], st.dim[1], w);
+        break;
+      case OpKind::linear: {
+        T* dx = ptr(st.d_in[0]);
+        if (quantized(st.param[0])) {
+          if (dx != nullptr)
+            quant_linear_backward_input(dy, quant(sched.params[st.param[0]]), dx, st.d_in[0].first, n, ptr(st.scratch), panels_, w);
+        } else {
+          linear_backward(dy, ptr(st.saved[0]), param_weight(st.param[0]), dx, st.d_in[0].first, param_grad(st.param[0]),
+                          st.grad_first[0], param_grad(st.param[1]), st.grad_first[1], n, st.dim[0], st.dim[1], panels_, w);
+        }
+        break;
+      }
+      case OpKind::lora:
+        lora_backward(ptr(st.d_inout), ptr(st.saved[0]), ptr(st.saved[1]), param_weight(st.param[0]), param_weight(st.param[1]),
+                      ptr(st.scratch), param_grad(st.param[0]), st.grad_first[0], param_grad(st.param[1]), st.grad_first[1],
+                      ptr(st.d_in[0]), st.d_in[0].first, static_cast<T>(st.scale_num) / static_cast<T>(st.scale_den), n,
+                      st.dim[0], st.dim[1], st.dim[2], panels_, w);
+        break;
+      case OpKind::rmsnorm:
+        norm_backward<T>(false, ptr(st.saved[0]), param_weight(st.param[0]), nullptr, ptr(st.saved[1]), dy, ptr(st.d_in[0]),
+                         st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], nullptr, false, n, st.dim[0], w);
+        break;
+      case OpKind::layernorm:
+        norm_backward<T>(true, ptr(st.saved[0]), param_weight(st.param[0]), ptr(st.saved[1]), ptr(st.saved[2]), dy,
+                         ptr(st.d_in[0]), st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], param_grad(st.param[1]),
+                         st.grad_first[1], n, st.dim[0], w);
+        break;
+      case OpKind::attention: {
+        const AttentionDims d = attention_dims(st);
+        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
+        for (int q = 0; q < graph::max_in; ++q)
+          if (st.d_in[q].bound() && !st.d_in[q].first) unsupported(st);  // attention overwrites its input gradients
+        if (st.saved[3].bound()) {  // saved: q, k, v, o, lse
+          attention_backward(d, ptr(st.saved[0]), q_cols, ptr(st.saved[1]), kv_cols, ptr(st.saved[2]), kv_cols, ptr(st.saved[3]),
+                             ptr(st.saved[4]), dy, ptr(st.d_in[0]), q_cols, ptr(st.d_in[1]), kv_cols, ptr(st.d_in[2]), kv_cols,
+                             ptr(st.scratch), w);
+        } else {  // saved: qkv, o, lse
+          const std::int64_t ld = q_cols + 2 * kv_cols;
+          T* qkv = ptr(st.saved[0]);
+          T* dqkv = ptr(st.d_in[0]);
+          attention_backward(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.saved[1]), ptr(st.saved[2]), dy, dqkv,
+                             ld, dqkv + q_cols, ld, dqkv + q_cols + kv_cols, ld, ptr(st.scratch), w);
+        }
+        break;
+      }
+      case OpKind::gelu:
+        if (st.d_in[0].bound()) gelu_backward(ptr(st.saved[0]), dy, ptr(st.d_in[0]), st.d_in[0].first, n * st.dim[0], w);
+        break;
+      case OpKind::swiglu:
+        swiglu_backward(ptr(st.saved[0]), ptr(st.saved[1]), dy, ptr(st.d_in[0]), st.d_in[0].first, ptr(st.d_in[1]),
+                        st.d_in[1].first, n * st.dim[0], w);
+        break;
+      case OpKind::add:
+        for (int q = 0; q < 2; ++q)
+          if (st.d_in[q].bound()) accumulate(dy, ptr(st.d_in[q]), st.d_in[q].first, n * st.dim[0], w);
+        break;
+      case OpKind::lm_head_loss:
+      case OpKind::custom: unsupported(st); break;
+    }
+  }
+
+  [[noreturn]] static void unsupported(const Step& st) {
+    throw std::logic_error("host::Trainer: no host kernel for op '" + std::string(graph::name_of(st.op)) + "' in event '" +
+                           std::string(name_of(st.kind)) + "' of node " + node_path(st.node, st.instance));
+  }
+
+  // ---- the update ------------------------------------------------------------------------------------------
+  // Returns the global gradient norm before clipping.
+  double update(int step_no) {
+    double sq = 0;
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable) sq += squared_norm(device_.at<T>(p.grad), p.elements());
+    const double norm = std::sqrt(sq);
+    T scale = T(1);
+    if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable) update_param(p, step_no, scale);
+    return norm;
+  }
+
+  void update_param(const ParamSlot& p, int step_no, T grad_scale) {
+    using O = typename R::optimizer;
+    T* w = device_.at<T>(p.weight);
+    const T* g = device_.at<T>(p.grad);
+    const std::int64_t n = p.elements();
+    const double lr = lr_at(step_no);
+    if constexpr (O::desc.kind == OptimKind::sgd) {
+      const T mu = static_cast<T>(O::momentum::value), wd = static_cast<T>(O::weight_decay::value);
+      sgd_pass(w, g, p.state >= 0 ? device_.at<float>(p.state) : nullptr, n, static_cast<T>(lr), mu, wd, grad_scale, workers_);
+    } else if constexpr (O::desc.kind == OptimKind::adamw) {
+      math::AdamWHyper<T> h{static_cast<T>(lr), static_cast<T>(O::beta1::value), static_cast<T>(O::beta2::value), T(1e-8),
+                            static_cast<T>(O::weight_decay::value)};
+      adamw_pass(w, g, device_.at<float>(p.state), n, math::adamw_step(h, step_no), grad_scale, workers_);
+    } else {
+      math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
+                                1e-8f, static_cast<float>(O::weight_decay::value)};
+      adamw8bit_pass(w, g, device_.at<std::uint8_t>(p.state), n, device_.at<float>(sched.optim_table), math::adamw_step(h, step_no),
+                     grad_scale, workers_);
+    }
+  }
+
+  // ---- set-up -----------------------------------------------------------------------------------------------
+  void fill_tables() {
+    if (sched.quant_table >= 0) {
+      bool dq = false;
+      for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
+      fill_quant_table(device_.at<float>(sched.quant_table), dq);
+    }
+    if (sched.optim_table >= 0) {
+      math::make_dynamic_map(true, device_.at<float>(sched.optim_table));
+      math::make_dynamic_map(false, device_.at<float>(sched.optim_table) + 256);
+    }
+  }
+
+  // GPT-2 / Llama style: N(0, 0.02) matrices and embeddings, norms 1, biases
+  // 0; LoRA A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's Kaiming-uniform) and B = 0.
+  void initialize(std::uint64_t seed) {
+    for (std::size_t k = 0; k < sched.params.size(); ++k) {
+      const ParamSlot& p = sched.params[k];
+      const std::uint64_t key = detail::mix(seed ^ detail::mix(static_cast<std::uint64_t>(p.param) * 1000003ull + p.instance));
+      const std::string_view kind = plan.nodes[p.node].kind;
+      const bool norm = kind == "RMSNorm" || kind == "LayerNorm";
+      auto value = [&](std::int64_t i) -> double {
+        if (p.name == "bias" || p.name == "lora_B") return 0.0;
+        if (norm) return 1.0;
+        if (p.name == "lora_A") return (2.0 * detail::uniform01(key, static_cast<std::uint64_t>(i)) - 1.0) / std::sqrt(double(p.cols));
+        return 0.02 * detail::normal(key, static_cast<std::uint64_t>(i));
+      };
+      if (p.quant.kind == QuantKind::none) {
+        T* w = device_.at<T>(p.weight);
+        for (std::int64_t i = 0; i < p.elements(); ++i) w[i] = static_cast<T>(value(i));
+      } else {
+        std::vector<float> dense(static_cast<std::size_t>(p.elements()));
+        for (std::int64_t i = 0; i < p.elements(); ++i) dense[i] = static_cast<float>(value(i));
+        set_quantized(p, dense);
+      }
+    }
+  }
+};
+
+}  // namespace headroom::host

@@ -1,0 +1,286 @@
+#pragma once
+// The schedule of a step: the plan turned into what an engine executes.
+//
+//   constexpr auto s = headroom::schedule<Run>();
+//
+// One Step per event of the plan's timeline, in order, each naming the op it
+// runs (OpKind and dimensions) and every tensor it touches as a byte offset
+// into its tier's arena, slot by slot (graph::Binding): inputs, outputs, the
+// saved tensors backward reads (already redirected to recomputed or
+// prefetched copies), gradients of outputs and inputs, parameters, scratch.
+// A slot also says whether this event is the first to write its buffer: the
+// engine overwrites it there and accumulates everywhere else (gradients of a
+// tensor read by several ops, parameter gradients over micro-batches).
+//
+// The schedule is a constexpr value computed from the run type, with the same
+// offsets as plan<Run>() (the same packing runs); an engine walks it and
+// calls one kernel per step, so nothing about the graph is decided at run
+// time.
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "plan.hpp"
+
+namespace headroom {
+
+// A tensor as one event sees it.
+struct Slot {
+  std::int64_t offset = -1;  // in the arena of its tier; -1: not bound
+  std::int64_t bytes = 0;
+  bool first = false;        // this event writes the buffer first (overwrite, don't accumulate)
+  constexpr bool bound() const { return offset >= 0; }
+};
+
+// One instance of one parameter, and where its buffers live (device tier).
+struct ParamSlot {
+  std::string_view name;  // "weight", "lora_A", ...
+  int param = -1;         // index into plan.params / graph params
+  int node = -1;
+  int instance = 0;       // its Repeat instance
+  std::int64_t rows = 0, cols = 0;
+  bool trainable = false;
+  QuantDesc quant{};
+  std::int64_t weight = -1, scales = -1, master = -1, grad = -1, state = -1;
+  constexpr std::int64_t elements() const { return rows * cols; }
+};
+
+// A copy between tiers made by an offload (device -> offload) or a
+// prefetch (offload -> device) step.
+struct CopyStep {
+  std::int64_t from = -1, to = -1, bytes = 0;
+};
+
+struct Step {
+  EventKind kind = EventKind::forward;
+  graph::OpKind op = graph::OpKind::custom;
+  int op_index = -1;  // graph op id
+  int node = -1;
+  int instance = 0;
+  std::int64_t dim[4]{};
+  std::int64_t scale_num = 1, scale_den = 1;
+  Slot in[graph::max_in]{}, out[graph::max_out]{}, inout{};
+  Slot saved[graph::max_saved]{};
+  Slot d_out[graph::max_out]{}, d_inout{}, d_in[graph::max_in]{};
+  Slot scratch{};
+  int param[2] = {-1, -1};             // ParamSlot indices
+  bool grad_first[2] = {false, false}; // this event writes that parameter's gradient first
+  int copy_begin = 0, copy_end = 0;    // offload / prefetch: its CopySteps
+  int update_begin = 0, update_end = 0;  // UpdateInBackward: parameters whose gradients are complete after this step
+};
+
+template <std::size_t NS, std::size_t NC, std::size_t NP>
+struct Schedule {
+  RunConfig config{};
+  std::array<Step, NS> steps{};
+  std::array<CopyStep, NC> copies{};
+  std::array<ParamSlot, NP> params{};
+  std::array<int, NP> updates{};  // ParamSlot indices, in the order UpdateInBackward runs them
+  std::int64_t peak[tier_count]{};
+  Slot tokens{}, targets{}, loss{};
+  Slot gemm_panels{};             // the workers' GEMM packing panels
+  std::int64_t quant_table = -1;  // NF4 code values (+ the dynamic map for double quantization)
+  std::int64_t optim_table = -1;  // AdamW8bit's two dynamic maps
+  int loss_step = -1, update_step = -1;
+
+  constexpr std::int64_t arena_bytes(Tier t = Tier::device) const { return peak[static_cast<int>(t)]; }
+};
+
+namespace detail {
+
+struct ScheduleSizes {
+  std::size_t steps, copies, params;
+};
+
+template <class R>
+constexpr ScheduleSizes schedule_sizes() {
+  const graph::Builder b = build_graph<R>();
+  std::size_t copies = 0, params = 0;
+  // each copy is made once per instance on the way out and once on the way back
+  for (const auto& c : b.copies) {
+    const int g = b.tensors[c.src].group;
+    copies += 2 * static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
+  }
+  for (const auto& p : b.params) params += p.group == graph::none ? 1 : static_cast<std::size_t>(b.groups[p.group].count);
+  return ScheduleSizes{static_cast<std::size_t>(expand_events(b).total), copies, params};
+}
+
+// Finds buffers by (tensor, instance) and tensors by reference.
+struct BufferIndex {
+  const graph::Builder& b;
+  const Expanded& x;
+  cvec<int> first;  // per tensor: its first buffer, or -1
+
+  constexpr BufferIndex(const graph::Builder& graph, const Expanded& expanded)
+      : b(graph), x(expanded), first(graph.tensors.size(), -1) {
+    for (int i = static_cast<int>(x.buffers.size()) - 1; i >= 0; --i) first[x.buffers[i].tensor] = i;
+  }
+
+  // The buffer a reference means for an event of instance j.
+  constexpr int buffer(graph::Ref r, int j) const {
+    int t = r.id;
+    while (true) {
+      if (b.tensors[t].alias != graph::none) t = b.tensors[t].alias;
+      const graph::Tensor& tr = b.tensors[t];
+      if (tr.is_virtual) {  // a Repeat's block input (or its gradient)
+        if (j == 0) {
+          r = tr.outer;
+          t = r.id;
+          j = 0;
+        } else {
+          r = graph::Ref{tr.prev, graph::none};
+          t = tr.prev;
+          j = j - 1;
+        }
+        continue;
+      }
+      int inst = 0;
+      if (tr.collapsed || tr.group == graph::none) inst = 0;
+      else if (r.fixed != graph::none) inst = r.fixed;
+      else inst = j;
+      const int k = first[t] + inst;
+      if (first[t] < 0 || x.buffers[k].tensor != t) throw "schedule: a tensor has no buffer for this instance";
+      return k;
+    }
+  }
+  constexpr Slot slot(graph::Ref r, int j, int event) const {
+    if (!r.valid()) return Slot{};
+    const Buffer& buf = x.buffers[buffer(r, j)];
+    return Slot{buf.offset, buf.bytes, buf.first == event};
+  }
+  constexpr Slot slot_of_tensor(int t, int j, int event) const {
+    if (t == graph::none || first[t] < 0) return Slot{};
+    return slot(graph::Ref{t, graph::none}, j, event);
+  }
+};
+
+}  // namespace detail
+
+template <TrainingRun R>
+constexpr auto schedule() {
+  constexpr detail::ScheduleSizes n = detail::schedule_sizes<R>();
+  const graph::Builder b = detail::build_graph<R>();
+  const detail::Expanded x = detail::expand_graph<true>(b);
+  const detail::Timeline tl = detail::expand_events(b);
+  const detail::BufferIndex index(b, x);
+  Schedule<n.steps, n.copies, n.params> s{};
+  s.config = x.cfg;
+  for (int t = 0; t < tier_count; ++t) s.peak[t] = x.peak[t];
+
+  // parameters: one slot per instance
+  detail::cvec<int> param_base(b.params.size(), 0);
+  {
+    int k = 0;
+    for (int p = 0; p < static_cast<int>(b.params.size()); ++p) {
+      const graph::Param& pr = b.params[p];
+      param_base[p] = k;
+      const int count = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+      for (int j = 0; j < count; ++j, ++k) {
+        ParamSlot& ps = s.params[k];
+        ps.name = pr.name;
+        ps.param = p;
+        ps.node = pr.node;
+        ps.instance = j;
+        ps.rows = pr.rows;
+        ps.cols = pr.cols;
+        ps.trainable = pr.trainable;
+        ps.quant = pr.quant;
+        ps.weight = index.slot_of_tensor(pr.weight, j, -1).offset;
+        ps.scales = index.slot_of_tensor(pr.scales, j, -1).offset;
+        ps.master = index.slot_of_tensor(pr.master, j, -1).offset;
+        ps.grad = index.slot_of_tensor(pr.grad, j, -1).offset;
+        ps.state = index.slot_of_tensor(pr.state, j, -1).offset;
+      }
+    }
+  }
+
+  // steps
+  int copy_at = 0;
+  for (int e = 0; e < static_cast<int>(b.events.size()); ++e) {
+    const graph::Event& ev = b.events[e];
+    const graph::Binding& bd = b.bindings[e];
+    for (int j = 0; j < tl.count[e]; ++j) {
+      const int g = tl.at(e, j);
+      Step& st = s.steps[g];
+      st.kind = ev.kind;
+      st.node = ev.node;
+      st.instance = j;
+      if (ev.kind == EventKind::loss) s.loss_step = g;
+      if (ev.kind == EventKind::update) s.update_step = g;
+      if (ev.op != graph::none) {
+        const graph::Op& op = b.ops[ev.op];
+        st.op = op.kind;
+        st.op_index = ev.op;
+        for (int d = 0; d < 4; ++d) st.dim[d] = op.dim[d];
+        st.scale_num = op.scale_num;
+        st.scale_den = op.scale_den;
+        for (int q = 0; q < 2; ++q) {
+          const int p = op.param[q];
+          if (p == graph::none) continue;
+          const graph::Param& pr = b.params[p];
+          const int inst = pr.group == graph::none ? 0 : j;
+          st.param[q] = param_base[p] + inst;
+          if (pr.grad != graph::none && ev.kind != EventKind::forward && ev.kind != EventKind::recompute)
+            st.grad_first[q] = index.slot_of_tensor(pr.grad, inst, g).first;
+          if (pr.grad != graph::none && op.fused_loss && ev.kind == EventKind::loss)
+            st.grad_first[q] = index.slot_of_tensor(pr.grad, inst, g).first;
+        }
+      }
+      for (int q = 0; q < graph::max_in; ++q) {
+        st.in[q] = index.slot(bd.in[q], j, g);
+        st.d_in[q] = index.slot(bd.d_in[q], j, g);
+      }
+      for (int q = 0; q < graph::max_out; ++q) {
+        st.out[q] = index.slot(bd.out[q], j, g);
+        st.d_out[q] = index.slot(bd.d_out[q], j, g);
+      }
+      for (int q = 0; q < graph::max_saved; ++q) st.saved[q] = index.slot(bd.saved[q], j, g);
+      st.inout = index.slot(bd.inout, j, g);
+      st.d_inout = index.slot(bd.d_inout, j, g);
+      st.scratch = index.slot_of_tensor(bd.scratch, j, g);
+      // tier copies
+      st.copy_begin = st.copy_end = copy_at;
+      if (bd.segment != graph::none && (ev.kind == EventKind::offload || ev.kind == EventKind::prefetch)) {
+        const int inst = ev.kind == EventKind::offload ? j : x.events[g].fetches;
+        if (inst >= 0) {
+          for (const graph::Copy& c : b.copies) {
+            if (c.segment != bd.segment) continue;
+            const Slot from = ev.kind == EventKind::offload ? index.slot_of_tensor(c.src, inst, -1)
+                                                            : index.slot_of_tensor(c.host, inst, -1);
+            const Slot to = ev.kind == EventKind::offload ? index.slot_of_tensor(c.host, inst, -1)
+                                                          : index.slot_of_tensor(c.dev, inst, -1);
+            s.copies[copy_at++] = CopyStep{from.offset, to.offset, from.bytes};
+          }
+        }
+        st.copy_end = copy_at;
+      }
+    }
+  }
+
+  // tensors of the model
+  s.tokens = index.slot(b.tokens, 0, 0);
+  s.targets = index.slot(b.targets, 0, 0);
+  s.loss = index.slot(b.loss, 0, s.loss_step);
+  s.gemm_panels = index.slot_of_tensor(b.gemm_workspace, 0, -1);
+  s.quant_table = index.slot_of_tensor(b.quant_table, 0, -1).offset;
+  s.optim_table = index.slot_of_tensor(b.optim_table, 0, -1).offset;
+
+  // UpdateInBackward: each parameter's update runs right after the step
+  // where its gradient buffer is last used
+  if (b.cfg.update_in_backward) {
+    int at = 0;
+    for (int g = 0; g < static_cast<int>(s.steps.size()); ++g) {
+      s.steps[g].update_begin = at;
+      for (int k = 0; k < static_cast<int>(s.params.size()); ++k) {
+        const ParamSlot& ps = s.params[k];
+        if (!ps.trainable) continue;
+        const int buf = index.buffer(graph::Ref{b.params[ps.param].grad, graph::none}, ps.instance);
+        if (x.buffers[buf].last == g) s.updates[at++] = k;
+      }
+      s.steps[g].update_end = at;
+    }
+  }
+  return s;
+}
+
+}  // namespace headroom
