@@ -210,6 +210,12 @@ class Trainer {
     for (auto it = parts.rbegin(); it != parts.rend(); ++it) s += (s.empty() ? "" : ".") + *it;
     return s;
   }
+  // The parameter at a dotted path ("layers.0.self_attn.q_proj.lora_B"), or null.
+  static const ParamSlot* find(std::string_view path) {
+    for (const ParamSlot& p : sched.params)
+      if (path_of(p) == path) return &p;
+    return nullptr;
+  }
   // Quantizes dense values into a quantized parameter: x (rows, cols) f32.
   void set_quantized(const ParamSlot& p, std::span<const float> x) {
     const QuantView w = quant(p);
@@ -409,9 +415,11 @@ class Trainer {
         break;
       case OpKind::linear: {
         T* dx = ptr(st.d_in[0]);
-        if (quantized(st.param[0])) {
+        if (quantized(st.param[0])) {  // frozen matrix: the input's gradient, and the bias's
           if (dx != nullptr)
             quant_linear_backward_input(dy, quant(sched.params[st.param[0]]), dx, st.d_in[0].first, n, ptr(st.scratch), panels_, w);
+          linear_backward<T>(dy, nullptr, nullptr, nullptr, false, nullptr, false, param_grad(st.param[1]), st.grad_first[1], n,
+                             st.dim[0], st.dim[1], panels_, w);
         } else {
           linear_backward(dy, ptr(st.saved[0]), param_weight(st.param[0]), dx, st.d_in[0].first, param_grad(st.param[0]),
                           st.grad_first[0], param_grad(st.param[1]), st.grad_first[1], n, st.dim[0], st.dim[1], panels_, w);
@@ -525,7 +533,10 @@ class Trainer {
   void initialize(std::uint64_t seed) {
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       const ParamSlot& p = sched.params[k];
-      const std::uint64_t key = detail::mix(seed ^ detail::mix(static_cast<std::uint64_t>(p.param) * 1000003ull + p.instance));
+      // keyed by the parameter's path: the same layer gets the same values
+      // whatever policies wrap it (LoRA with B = 0 then reproduces its base)
+      std::uint64_t key = detail::mix(seed);
+      for (const char c : path_of(p)) key = detail::mix(key ^ static_cast<unsigned char>(c));
       const std::string_view kind = plan.nodes[p.node].kind;
       const bool norm = kind == "RMSNorm" || kind == "LayerNorm";
       auto value = [&](std::int64_t i) -> double {

@@ -710,7 +710,7 @@ class Builder {
       if (!op.in_grad[q]) continue;
       const Ref x = op.in[q];
       if (op.in_alias[q] && grad_of_[x.id] == none && op.n_out > 0 && grad_of_[op.out[0].id] != none &&
-          x.fixed == none) {
+          x.fixed == none && !reads_sibling_producer(i, q)) {
         grad_of_[x.id] = grad_of_[op.out[0].id];
         continue;
       }
@@ -735,6 +735,27 @@ class Builder {
     for (const auto& sg : segments)
       if (sg.checkpoint && sg.first_op == i)
         for (auto& m : remap_) m = none;
+  }
+
+  // Input q of op i may share the output's gradient (a residual add) only if
+  // the op producing another aliased input does not read it too: that op's
+  // backward would read dy and write dx into one buffer (Residual<Linear>).
+  constexpr bool reads_sibling_producer(int i, int q) const {
+    const Op& op = ops[i];
+    const Ref x = op.in[q];
+    for (int r = 0; r < op.n_in; ++r) {
+      if (r == q || !op.in_alias[r]) continue;
+      for (int k = i - 1; k >= 0; --k) {
+        const Op& p = ops[k];
+        bool produces = p.inout == op.in[r];
+        for (int o = 0; o < p.n_out; ++o) produces = produces || p.out[o] == op.in[r];
+        if (!produces) continue;
+        for (int a = 0; a < p.n_in; ++a)
+          if (p.in[a] == x) return true;
+        if (p.inout.valid() && p.inout != op.in[r] && p.inout == x) return true;
+      }
+    }
+    return false;
   }
 
   // After the first op of a group has run its backward: link the gradient

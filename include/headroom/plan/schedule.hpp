@@ -149,7 +149,9 @@ struct BufferIndex {
     return Slot{buf.offset, buf.bytes, buf.first == event};
   }
   constexpr Slot slot_of_tensor(int t, int j, int event) const {
-    if (t == graph::none || first[t] < 0) return Slot{};
+    if (t == graph::none) return Slot{};
+    const graph::Tensor& tr = b.tensors[t];
+    if (!tr.is_virtual && tr.alias == graph::none && first[t] < 0) return Slot{};  // no bytes, no buffer
     return slot(graph::Ref{t, graph::none}, j, event);
   }
 };
