@@ -1,0 +1,162 @@
+// Planned = used: the trainer's arenas are the plan's bytes, a step
+// allocates nothing, and the process's peak resident memory over a training
+// run stays within the plan plus a stated constant.
+//
+// Allocations are counted by interposing malloc and friends (glibc's
+// __libc_* entry points do the work), so every allocation is seen: operator
+// new, Eigen's aligned_malloc, the OpenMP runtime, the C library.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <headroom/headroom.hpp>
+#include <headroom/host/trainer.hpp>
+#include <string>
+#include <vector>
+
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+}
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+void count() {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+void* malloc(std::size_t n) {
+  count();
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t a, std::size_t b) {
+  count();
+  return __libc_calloc(a, b);
+}
+void* realloc(void* p, std::size_t n) {
+  count();
+  return __libc_realloc(p, n);
+}
+void* aligned_alloc(std::size_t align, std::size_t n) {
+  count();
+  return __libc_memalign(align, n);
+}
+void* memalign(std::size_t align, std::size_t n) {
+  count();
+  return __libc_memalign(align, n);
+}
+int posix_memalign(void** out, std::size_t align, std::size_t n) {
+  count();
+  *out = __libc_memalign(align, n);
+  return *out == nullptr ? 12 /* ENOMEM */ : 0;
+}
+}
+
+using namespace headroom;
+
+namespace {
+
+template <class F>
+long allocations_in(F&& f) {
+  allocations = 0;
+  counting = true;
+  f();
+  counting = false;
+  return allocations.load();
+}
+
+std::int64_t status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field, 0) == 0) return std::strtoll(line.c_str() + std::string(field).size() + 1, nullptr, 10);
+  return -1;
+}
+
+std::vector<std::int32_t> pattern(std::size_t n, int vocab, int shift) {
+  std::vector<std::int32_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int32_t>((i * 7 + shift + i / 5) % vocab);
+  return v;
+}
+
+using Tiny = models::Llama<models::tiny_llama>;
+using Full = Train<Tiny, Batch<4>, Seq<64>, Workers<2>>;
+using QLoRA = Train<models::Llama<models::tiny_llama, Apply<Quantized<NF4, LoRA<8>>, On<q_proj, k_proj, v_proj, o_proj>>,
+                                  Apply<Checkpointed<>, EveryBlock>>,
+                    Batch<4>, Seq<64>, AdamW8bit, Workers<2>>;
+using Offload = Train<models::Llama<models::tiny_llama, Apply<Offloaded<>, EveryBlock>>, Batch<4>, Seq<64>, Workers<2>>;
+using GPT2Acc = Train<models::GPT2<models::GPT2Config{256, 128, 2, 4, 128}, Apply<LoRA<8>, On<c_attn>>>, Batch<2>, Seq<64>,
+                      Accumulate<2>, SGD<>, Workers<2>>;
+using UIB = Train<Tiny, Batch<2>, Seq<64>, UpdateInBackward, Workers<2>>;
+
+template <class R>
+void no_allocation_in_steps(host::TrainOptions o = {}) {
+  host::Trainer<R> t(o);
+  using Tr = host::Trainer<R>;
+  CHECK(t.arena_bytes(Tier::device) == Tr::plan.peak_bytes(Tier::device));
+  CHECK(t.arena_bytes(Tier::offload) == Tr::plan.peak_bytes(Tier::offload));
+  const auto tok = pattern(Tr::tokens_per_step, 256, 0), tgt = pattern(Tr::tokens_per_step, 256, 1);
+  t.step(tok, tgt);  // warm-up: the OpenMP runtime starts its threads here
+  const long n = allocations_in([&] {
+    for (int s = 0; s < 3; ++s) t.step(tok, tgt);
+  });
+  CHECK(n == 0);
+  const auto etok = pattern(Tr::tokens_per_micro_batch, 256, 0), etgt = pattern(Tr::tokens_per_micro_batch, 256, 1);
+  CHECK(allocations_in([&] { t.evaluate(etok, etgt); }) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the allocation counter sees allocations", "[host][memory]") {
+  const long n = allocations_in([] {
+    std::vector<int> v(1000);
+    v[10] = 3;
+    REQUIRE(v[10] == 3);
+  });
+  CHECK(n >= 1);
+}
+
+TEST_CASE("a step allocates nothing: full fine-tuning", "[host][memory]") { no_allocation_in_steps<Full>(); }
+TEST_CASE("a step allocates nothing: QLoRA, checkpointing, AdamW8bit", "[host][memory]") { no_allocation_in_steps<QLoRA>(); }
+TEST_CASE("a step allocates nothing: offloaded blocks (file-backed tier)", "[host][memory]") { no_allocation_in_steps<Offload>(); }
+TEST_CASE("a step allocates nothing: GPT-2 LoRA, Accumulate<2>, SGD", "[host][memory]") { no_allocation_in_steps<GPT2Acc>(); }
+TEST_CASE("a step allocates nothing: UpdateInBackward", "[host][memory]") {
+  no_allocation_in_steps<UIB>({.clip_norm = 0});
+}
+
+// Peak resident memory over a training run: the arena plus a constant.
+// The constant, measured on this machine (2 cores, glibc 2.36, libgomp):
+// code pages of the test binary and Eigen's kernels first touched by the
+// step, the OpenMP worker's stack, Catch2 and the C++ runtime; at most a few
+// MiB, independent of the model. The bound allows 16 MiB.
+TEST_CASE("peak resident memory (VmHWM) = plan + a constant", "[host][memory]") {
+  using Run = Train<Tiny, Batch<8>, Seq<128>, Workers<2>>;
+  using Tr = host::Trainer<Run>;
+  // start the OpenMP team and touch the code paths once, outside the measurement
+  host::team(2, [](int, int) {});
+  {
+    std::ofstream("/proc/self/clear_refs") << "5";  // reset VmHWM to the current RSS
+  }
+  const std::int64_t before = status_kib("VmRSS:") * 1024;
+  {
+    Tr t({.lr = 1e-3});
+    const auto tok = pattern(Tr::tokens_per_step, 256, 0), tgt = pattern(Tr::tokens_per_step, 256, 1);
+    for (int s = 0; s < 4; ++s) t.step(tok, tgt);
+  }
+  const std::int64_t peak = status_kib("VmHWM:") * 1024;
+  const std::int64_t planned = Tr::plan.peak_bytes();
+  const std::int64_t overhead = peak - before - planned;
+  INFO("VmRSS before " << before << " B, VmHWM " << peak << " B, plan " << planned << " B, overhead " << overhead << " B");
+  CHECK(peak - before >= planned * 9 / 10);  // the arena is really used
+  CHECK(overhead <= 16ll << 20);
+  std::printf("VmHWM over a run of %s: plan %lld B + %lld B overhead\n", "tiny_llama B8 T128", static_cast<long long>(planned),
+              static_cast<long long>(overhead));
+}
