@@ -183,6 +183,7 @@ class Trainer {
   int steps_done() const { return step_; }
   void set_steps_done(int s) { step_ = s; }
   int threads() const { return workers_; }
+  const GemmPanels<T>& gemm_panels() const { return panels_; }
   const TrainOptions& options() const { return opt_; }
 
   // ---- parameters ----------------------------------------------------------------------------------------
