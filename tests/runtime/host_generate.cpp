@@ -81,5 +81,6 @@ TEST_CASE("sampling: greedy is the argmax, a seed fixes the text, the context is
   std::vector<std::int32_t> long_out(15);  // 3 + 14 fed > 16
   REQUIRE_THROWS_WITH(a.generate(prompt, long_out), Catch::Contains("planned context of 16"));
   const std::int32_t bad = 48;
+  a.reset();
   REQUIRE_THROWS_WITH(a.feed_one(std::span<const std::int32_t>(&bad, 1)), Catch::Contains("outside the vocabulary"));
 }
