@@ -1,0 +1,541 @@
+#pragma once
+// Tokenizers: text <-> token ids, on the host.
+//
+//   ByteTokenizer   one token per byte, vocab 256 (needs no files)
+//   Gpt2Bpe         GPT-2's byte-level BPE, vocab 50257, from the standard
+//                   encoder.json + vocab.bpe (scripts/fetch-corpus --gpt2-bpe)
+//
+// Both satisfy the `Tokenizer` concept: vocab_size(), encode(text) -> ids,
+// decode(ids) -> text, and name() (a short tag used in cache file names).
+// Tokens are std::int32_t, as the engines and token files take them.
+//
+// GPT-2's byte-level BPE (Radford et al. 2019, the files of openai/gpt-2):
+//   1. pre-tokenization splits the text into pieces with the regex
+//        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//      (implemented by hand below, see detail::gpt2::next_piece);
+//   2. each piece's UTF-8 bytes are mapped one to one onto printable code points
+//      (byte_to_unicode: printable Latin-1 bytes map to themselves, the other 68
+//      bytes to U+0100.. in byte order), so every token is a printable string;
+//   3. BPE: starting from one token per byte, the adjacent pair with the lowest
+//      merge rank (its line in vocab.bpe) is merged everywhere in the piece,
+//      left to right, until no adjacent pair has a rank;
+//   4. encoder.json maps each resulting token string to its id.
+// "<|endoftext|>" (id 50256) is an entry of encoder.json; encode() treats text
+// as plain text (as the reference encoder does) and never emits it: append
+// eot_id() yourself between documents.
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace headroom::io {
+
+// Any problem with training data: a missing or malformed corpus, token or
+// tokenizer file, a split too short, an id outside a vocabulary. The message
+// names the file (where there is one) and the problem.
+struct data_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What the data pipeline needs of a tokenizer.
+template <class T>
+concept Tokenizer = requires(const T& t, std::string_view text, std::span<const std::int32_t> ids) {
+  { t.vocab_size() } -> std::convertible_to<std::size_t>;
+  { t.encode(text) } -> std::same_as<std::vector<std::int32_t>>;
+  { t.decode(ids) } -> std::same_as<std::string>;
+  { t.name() } -> std::convertible_to<std::string_view>;
+};
+
+// One token per byte: id = the byte's value. Round-trips any byte string.
+class ByteTokenizer {
+ public:
+  static constexpr std::size_t vocab_size() { return 256; }
+  static constexpr std::string_view name() { return "byte"; }
+
+  std::vector<std::int32_t> encode(std::string_view text) const {
+    std::vector<std::int32_t> ids(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+    return ids;
+  }
+
+  // Throws data_error for an id outside [0, 256).
+  std::string decode(std::span<const std::int32_t> ids) const {
+    std::string text(ids.size(), '\0');
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= 256)
+        throw data_error("byte tokenizer: token id " + std::to_string(ids[i]) + " at position " +
+                         std::to_string(i) + " is outside the vocabulary [0, 256)");
+      text[i] = static_cast<char>(static_cast<unsigned char>(ids[i]));
+    }
+    return text;
+  }
+};
+
+namespace detail::gpt2 {
+
+// --- UTF-8 -------------------------------------------------------------------
+
+inline void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// One decoded code point and the number of bytes it took. A byte that does not
+// start a valid (shortest-form, non-surrogate) UTF-8 sequence decodes as
+// itself, U+0080..U+00FF style, with length 1: encoding must accept any bytes.
+struct CodePoint {
+  char32_t cp;
+  std::size_t len;
+  bool valid;
+};
+
+inline CodePoint decode_utf8(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  const CodePoint invalid{c, 1, false};
+  if (c < 0x80) return {c, 1, true};
+  std::size_t len = 0;
+  char32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4;
+    cp = c & 0x07;
+  } else {
+    return invalid;
+  }
+  if (i + len > s.size()) return invalid;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return invalid;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  constexpr char32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < min_for_len[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return invalid;
+  return {cp, len, true};
+}
+
+// --- byte <-> printable code point (GPT-2's bytes_to_unicode) -----------------
+
+// Bytes that are printable Latin-1 characters keep their code point; the others
+// (0x00-0x20, 0x7F-0xA0, 0xAD) take U+0100, U+0101, ... in byte order.
+inline constexpr std::array<char32_t, 256> byte_to_unicode = [] {
+  std::array<char32_t, 256> map{};
+  char32_t next = 0x100;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    map[static_cast<std::size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return map;
+}();
+
+// The inverse, over U+0000..U+0143; -1 where no byte maps.
+inline constexpr std::array<int, 0x144> unicode_to_byte = [] {
+  std::array<int, 0x144> inv{};
+  for (auto& v : inv) v = -1;
+  for (int b = 0; b < 256; ++b) inv[byte_to_unicode[static_cast<std::size_t>(b)]] = b;
+  return inv;
+}();
+
+// --- character classes of the pre-tokenization regex -------------------------
+//
+// \s is Unicode's White_Space property, exactly. \p{L} (letter) and \p{N}
+// (number) are exact for ASCII and Latin-1 (U+0000..U+00FF), and U+2000..U+20CF
+// (general punctuation, super/subscripts' neighbours, currency) is treated as
+// neither letter nor number. APPROXIMATION: every other non-ASCII code point
+// counts as a letter, so e.g. CJK punctuation, emoji, or non-Latin digits stay
+// in the letter run they touch, where GPT-2 would split them off; the BPE still
+// produces valid ids, only a different (usually longer) segmentation. English
+// text (the corpora here are ASCII plus '£') tokenizes exactly as GPT-2 does.
+enum class CharClass : std::uint8_t { Space, Letter, Number, Other };
+
+inline bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+inline CharClass classify(char32_t c) {
+  if (is_white_space(c)) return CharClass::Space;
+  if (c < 0x80) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return CharClass::Letter;
+    if (c >= '0' && c <= '9') return CharClass::Number;
+    return CharClass::Other;
+  }
+  if (c < 0x100) {
+    // Latin-1: ª µ º and the letters from U+00C0 except × and ÷; ² ³ ¹ ¼ ½ ¾ are numbers.
+    if (c == 0xAA || c == 0xB5 || c == 0xBA || (c >= 0xC0 && c != 0xD7 && c != 0xF7)) return CharClass::Letter;
+    if (c == 0xB2 || c == 0xB3 || c == 0xB9 || (c >= 0xBC && c <= 0xBE)) return CharClass::Number;
+    return CharClass::Other;
+  }
+  if (c >= 0x2000 && c <= 0x20CF) return CharClass::Other;
+  return CharClass::Letter;  // the approximation described above
+}
+
+// The length in bytes of the pre-tokenization piece starting at byte `i` of
+// `text` (i < text.size()): the first alternative of the regex that matches.
+inline std::size_t next_piece(std::string_view text, std::size_t i) {
+  const std::size_t n = text.size();
+  const auto at = [&](std::size_t k) { return decode_utf8(text, k); };
+  const auto cls = [&](std::size_t k) { return classify(at(k).cp); };
+  // Bytes to the end of the run of class `c` starting at k.
+  const auto run_end = [&](std::size_t k, CharClass c) {
+    while (k < n && cls(k) == c) k += at(k).len;
+    return k;
+  };
+
+  // 's 't 're 've 'm 'll 'd (case-sensitive, as in GPT-2)
+  if (text[i] == '\'') {
+    const std::string_view rest = text.substr(i + 1);
+    for (std::string_view c : {"re", "ve", "ll", "s", "t", "m", "d"})
+      if (rest.starts_with(c)) return 1 + c.size();
+  }
+  //  ?\p{L}+   ?\p{N}+   ?[^\s\p{L}\p{N}]+
+  const std::size_t start = (text[i] == ' ' && i + 1 < n) ? i + 1 : i;
+  const CharClass c = cls(start);
+  if (c != CharClass::Space) return run_end(start, c) - i;
+  // \s+(?!\S)  then  \s+ : a whitespace run, less its last character when a
+  // non-space follows it (that character then opens the next piece, " word").
+  std::size_t end = i, last = i;
+  while (end < n && cls(end) == CharClass::Space) last = end, end += at(end).len;
+  if (end == n || last == i) return end - i;
+  return last - i;
+}
+
+// --- a JSON object of string -> non-negative integer (encoder.json) -----------
+
+class JsonMapParser {
+ public:
+  JsonMapParser(std::string_view text, const std::filesystem::path& file) : text_(text), file_(file) {}
+
+  // Calls put(key, value) for each entry, in file order.
+  template <class Put>
+  void parse(Put&& put) {
+    skip_ws();
+    expect('{');
+    skip_ws();
+    if (peek() == '}') {
+      ++pos_;
+    } else {
+      while (true) {
+        skip_ws();
+        if (peek() != '"') fail("expected a string key");
+        std::string key = parse_string();
+        skip_ws();
+        expect(':');
+        skip_ws();
+        const std::uint64_t value = parse_integer();
+        put(std::move(key), value);
+        skip_ws();
+        if (peek() == ',') { ++pos_; continue; }
+        expect('}');
+        break;
+      }
+    }
+    skip_ws();
+    if (pos_ != text_.size()) fail("unexpected characters after the object");
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw data_error("gpt2 bpe: " + file_.string() + ": byte " + std::to_string(pos_) + ": " + what);
+  }
+  char peek() const {
+    if (pos_ >= text_.size()) fail("unexpected end of file");
+    return text_[pos_];
+  }
+  void expect(char c) {
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  void skip_ws() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' || text_[pos_] == '\t'))
+      ++pos_;
+  }
+  std::uint64_t parse_integer() {
+    const std::size_t start = pos_;
+    if (peek() == '-') fail("negative token ids are not allowed");
+    std::uint64_t v = 0;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
+      v = v * 10 + static_cast<std::uint64_t>(text_[pos_] - '0');
+      if (v > std::numeric_limits<std::uint32_t>::max()) fail("token id too large");
+      ++pos_;
+    }
+    if (pos_ == start) fail("expected a non-negative integer token id");
+    if (pos_ - start > 1 && text_[start] == '0') fail("leading zeros are not allowed");
+    return v;
+  }
+  char32_t hex4() {
+    char32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = peek();
+      ++pos_;
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<char32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<char32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<char32_t>(c - 'A' + 10);
+      else fail("bad \\u escape");
+    }
+    return v;
+  }
+  std::string parse_string() {
+    expect('"');
+    std::string out;
+    while (true) {
+      const char c = peek();
+      ++pos_;
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
+      if (c != '\\') { out += c; continue; }
+      const char e = peek();
+      ++pos_;
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          char32_t cp = hex4();
+          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in a \\u escape");
+          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: a low one must follow
+            if (pos_ + 2 > text_.size() || text_[pos_] != '\\' || text_[pos_ + 1] != 'u')
+              fail("unpaired high surrogate in a \\u escape");
+            pos_ += 2;
+            const char32_t lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired high surrogate in a \\u escape");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          append_utf8(out, cp);
+          break;
+        }
+        default: fail(std::string("bad escape '\\") + e + "'");
+      }
+    }
+  }
+
+  std::string_view text_;
+  const std::filesystem::path& file_;
+  std::size_t pos_ = 0;
+};
+
+inline std::string read_file(const std::filesystem::path& path, std::string_view who) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw data_error(std::string(who) + ": " + path.string() +
+                     ": file not found (scripts/fetch-corpus --gpt2-bpe downloads GPT-2's files)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw data_error(std::string(who) + ": " + path.string() + ": cannot open the file");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace detail::gpt2
+
+// GPT-2's byte-level BPE tokenizer (50257 ids). Construction reads and checks
+// both files; encode/decode are const and thread-safe.
+class Gpt2Bpe {
+ public:
+  // Reads `dir`/encoder.json and `dir`/vocab.bpe.
+  explicit Gpt2Bpe(const std::filesystem::path& dir) : Gpt2Bpe(dir / "encoder.json", dir / "vocab.bpe") {}
+
+  // encoder.json: a JSON object token string -> id, the ids exactly 0..N-1.
+  // vocab.bpe: an optional "#version" line, then one merge "left right" per
+  // line, highest priority first (rank = line number among the merges).
+  Gpt2Bpe(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
+    load_encoder(encoder_json);
+    load_merges(vocab_bpe);
+  }
+
+  std::size_t vocab_size() const { return token_bytes_.size(); }
+  static constexpr std::string_view name() { return "gpt2"; }
+  // The id of "<|endoftext|>" (50256 in GPT-2's files).
+  std::int32_t eot_id() const { return eot_id_; }
+
+  std::vector<std::int32_t> encode(std::string_view text) const {
+    std::vector<std::int32_t> ids;
+    ids.reserve(text.size() / 3);
+    // Pieces repeat (words); remember each distinct piece's tokens for this call.
+    std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> seen;  // piece -> [begin, end) in ids
+    std::vector<std::int32_t> word;
+    for (std::size_t i = 0; i < text.size();) {
+      const std::size_t len = detail::gpt2::next_piece(text, i);
+      const std::string_view piece = text.substr(i, len);
+      i += len;
+      if (auto it = seen.find(piece); it != seen.end()) {
+        const auto [b, e] = it->second;
+        for (std::size_t k = b; k < e; ++k) {
+          const std::int32_t id = ids[k];
+          ids.push_back(id);
+        }
+        continue;
+      }
+      bpe(piece, word);
+      seen.emplace(piece, std::pair{ids.size(), ids.size() + word.size()});
+      ids.insert(ids.end(), word.begin(), word.end());
+    }
+    return ids;
+  }
+
+  // Throws data_error for an id outside [0, vocab_size()).
+  std::string decode(std::span<const std::int32_t> ids) const {
+    std::string text;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= token_bytes_.size())
+        throw data_error("gpt2 bpe: token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                         " is outside the vocabulary [0, " + std::to_string(token_bytes_.size()) + ")");
+      text += token_bytes_[static_cast<std::size_t>(ids[i])];
+    }
+    return text;
+  }
+
+  // The bytes token `id` stands for (id in [0, vocab_size())).
+  const std::string& token_bytes(std::int32_t id) const { return token_bytes_.at(static_cast<std::size_t>(id)); }
+
+ private:
+  struct Merge {
+    std::int32_t rank;    // lower merges first
+    std::int32_t merged;  // id of left+right
+  };
+  static std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  }
+
+  // BPE on one piece: `word` receives its token ids.
+  void bpe(std::string_view piece, std::vector<std::int32_t>& word) const {
+    word.clear();
+    for (const char c : piece) word.push_back(byte_id_[static_cast<unsigned char>(c)]);
+    while (word.size() > 1) {
+      // the adjacent pair with the lowest rank
+      const Merge* best = nullptr;
+      std::uint64_t best_key = 0;
+      for (std::size_t k = 0; k + 1 < word.size(); ++k) {
+        const std::uint64_t key = pair_key(word[k], word[k + 1]);
+        const auto it = merges_.find(key);
+        if (it != merges_.end() && (!best || it->second.rank < best->rank)) best = &it->second, best_key = key;
+      }
+      if (!best) break;
+      // merge every occurrence, left to right, without overlaps
+      std::size_t out = 0;
+      for (std::size_t k = 0; k < word.size();) {
+        if (k + 1 < word.size() && pair_key(word[k], word[k + 1]) == best_key) {
+          word[out++] = best->merged;
+          k += 2;
+        } else {
+          word[out++] = word[k++];
+        }
+      }
+      word.resize(out);
+    }
+  }
+
+  void load_encoder(const std::filesystem::path& path) {
+    const std::string text = detail::gpt2::read_file(path, "gpt2 bpe");
+    const auto fail = [&](const std::string& what) { throw data_error("gpt2 bpe: " + path.string() + ": " + what); };
+    std::vector<std::pair<std::string, std::uint64_t>> entries;
+    detail::gpt2::JsonMapParser(text, path).parse([&](std::string key, std::uint64_t id) {
+      entries.emplace_back(std::move(key), id);
+    });
+    if (entries.empty()) fail("no tokens in the encoder");
+    const std::size_t n = entries.size();
+    token_bytes_.assign(n, {});
+    std::vector<bool> taken(n, false);
+    for (auto& [key, id] : entries) {
+      if (id >= n)
+        fail("token \"" + key + "\" has id " + std::to_string(id) + "; the " + std::to_string(n) +
+             " ids must be exactly 0.." + std::to_string(n - 1));
+      if (taken[id]) fail("id " + std::to_string(id) + " is given to two tokens");
+      taken[id] = true;
+      // The token's bytes: each code point of the key maps back to one byte.
+      std::string bytes;
+      for (std::size_t i = 0; i < key.size();) {
+        const auto c = detail::gpt2::decode_utf8(key, i);
+        const int b = (c.valid && c.cp < detail::gpt2::unicode_to_byte.size())
+                          ? detail::gpt2::unicode_to_byte[c.cp] : -1;
+        if (b < 0) fail("token \"" + key + "\" (id " + std::to_string(id) + ") is not in GPT-2's byte alphabet");
+        bytes += static_cast<char>(b);
+        i += c.len;
+      }
+      token_bytes_[id] = std::move(bytes);
+      if (ids_.contains(key)) fail("token \"" + key + "\" appears twice");
+      ids_.emplace(std::move(key), static_cast<std::int32_t>(id));
+    }
+    for (int b = 0; b < 256; ++b) {
+      std::string single;
+      detail::gpt2::append_utf8(single, detail::gpt2::byte_to_unicode[static_cast<std::size_t>(b)]);
+      const auto it = ids_.find(single);
+      if (it == ids_.end()) fail("no token for the single byte " + std::to_string(b));
+      byte_id_[static_cast<std::size_t>(b)] = it->second;
+    }
+    if (const auto it = ids_.find("<|endoftext|>"); it != ids_.end()) eot_id_ = it->second;
+  }
+
+  void load_merges(const std::filesystem::path& path) {
+    const std::string text = detail::gpt2::read_file(path, "gpt2 bpe");
+    std::size_t line_no = 0;
+    std::int32_t rank = 0;
+    for (std::size_t pos = 0; pos < text.size();) {
+      std::size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      std::string_view line(text.data() + pos, end - pos);
+      pos = end + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+      const auto fail = [&](const std::string& what) {
+        throw data_error("gpt2 bpe: " + path.string() + ": line " + std::to_string(line_no) + ": " + what);
+      };
+      const std::size_t space = line.find(' ');
+      if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
+          line.find(' ', space + 1) != std::string_view::npos)
+        fail("expected a merge \"left right\", got \"" + std::string(line) + "\"");
+      const std::string left(line.substr(0, space)), right(line.substr(space + 1));
+      const auto l = ids_.find(left), r = ids_.find(right), m = ids_.find(left + right);
+      if (l == ids_.end() || r == ids_.end() || m == ids_.end())
+        fail("merge \"" + std::string(line) + "\" uses or makes a token missing from the encoder");
+      merges_.emplace(pair_key(l->second, r->second), Merge{rank++, m->second});  // first rank wins
+    }
+  }
+
+  std::unordered_map<std::string, std::int32_t> ids_;    // token string (byte alphabet) -> id
+  std::vector<std::string> token_bytes_;                 // id -> the bytes it stands for
+  std::array<std::int32_t, 256> byte_id_{};              // byte -> id of its single-byte token
+  std::unordered_map<std::uint64_t, Merge> merges_;      // (left id, right id) -> rank, merged id
+  std::int32_t eot_id_ = -1;                             // -1 when the encoder has no "<|endoftext|>"
+};
+
+static_assert(Tokenizer<ByteTokenizer>);
+static_assert(Tokenizer<Gpt2Bpe>);
+
+}  // namespace headroom::io
