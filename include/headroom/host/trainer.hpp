@@ -337,6 +337,7 @@ class Trainer {
   }
 
   void forward(const Step& st) {
+    if (st.fused_into_previous) return;  // computed by the projection before it
     const std::int64_t n = tokens_per_micro_batch;
     const int w = workers_;
     using graph::OpKind;
@@ -350,6 +351,12 @@ class Trainer {
       case OpKind::linear: {
         Epilogue<T> ep{};
         ep.bias = param_weight(st.param[1]);
+        if (st.fuse_next != OpKind::custom) {  // the next step's activation, in this GEMM's epilogue
+          const Step& next = (&st)[1];
+          ep.act = st.fuse_next == OpKind::gelu ? Fused::gelu : Fused::swiglu_up;
+          ep.act_out = ptr(next.out[0]);
+          ep.gate = st.fuse_next == OpKind::swiglu ? ptr(next.in[0]) : nullptr;
+        }
         if (quantized(st.param[0]))
           quant_linear_forward(ptr(st.in[0]), quant(sched.params[st.param[0]]), ptr(st.out[0]), n, ep, ptr(st.scratch), panels_, w);
         else

@@ -67,6 +67,11 @@ struct Step {
   bool grad_first[2] = {false, false}; // this event writes that parameter's gradient first
   int copy_begin = 0, copy_end = 0;    // offload / prefetch: its CopySteps
   int update_begin = 0, update_end = 0;  // UpdateInBackward: parameters whose gradients are complete after this step
+  // Fusion: a projection whose output the next step's activation reads right
+  // away computes that activation in its GEMM epilogue (fuse_next = the
+  // activation's op); the activation's own step then has nothing to do.
+  graph::OpKind fuse_next = graph::OpKind::custom;
+  bool fused_into_previous = false;
 };
 
 template <std::size_t NS, std::size_t NC, std::size_t NP>
@@ -256,6 +261,20 @@ constexpr auto schedule() {
         }
         st.copy_end = copy_at;
       }
+    }
+  }
+
+  // GEMM epilogues: linear -> gelu, and up_proj -> swiglu (gate already computed)
+  for (std::size_t g = 0; g + 1 < s.steps.size(); ++g) {
+    Step& a = s.steps[g];
+    Step& n = s.steps[g + 1];
+    if (a.op != graph::OpKind::linear || (a.kind != EventKind::forward && a.kind != EventKind::recompute)) continue;
+    if (n.kind != a.kind || n.instance != a.instance || !a.out[0].bound()) continue;
+    const bool gelu = n.op == graph::OpKind::gelu && n.in[0].offset == a.out[0].offset;
+    const bool swiglu = n.op == graph::OpKind::swiglu && n.in[1].offset == a.out[0].offset && n.in[0].offset != a.out[0].offset;
+    if (gelu || swiglu) {
+      a.fuse_next = n.op;
+      n.fused_into_previous = true;
     }
   }
 
