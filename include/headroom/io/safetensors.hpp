@@ -12,19 +12,28 @@
 // demand. write_safetensors writes through `path + ".tmp"` and renames over `path`,
 // so an interrupted save never leaves a broken file behind.
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <unistd.h>
+#endif
 
 #include "../core/dtype.hpp"
 
@@ -128,6 +137,89 @@ inline std::string_view kind_name(Json::Kind k) {
     case Json::Kind::Integer: return "an integer";
   }
   return "?";
+}
+
+// Decodes the JSON string literal starting at text[pos] (a '"'), escapes
+// included, and moves pos past it; errors throw std::runtime_error("<what> at
+// byte N: ...").
+inline std::string decode_json_string(std::string_view text, std::size_t& pos, std::string_view what) {
+  auto fail = [&](const std::string& why) {
+    throw std::runtime_error(std::string(what) + " at byte " + std::to_string(pos) + ": " + why);
+  };
+  auto peek = [&]() {
+    if (pos >= text.size()) fail("unexpected end of header");
+    return text[pos];
+  };
+  auto hex4 = [&]() {
+    unsigned cp = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = peek();
+      ++pos;
+      cp <<= 4;
+      if (c >= '0' && c <= '9') cp |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') cp |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') cp |= static_cast<unsigned>(c - 'A' + 10);
+      else fail("bad \\u escape");
+    }
+    return cp;
+  };
+  auto append_utf8 = [](std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  };
+  if (peek() != '"') fail("expected '\"'");
+  ++pos;
+  std::string out;
+  while (true) {
+    const char c = peek();
+    ++pos;
+    if (c == '"') return out;
+    if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
+    if (c != '\\') {
+      out += c;
+      continue;
+    }
+    const char e = peek();
+    ++pos;
+    switch (e) {
+      case '"': out += '"'; break;
+      case '\\': out += '\\'; break;
+      case '/': out += '/'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 'u': {
+        unsigned cp = hex4();
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          if (pos + 1 >= text.size() || text[pos] != '\\' || text[pos + 1] != 'u') fail("unpaired surrogate in \\u escape");
+          pos += 2;
+          const unsigned lo = hex4();
+          if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate in \\u escape");
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          fail("unpaired surrogate in \\u escape");
+        }
+        append_utf8(out, cp);
+        break;
+      }
+      default: fail(std::string("bad escape '\\") + e + "'");
+    }
+  }
 }
 
 class JsonParser {
@@ -251,80 +343,7 @@ class JsonParser {
     return v;
   }
 
-  unsigned parse_hex4() {
-    unsigned cp = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = peek();
-      ++pos_;
-      cp <<= 4;
-      if (c >= '0' && c <= '9') cp |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') cp |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') cp |= static_cast<unsigned>(c - 'A' + 10);
-      else fail("bad \\u escape");
-    }
-    return cp;
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  std::string parse_string() {
-    expect_char('"');
-    std::string out;
-    while (true) {
-      const char c = peek();
-      ++pos_;
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      const char e = peek();
-      ++pos_;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = parse_hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (pos_ + 1 >= text_.size() || text_[pos_] != '\\' || text_[pos_ + 1] != 'u')
-              fail("unpaired surrogate in \\u escape");
-            pos_ += 2;
-            const unsigned lo = parse_hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("unpaired surrogate in \\u escape");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: fail(std::string("bad escape '\\") + e + "'");
-      }
-    }
-  }
+  std::string parse_string() { return decode_json_string(text_, pos_, "invalid JSON header"); }
 
   std::string_view text_;
   std::size_t pos_ = 0;
@@ -646,5 +665,260 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
     throw;
   }
 }
+
+// ---------------------------------------------------------------------------
+// Helpers shared by the other io/ headers (hf_names, checkpoint, peft).
+// ---------------------------------------------------------------------------
+
+// True for the floating-point dtypes a checkpoint's values can be read from.
+constexpr bool is_float(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
+}
+
+namespace detail::safetensors {
+
+// IEEE half (binary16) and bfloat16 bit patterns to float.
+inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, bits = 0;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant != 0) {  // subnormal: normalise
+    exp = 113;
+    while ((mant & 0x400u) == 0) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3FFu) << 13);
+  } else {
+    bits = sign;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline float bf16_to_float(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace detail::safetensors
+
+// Reads tensor `t` of `file` (F32, F16, BF16 or F64, little-endian) converted
+// to U (float or double) into out, which holds exactly its element count.
+template <class U>
+void read_converted(const SafetensorsFile& file, const TensorInfo& t, std::span<U> out) {
+  namespace st = detail::safetensors;
+  static_assert(std::is_same_v<U, float> || std::is_same_v<U, double>, "read_converted: U is float or double");
+  const std::uint64_t bytes = t.end - t.begin;
+  if (!is_float(t.dtype))
+    throw format_error("safetensors: " + file.path().string() + ": tensor '" + t.name + "': dtype " +
+                       std::string(st::dtype_name(t.dtype)) + " is not a floating-point type (F32, F16, BF16 or F64)");
+  if (bytes != out.size() * static_cast<std::uint64_t>(size_of(t.dtype)))
+    throw std::invalid_argument("safetensors: " + file.path().string() + ": reading tensor '" + t.name + "' (" +
+                                std::to_string(bytes) + " bytes of " + std::string(st::dtype_name(t.dtype)) +
+                                ") into " + std::to_string(out.size()) + " elements");
+  if ((t.dtype == DType::F32 && std::is_same_v<U, float>) || (t.dtype == DType::F64 && std::is_same_v<U, double>)) {
+    file.read(t.name, out.data(), static_cast<std::size_t>(bytes));
+    return;
+  }
+  std::vector<unsigned char> raw(static_cast<std::size_t>(bytes));
+  file.read(t.name, raw.data(), raw.size());
+  const unsigned char* p = raw.data();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    switch (t.dtype) {
+      case DType::F32: {
+        float f;
+        std::memcpy(&f, p + 4 * i, 4);
+        out[i] = static_cast<U>(f);
+        break;
+      }
+      case DType::F64: {
+        double d;
+        std::memcpy(&d, p + 8 * i, 8);
+        out[i] = static_cast<U>(d);
+        break;
+      }
+      case DType::F16:
+        out[i] = static_cast<U>(st::half_to_float(static_cast<std::uint16_t>(p[2 * i] | (p[2 * i + 1] << 8))));
+        break;
+      case DType::BF16:
+        out[i] = static_cast<U>(st::bf16_to_float(static_cast<std::uint16_t>(p[2 * i] | (p[2 * i + 1] << 8))));
+        break;
+      default: break;
+    }
+  }
+}
+
+// Flushes a file's or a directory's contents to the disk (fsync); throws
+// std::system_error on failure. A no-op where POSIX is unavailable.
+inline void sync_path(const std::filesystem::path& path) {
+#if defined(__unix__) || defined(__APPLE__)
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path.string() + " to fsync it");
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::system_error(err, std::generic_category(), "fsync of " + path.string() + " failed");
+#else
+  (void)path;
+#endif
+}
+
+// A small general JSON reader for the io/ headers' own JSON files (trainer.json,
+// adapter_config.json): null, booleans, numbers, strings, arrays, objects.
+// Every value keeps its [begin, end) span in the source text, so a caller can
+// hand back an embedded value verbatim.
+namespace detail::json {
+
+struct Value {
+  enum class Kind : std::uint8_t { Null, Bool, Number, String, Array, Object };
+  Kind kind = Kind::Null;
+  bool boolean = false;
+  double number = 0;               // Number
+  std::string string;              // String: the decoded text; Number: the literal
+  std::vector<std::string> keys;   // Object: keys[i] -> items[i]
+  std::vector<Value> items;        // Object values or Array elements
+  std::size_t begin = 0, end = 0;  // span in the source
+
+  // The member called `key` of an object, or nullptr.
+  const Value* get(std::string_view key) const {
+    if (kind != Kind::Object) return nullptr;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return &items[i];
+    return nullptr;
+  }
+  // A non-negative or negative integer that fits in int64, or nullopt.
+  std::optional<std::int64_t> integer() const {
+    if (kind != Kind::Number) return std::nullopt;
+    std::int64_t v = 0;
+    const auto r = std::from_chars(string.data(), string.data() + string.size(), v);
+    if (r.ec != std::errc() || r.ptr != string.data() + string.size()) return std::nullopt;
+    return v;
+  }
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view text) : text_(text) {}
+  Value document() {
+    ws();
+    Value v = value(0);
+    ws();
+    if (pos_ != text_.size()) fail("unexpected trailing characters");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error("invalid JSON at byte " + std::to_string(pos_) + ": " + what);
+  }
+  void ws() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+      ++pos_;
+  }
+  char peek() const {
+    if (pos_ >= text_.size()) fail("unexpected end of text");
+    return text_[pos_];
+  }
+  bool literal(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  Value value(std::size_t depth) {
+    if (depth > safetensors::max_json_depth) fail("nesting too deep");
+    Value v;
+    v.begin = pos_;
+    const char c = peek();
+    if (c == '{' || c == '[') {
+      const bool object = c == '{';
+      v.kind = object ? Value::Kind::Object : Value::Kind::Array;
+      ++pos_;
+      ws();
+      if (peek() == (object ? '}' : ']')) {
+        ++pos_;
+      } else {
+        while (true) {
+          ws();
+          if (object) {
+            if (peek() != '"') fail("expected a string key");
+            std::string key = safetensors::decode_json_string(text_, pos_, "invalid JSON");
+            for (const auto& k : v.keys)
+              if (k == key) fail("duplicate key \"" + key + "\"");
+            v.keys.push_back(std::move(key));
+            ws();
+            if (peek() != ':') fail("expected ':'");
+            ++pos_;
+            ws();
+          }
+          v.items.push_back(value(depth + 1));
+          ws();
+          if (peek() == ',') {
+            ++pos_;
+            continue;
+          }
+          if (peek() != (object ? '}' : ']')) fail(object ? "expected ',' or '}'" : "expected ',' or ']'");
+          ++pos_;
+          break;
+        }
+      }
+    } else if (c == '"') {
+      v.kind = Value::Kind::String;
+      v.string = safetensors::decode_json_string(text_, pos_, "invalid JSON");
+    } else if (literal("true") || literal("false")) {
+      v.kind = Value::Kind::Bool;
+      v.boolean = text_[v.begin] == 't';
+    } else if (literal("null")) {
+      v.kind = Value::Kind::Null;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      v.kind = Value::Kind::Number;
+      std::size_t p = pos_;
+      if (text_[p] == '-') ++p;
+      const std::size_t digits = p;
+      while (p < text_.size() && text_[p] >= '0' && text_[p] <= '9') ++p;
+      if (p == digits) fail("bad number");
+      if (p - digits > 1 && text_[digits] == '0') fail("leading zeros are not allowed");
+      if (p < text_.size() && text_[p] == '.') {
+        const std::size_t f = ++p;
+        while (p < text_.size() && text_[p] >= '0' && text_[p] <= '9') ++p;
+        if (p == f) fail("bad number");
+      }
+      if (p < text_.size() && (text_[p] == 'e' || text_[p] == 'E')) {
+        ++p;
+        if (p < text_.size() && (text_[p] == '+' || text_[p] == '-')) ++p;
+        const std::size_t e = p;
+        while (p < text_.size() && text_[p] >= '0' && text_[p] <= '9') ++p;
+        if (p == e) fail("bad number");
+      }
+      v.string = std::string(text_.substr(pos_, p - pos_));
+      const auto r = std::from_chars(v.string.data(), v.string.data() + v.string.size(), v.number);
+      if (r.ec != std::errc() && r.ec != std::errc::result_out_of_range) fail("bad number");
+      pos_ = p;
+    } else {
+      fail(std::string("unexpected character '") + c + "'");
+    }
+    v.end = pos_;
+    return v;
+  }
+
+  std::string_view text_;
+  std::size_t pos_ = 0;
+};
+
+inline Value parse(std::string_view text) { return Reader(text).document(); }
+
+// The shortest text that reads back as `x` (finite numbers only).
+inline std::string number(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace detail::json
 
 }  // namespace headroom::io

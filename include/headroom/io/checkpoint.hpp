@@ -1,0 +1,476 @@
+#pragma once
+// Training checkpoints of a host::Trainer that resume bit-identically.
+// Host only; not in the umbrella header.
+//
+//   io::save_checkpoint(trainer, "run/ckpt", R"({"loader_position": 1234})");
+//   host::Trainer<Run> resumed(options);                // the same Run and options
+//   std::string extra = io::load_checkpoint(resumed, "run/ckpt");
+//
+// A checkpoint is a directory of three files:
+//
+//   model.safetensors      every parameter exactly as the arena stores it, named
+//                          by its trainer path ("layers.0.self_attn.q_proj.weight"):
+//                            dense        dtype of the run (F32 / F64), shape (rows, cols)
+//                            quantized    "<path>" its codes, U8 (code bytes), and
+//                                         "<path>.scales" its scaling state, U8 (scale bytes),
+//                                         raw (host/quant.hpp describes both layouts)
+//                            master       "<path>.master", F32 (rows, cols), where the run has them
+//   optimizer.safetensors  "<path>": each trainable parameter's optimizer state,
+//                          raw bytes, U8 (state bytes); "__quant_table__" and
+//                          "__optim_table__": the model's shared code tables, if any
+//   trainer.json           {"format": "headroom-checkpoint", "version": 1,
+//                           "steps_done": N,
+//                           "signature": {"model", "dtype", "optimizer", "param_count",
+//                                         "plan_peak_bytes": {"device", "offload"}},
+//                           "files": {"model.safetensors": {"bytes", "hash"}, ...},
+//                           "options": {lr, warmup_steps, ...}   (informational),
+//                           "extra": <the caller's JSON object, verbatim>}
+//
+// Gradients are not saved: a step overwrites them before reading them. The
+// learning-rate schedule is a function of the step count and the trainer's
+// options, so the resumed trainer must be built with the same TrainOptions
+// (trainer.json records them but does not enforce them).
+//
+// Atomic save: the three files are written into the sibling directory
+// "<dir>.headroom-saving", fsync'ed (trainer.json last, renamed into place
+// once everything else is on disk, so its presence marks a complete
+// checkpoint), and the directory is then swapped in: on Linux with one
+// renameat2(RENAME_EXCHANGE) (the old checkpoint is removed after), elsewhere
+// by renaming `dir` to "<dir>.headroom-old", renaming the new one in and
+// removing the old one. An interrupted save therefore leaves the old or the
+// new checkpoint, never a broken one: load_checkpoint, when `dir` is missing,
+// reads the complete sibling an interrupted swap left behind, and the next
+// save_checkpoint finishes or discards what an interrupted one left. One
+// process saves to a given `dir` at a time.
+//
+// load_checkpoint checks, before it writes anything into the trainer, that
+// trainer.json's signature is this trainer's (another model, dtype,
+// optimizer or plan is refused with the differences named), that both files
+// have the size and hash trainer.json recorded, and that every tensor is
+// present with its dtype and shape. Errors are io::checkpoint_error, or the
+// safetensors reader's io::format_error naming the tensor (checkpoint_error
+// is a format_error, so one catch takes both).
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include "../plan/schedule.hpp"
+#include "safetensors.hpp"
+
+#if defined(__linux__)
+#include <fcntl.h>  // AT_FDCWD; renameat2 and RENAME_EXCHANGE come with <cstdio> (glibc >= 2.28)
+#endif
+
+namespace headroom::io {
+
+// A checkpoint that is missing, incomplete, corrupt or another run's.
+struct checkpoint_error : format_error {
+  using format_error::format_error;
+};
+
+// What identifies the run a checkpoint belongs to.
+struct CheckpointSignature {
+  std::string model;      // the model's kind: "Llama", "GPT2", ...
+  std::string dtype;      // "f32", "f64"
+  std::string optimizer;  // "AdamW", "AdamW8bit", "SGD"
+  std::int64_t param_count = 0;
+  std::int64_t peak_device = 0, peak_offload = 0;  // the plan's arena bytes
+};
+
+template <class Trainer>
+CheckpointSignature checkpoint_signature() {
+  CheckpointSignature s;
+  s.model = std::string(Trainer::plan.nodes[0].kind);
+  s.dtype = std::is_same_v<typename Trainer::T, double> ? "f64" : "f32";
+  s.optimizer = std::string(name_of(Trainer::config.optim.kind));
+  s.param_count = static_cast<std::int64_t>(Trainer::param_count);
+  s.peak_device = Trainer::plan.peak_bytes(Tier::device);
+  s.peak_offload = Trainer::plan.peak_bytes(Tier::offload);
+  return s;
+}
+
+namespace detail::checkpoint {
+
+inline constexpr std::string_view format_name = "headroom-checkpoint";
+inline constexpr std::int64_t format_version = 1;
+inline constexpr const char* model_file = "model.safetensors";
+inline constexpr const char* optimizer_file = "optimizer.safetensors";
+inline constexpr const char* trainer_file = "trainer.json";
+
+// Test hook: called at named stages of save_checkpoint ("model.safetensors",
+// "optimizer.safetensors", "trainer.json", "swap", "aside"); a hook that
+// throws simulates a save interrupted there.
+inline std::function<void(std::string_view)>& test_hook() {
+  static std::function<void(std::string_view)> hook;
+  return hook;
+}
+// Test switch: swap by two renames even where RENAME_EXCHANGE exists.
+inline bool& force_two_renames() {
+  static bool force = false;
+  return force;
+}
+inline void stage(std::string_view name) {
+  if (auto& h = test_hook()) h(name);
+}
+
+[[noreturn]] inline void fail(const std::filesystem::path& where, const std::string& what) {
+  throw checkpoint_error("checkpoint: " + where.string() + ": " + what);
+}
+
+inline std::filesystem::path normalized(const std::filesystem::path& dir) {
+  std::filesystem::path d = dir.lexically_normal();
+  if (d.has_parent_path() && d.filename().empty()) d = d.parent_path();
+  if (d.empty() || d.filename() == "." || d.filename() == "..")
+    throw std::invalid_argument("checkpoint: '" + dir.string() + "' cannot name a checkpoint directory");
+  return d;
+}
+inline std::filesystem::path parent_of(const std::filesystem::path& d) {
+  return d.has_parent_path() ? d.parent_path() : std::filesystem::path(".");
+}
+inline std::filesystem::path staging_of(const std::filesystem::path& d) {
+  return parent_of(d) / (d.filename().string() + ".headroom-saving");
+}
+inline std::filesystem::path aside_of(const std::filesystem::path& d) {
+  return parent_of(d) / (d.filename().string() + ".headroom-old");
+}
+inline bool complete(const std::filesystem::path& d) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(d / trainer_file, ec);
+}
+
+// 64-bit hash of a file's bytes (a multiply-rotate mix of 8-byte words in
+// the style of xxHash64, not xxHash64 itself): detects corruption, not
+// tampering.
+inline std::string file_hash(const std::filesystem::path& path, std::uint64_t* size = nullptr) {
+  constexpr std::uint64_t p1 = 0x9E3779B185EBCA87ull, p2 = 0xC2B2AE3D27D4EB4Full, p3 = 0x165667B19E3779F9ull;
+  auto rotl = [](std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open the file");
+  std::uint64_t h = p3, total = 0;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto got = static_cast<std::size_t>(in.gcount());
+    std::size_t i = 0;
+    for (; i + 8 <= got; i += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, buf.data() + i, 8);
+      h = rotl(h ^ rotl(w * p2, 31) * p1, 27) * p1 + p3;
+    }
+    for (; i < got; ++i) h = rotl(h ^ (static_cast<unsigned char>(buf[i]) * p3), 11) * p1;
+    total += got;
+  }
+  if (in.bad()) fail(path, "read error");
+  h ^= total;
+  h ^= h >> 33;
+  h *= p2;
+  h ^= h >> 29;
+  h *= p3;
+  h ^= h >> 32;
+  if (size) *size = total;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int k = 15; k >= 0; --k, h >>= 4) s[static_cast<std::size_t>(k)] = hex[h & 15];
+  return s;
+}
+
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open the file");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) fail(path, "cannot create the file");
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out) fail(path, "write failed");
+}
+
+// Bytes of the model's shared NF4 code tables: the first quantized
+// parameter that needs a table sizes it (as the planner does).
+template <class Trainer>
+constexpr std::int64_t quant_table_bytes() {
+  for (const ParamSlot& p : Trainer::sched.params)
+    if (p.quant.table_bytes() > 0) return p.quant.table_bytes();
+  return 0;
+}
+
+// The tensors of model.safetensors and optimizer.safetensors, pointing into
+// the trainer's arena.
+template <class Trainer>
+std::vector<TensorView> model_tensors(const Trainer& t) {
+  constexpr DType dt = std::is_same_v<typename Trainer::T, double> ? DType::F64 : DType::F32;
+  std::vector<TensorView> v;
+  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+    const ParamSlot& p = Trainer::param(k);
+    const std::string path = Trainer::path_of(p);
+    if (p.quant.kind == QuantKind::none) {
+      v.push_back(TensorView{path, dt, {p.rows, p.cols}, t.weight(p)});
+    } else {
+      const auto q = t.quant(p);
+      v.push_back(TensorView{path, DType::U8, {p.quant.code_bytes(p.elements())}, q.codes});
+      v.push_back(TensorView{path + ".scales", DType::U8, {p.quant.scale_bytes(p.elements())}, q.scales});
+    }
+    if (p.master >= 0)
+      v.push_back(TensorView{path + ".master", DType::F32, {p.rows, p.cols}, t.arena(Tier::device).template at<float>(p.master)});
+  }
+  return v;
+}
+
+template <class Trainer>
+std::vector<TensorView> optimizer_tensors(const Trainer& t) {
+  std::vector<TensorView> v;
+  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+    const ParamSlot& p = Trainer::param(k);
+    if (p.state < 0) continue;
+    v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(p.elements())}, t.state(p)});
+  }
+  const auto& a = t.arena(Tier::device);
+  if (Trainer::sched.quant_table >= 0)
+    v.push_back(TensorView{"__quant_table__", DType::U8, {quant_table_bytes<Trainer>()}, a.template at<std::byte>(Trainer::sched.quant_table)});
+  if (Trainer::sched.optim_table >= 0)
+    v.push_back(TensorView{"__optim_table__", DType::U8, {Trainer::config.optim.table_bytes()},
+                           a.template at<std::byte>(Trainer::sched.optim_table)});
+  return v;
+}
+
+// Moves whatever an interrupted save left next to `d` into a consistent
+// state: a complete staged checkpoint whose swap did not finish becomes `d`
+// (or the old one comes back), and leftovers are removed.
+inline void recover(const std::filesystem::path& d) {
+  namespace fs = std::filesystem;
+  const fs::path staging = staging_of(d), aside = aside_of(d);
+  if (!fs::exists(d)) {
+    if (complete(staging)) fs::rename(staging, d);
+    else if (fs::exists(aside)) fs::rename(aside, d);
+  }
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  if (fs::exists(d)) fs::remove_all(aside, ec);
+}
+
+// Swaps the complete directory `staging` in as `d`.
+inline void swap_in(const std::filesystem::path& staging, const std::filesystem::path& d) {
+  namespace fs = std::filesystem;
+  const fs::path parent = parent_of(d);
+  std::error_code ec;
+  if (!fs::exists(d)) {
+    fs::rename(staging, d);
+    sync_path(parent);
+    return;
+  }
+#if defined(__linux__) && defined(RENAME_EXCHANGE)
+  if (!force_two_renames() && ::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, d.c_str(), RENAME_EXCHANGE) == 0) {
+    sync_path(parent);
+    fs::remove_all(staging, ec);  // now the old checkpoint
+    return;
+  }
+#endif
+  const fs::path aside = aside_of(d);
+  fs::remove_all(aside, ec);
+  fs::rename(d, aside);
+  try {
+    stage("aside");
+    fs::rename(staging, d);
+  } catch (...) {
+    fs::rename(aside, d, ec);  // put the old one back
+    throw;
+  }
+  sync_path(parent);
+  fs::remove_all(aside, ec);
+}
+
+inline std::string quote(std::string_view s) { return safetensors::json_quote(s); }
+
+}  // namespace detail::checkpoint
+
+// Saves the trainer's parameters, optimizer state and step count to `dir`
+// (see the top of this file), atomically. `extra_json`, if not empty, must be
+// a JSON object; load_checkpoint returns it verbatim.
+template <class Trainer>
+void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::string_view extra_json = "") {
+  namespace fs = std::filesystem;
+  namespace ck = detail::checkpoint;
+  namespace js = detail::json;
+  std::string extra(extra_json);
+  if (extra.find_first_not_of(" \t\r\n") == std::string::npos) extra = "{}";
+  try {
+    if (js::parse(extra).kind != js::Value::Kind::Object) throw std::runtime_error("not an object");
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("save_checkpoint: extra_json must be a JSON object (") + e.what() + ")");
+  }
+
+  const fs::path d = ck::normalized(dir);
+  fs::create_directories(ck::parent_of(d));
+  ck::recover(d);
+  const fs::path staging = ck::staging_of(d);
+  fs::create_directory(staging);
+  try {
+    write_safetensors(staging / ck::model_file, ck::model_tensors(t), {{"format", "headroom-checkpoint"}});
+    ck::stage(ck::model_file);
+    write_safetensors(staging / ck::optimizer_file, ck::optimizer_tensors(t), {{"format", "headroom-checkpoint"}});
+    ck::stage(ck::optimizer_file);
+
+    const CheckpointSignature s = checkpoint_signature<Trainer>();
+    const auto& o = t.options();
+    std::string j = "{\n";
+    j += "  \"format\": " + ck::quote(ck::format_name) + ",\n";
+    j += "  \"version\": " + std::to_string(ck::format_version) + ",\n";
+    j += "  \"steps_done\": " + std::to_string(t.steps_done()) + ",\n";
+    j += "  \"signature\": {\"model\": " + ck::quote(s.model) + ", \"dtype\": " + ck::quote(s.dtype) +
+         ", \"optimizer\": " + ck::quote(s.optimizer) + ", \"param_count\": " + std::to_string(s.param_count) +
+         ", \"plan_peak_bytes\": {\"device\": " + std::to_string(s.peak_device) +
+         ", \"offload\": " + std::to_string(s.peak_offload) + "}},\n";
+    j += "  \"files\": {";
+    for (const char* f : {ck::model_file, ck::optimizer_file}) {
+      std::uint64_t bytes = 0;
+      const std::string h = ck::file_hash(staging / f, &bytes);
+      j += std::string(f == ck::model_file ? "" : ", ") + ck::quote(f) + ": {\"bytes\": " + std::to_string(bytes) +
+           ", \"hash\": " + ck::quote(h) + "}";
+    }
+    j += "},\n";
+    j += "  \"options\": {\"seed\": " + std::to_string(o.seed) + ", \"lr\": " + detail::json::number(o.lr) +
+         ", \"min_lr_ratio\": " + detail::json::number(o.min_lr_ratio) + ", \"warmup_steps\": " +
+         std::to_string(o.warmup_steps) + ", \"total_steps\": " + std::to_string(o.total_steps) +
+         ", \"clip_norm\": " + detail::json::number(o.clip_norm) + "},\n";
+    j += "  \"extra\": " + extra + "\n}\n";
+
+    // everything durable before trainer.json appears
+    ck::write_text(staging / "trainer.json.tmp", j);
+    sync_path(staging / ck::model_file);
+    sync_path(staging / ck::optimizer_file);
+    sync_path(staging / "trainer.json.tmp");
+    ck::stage(ck::trainer_file);
+    fs::rename(staging / "trainer.json.tmp", staging / ck::trainer_file);
+    sync_path(staging);
+    ck::stage("swap");
+    ck::swap_in(staging, d);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
+// Restores a checkpoint written by save_checkpoint into a trainer of the
+// same run: parameters, optimizer state, code tables and the step count.
+// Returns the caller's extra JSON object as it was saved.
+template <class Trainer>
+std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  namespace ck = detail::checkpoint;
+  namespace js = detail::json;
+
+  // Where the newest complete checkpoint is (an interrupted swap may have
+  // left it in a sibling).
+  const fs::path named = ck::normalized(dir);
+  fs::path d = named;
+  if (!fs::exists(named)) {
+    if (ck::complete(ck::staging_of(named))) d = ck::staging_of(named);
+    else if (fs::exists(ck::aside_of(named))) d = ck::aside_of(named);
+    else ck::fail(named, "no such checkpoint directory");
+  }
+  if (!fs::is_regular_file(d / ck::trainer_file))
+    ck::fail(d, "trainer.json not found: not a checkpoint directory, or an incomplete one");
+
+  // trainer.json
+  const fs::path tj = d / ck::trainer_file;
+  const std::string text = ck::read_text(tj);
+  js::Value root;
+  try {
+    root = js::parse(text);
+  } catch (const std::runtime_error& e) {
+    ck::fail(tj, std::string("corrupt: ") + e.what());
+  }
+  auto member = [&](const js::Value& obj, std::string_view key, js::Value::Kind kind, std::string_view where) -> const js::Value& {
+    const js::Value* v = obj.get(key);
+    if (!v || v->kind != kind) ck::fail(tj, "corrupt: " + std::string(where) + "\"" + std::string(key) + "\" is missing or has the wrong type");
+    return *v;
+  };
+  auto integer = [&](const js::Value& obj, std::string_view key, std::string_view where) {
+    const auto v = member(obj, key, js::Value::Kind::Number, where).integer();
+    if (!v) ck::fail(tj, "corrupt: " + std::string(where) + "\"" + std::string(key) + "\" is not an integer");
+    return *v;
+  };
+  if (root.kind != js::Value::Kind::Object) ck::fail(tj, "corrupt: not a JSON object");
+  if (member(root, "format", js::Value::Kind::String, "").string != ck::format_name)
+    ck::fail(tj, "not a headroom checkpoint (\"format\" is not \"headroom-checkpoint\")");
+  if (const auto v = integer(root, "version", ""); v != ck::format_version)
+    ck::fail(tj, "checkpoint format version " + std::to_string(v) + ", this build reads version " + std::to_string(ck::format_version));
+  const std::int64_t steps = integer(root, "steps_done", "");
+  if (steps < 0 || steps > std::numeric_limits<int>::max()) ck::fail(tj, "corrupt: \"steps_done\" out of range");
+
+  const js::Value& sig = member(root, "signature", js::Value::Kind::Object, "");
+  const js::Value& peak = member(sig, "plan_peak_bytes", js::Value::Kind::Object, "signature.");
+  const CheckpointSignature mine = checkpoint_signature<Trainer>();
+  std::string diff;
+  auto differs = [&](std::string_view what, const std::string& theirs, const std::string& ours) {
+    if (theirs != ours) diff += (diff.empty() ? "" : "; ") + std::string(what) + " " + theirs + " in the checkpoint, " + ours + " in this trainer";
+  };
+  differs("model", member(sig, "model", js::Value::Kind::String, "signature.").string, mine.model);
+  differs("dtype", member(sig, "dtype", js::Value::Kind::String, "signature.").string, mine.dtype);
+  differs("optimizer", member(sig, "optimizer", js::Value::Kind::String, "signature.").string, mine.optimizer);
+  differs("parameter count", std::to_string(integer(sig, "param_count", "signature.")), std::to_string(mine.param_count));
+  differs("plan peak bytes (device)", std::to_string(integer(peak, "device", "signature.plan_peak_bytes.")), std::to_string(mine.peak_device));
+  differs("plan peak bytes (offload)", std::to_string(integer(peak, "offload", "signature.plan_peak_bytes.")),
+          std::to_string(mine.peak_offload));
+  if (!diff.empty())
+    ck::fail(d, "belongs to another run (" + diff + "); save_pretrained / load_pretrained move weights between runs");
+
+  // the files: present, of the recorded size and hash
+  const js::Value& files = member(root, "files", js::Value::Kind::Object, "");
+  for (const char* f : {ck::model_file, ck::optimizer_file}) {
+    const fs::path path = d / f;
+    if (!fs::is_regular_file(path)) ck::fail(d, std::string(f) + " is missing");
+    const js::Value& rec = member(files, f, js::Value::Kind::Object, "files.");
+    const auto bytes = integer(rec, "bytes", "files.");
+    const std::string& want = member(rec, "hash", js::Value::Kind::String, "files.").string;
+    std::uint64_t got_bytes = 0;
+    const std::string got = ck::file_hash(path, &got_bytes);
+    if (static_cast<std::int64_t>(got_bytes) != bytes)
+      ck::fail(path, "corrupt or truncated: " + std::to_string(got_bytes) + " bytes, trainer.json recorded " + std::to_string(bytes));
+    if (got != want) ck::fail(path, "corrupt: its contents hash to " + got + ", trainer.json recorded " + want);
+  }
+
+  // every tensor present with its dtype and shape
+  const SafetensorsFile model(d / ck::model_file), optim(d / ck::optimizer_file);
+  const std::vector<TensorView> mv = ck::model_tensors(t), ov = ck::optimizer_tensors(t);
+  auto check = [](const SafetensorsFile& f, const std::vector<TensorView>& views) {
+    for (const TensorView& v : views) f.expect(v.name, v.dtype, v.shape);
+    if (f.tensors().size() != views.size())
+      throw checkpoint_error("safetensors: " + f.path().string() + ": holds " + std::to_string(f.tensors().size()) +
+                             " tensors, this trainer has " + std::to_string(views.size()));
+  };
+  check(model, mv);
+  check(optim, ov);
+
+  // restore
+  auto bytes_of = [](const TensorView& v) {
+    std::int64_t n = size_of(v.dtype);
+    for (const std::int64_t s : v.shape) n *= s;
+    return static_cast<std::size_t>(n);
+  };
+  for (const TensorView& v : mv) model.read(v.name, const_cast<void*>(v.data), bytes_of(v));
+  for (const TensorView& v : ov) optim.read(v.name, const_cast<void*>(v.data), bytes_of(v));
+  t.set_steps_done(static_cast<int>(steps));
+
+  const js::Value& extra = member(root, "extra", js::Value::Kind::Object, "");
+  return text.substr(extra.begin, extra.end - extra.begin);
+}
+
+}  // namespace headroom::io

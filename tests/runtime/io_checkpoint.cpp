@@ -1,0 +1,363 @@
+// Training checkpoints (io/checkpoint.hpp): resuming from a checkpoint in a
+// new trainer gives bit-identical losses and weights (AdamW, AdamW8bit with
+// two workers, QLoRA with double-quantized NF4 and AdamW8bit, an f64 GPT-2);
+// trainer.json; checkpoints of
+// another run and missing or corrupt files are refused with clear messages;
+// an interrupted save leaves the previous checkpoint loadable.
+#include <catch2/catch.hpp>
+
+#include <headroom/headroom.hpp>
+#include <headroom/host/trainer.hpp>
+#include <headroom/io/checkpoint.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace headroom;
+using Catch::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr models::LlamaConfig llama_ck{48, 64, 128, 2, 4, 2, 64, false};
+constexpr models::GPT2Config gpt2_ck{48, 64, 2, 4, 32};
+
+template <class M, class... Opts>
+using Run = Train<M, Batch<2>, Seq<12>, Precision<DType::F32>, Opts...>;
+using Llama = models::Llama<llama_ck>;
+using LlamaQLoRA = models::Llama<llama_ck, Apply<Quantized<NF4DQ, LoRA<4>>, On<q_proj, v_proj, down_proj>>>;
+using AdamRun = Run<Llama, AdamW>;
+using Adam8Run = Run<Llama, AdamW8bit, Workers<2>>;  // two threads: resuming does not depend on them
+using QLoRARun = Run<LlamaQLoRA, AdamW8bit>;
+using GPT2F64Run = Train<models::GPT2<gpt2_ck>, Batch<2>, Seq<12>, Precision<DType::F64>, AdamW>;
+
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+    dir = fs::temp_directory_path() / ("headroom_io_checkpoint_" + std::to_string(stamp) + "_" + std::to_string(counter++));
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path operator/(const std::string& name) const { return dir / name; }
+};
+
+// Resets the save hooks however a test ends.
+struct HookGuard {
+  ~HookGuard() {
+    io::detail::checkpoint::test_hook() = nullptr;
+    io::detail::checkpoint::force_two_renames() = false;
+  }
+};
+
+// -1 when equal, else the first index where they differ (a failed check then
+// prints one number, not two large vectors).
+template <class V>
+long mismatch_at(const V& a, const V& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(a[i] == b[i])) return static_cast<long>(i);
+  return a.size() == b.size() ? -1 : static_cast<long>(n);
+}
+
+std::vector<std::int32_t> ids(std::size_t n, std::uint32_t seed, int vocab = 48) {
+  std::vector<std::int32_t> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& t : v) {
+    x = x * 1664525u + 1013904223u;
+    t = static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab));
+  }
+  return v;
+}
+
+host::TrainOptions options(std::uint64_t seed) {
+  return {.seed = seed, .lr = 1e-2, .warmup_steps = 2, .total_steps = 6};
+}
+
+// Step s (1-based) of every run sees the same batch.
+template <class Tr>
+double step(Tr& t) {
+  const auto s = static_cast<std::uint32_t>(t.steps_done() + 1);
+  return t.step(ids(24, 10 * s), ids(24, 10 * s + 1)).loss;
+}
+
+// Every byte a step reads: parameters as stored, and optimizer states.
+template <class Tr>
+std::vector<unsigned char> state_bytes(const Tr& t) {
+  std::vector<unsigned char> out;
+  auto add = [&](const void* p, std::int64_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  for (std::size_t k = 0; k < Tr::param_count; ++k) {
+    const ParamSlot& p = Tr::param(k);
+    if (p.quant.kind == QuantKind::none) {
+      add(t.weight(p), p.elements() * static_cast<std::int64_t>(sizeof(typename Tr::T)));
+    } else {
+      add(t.quant(p).codes, p.quant.code_bytes(p.elements()));
+      add(t.quant(p).scales, p.quant.scale_bytes(p.elements()));
+    }
+    if (p.state >= 0) add(t.state(p), Tr::config.optim.state_bytes(p.elements()));
+  }
+  return out;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+template <class R>
+void resume_is_bit_identical() {
+  using Tr = host::Trainer<R>;
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+
+  Tr straight(options(1));
+  std::vector<double> losses;
+  for (int s = 0; s < 6; ++s) losses.push_back(step(straight));
+
+  {
+    Tr first(options(1));
+    for (int s = 0; s < 3; ++s) REQUIRE(step(first) == losses[static_cast<std::size_t>(s)]);
+    io::save_checkpoint(first, dir, R"({"loader": {"epoch": 0, "position": 72}, "note": "step \"3\""})");
+  }
+  CHECK(fs::exists(dir / "model.safetensors"));
+  CHECK(fs::exists(dir / "optimizer.safetensors"));
+  CHECK(fs::exists(dir / "trainer.json"));
+  CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+  CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+
+  Tr resumed(options(99));  // a new trainer, other initial weights
+  const std::string extra = io::load_checkpoint(resumed, dir);
+  CHECK(extra == R"({"loader": {"epoch": 0, "position": 72}, "note": "step \"3\""})");
+  CHECK(resumed.steps_done() == 3);
+  for (int s = 3; s < 6; ++s) CHECK(step(resumed) == losses[static_cast<std::size_t>(s)]);
+  CHECK(resumed.steps_done() == 6);
+  CHECK(mismatch_at(state_bytes(resumed), state_bytes(straight)) == -1);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: resuming in a new trainer is bit-identical (AdamW)", "[io][checkpoint]") { resume_is_bit_identical<AdamRun>(); }
+TEST_CASE("checkpoint: resuming in a new trainer is bit-identical (AdamW8bit, two workers)", "[io][checkpoint]") {
+  resume_is_bit_identical<Adam8Run>();
+}
+TEST_CASE("checkpoint: resuming QLoRA (NF4 + double quantization, AdamW8bit) is bit-identical", "[io][checkpoint]") {
+  resume_is_bit_identical<QLoRARun>();
+}
+
+TEST_CASE("checkpoint: resuming an f64 GPT-2 run is bit-identical", "[io][checkpoint]") { resume_is_bit_identical<GPT2F64Run>(); }
+
+TEST_CASE("checkpoint: the files hold every parameter as stored, the states, and trainer.json", "[io][checkpoint]") {
+  using Tr = host::Trainer<QLoRARun>;
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  Tr t(options(2));
+  step(t);
+  io::save_checkpoint(t, dir);
+
+  const io::SafetensorsFile model(dir / "model.safetensors"), optim(dir / "optimizer.safetensors");
+  model.expect("embed_tokens.weight", DType::F32, {48, 64});
+  model.expect("layers.0.input_layernorm.weight", DType::F32, {64, 1});
+  model.expect("layers.1.self_attn.q_proj.weight", DType::U8, {64 * 64 / 2});  // NF4 codes
+  model.expect("layers.1.self_attn.q_proj.weight.scales", DType::U8, {64 + 4 + 4});  // 64 blocks: u8 codes, absmax2, offset
+  model.expect("layers.1.self_attn.q_proj.lora_A", DType::F32, {4, 64});
+  CHECK(optim.find("embed_tokens.weight") == nullptr);  // frozen: no state
+  const std::int64_t a_state = 2 * (4 * 64 + 4);        // AdamW8bit: two u8 moments + an f32 absmax per 256
+  optim.expect("layers.1.self_attn.q_proj.lora_A", DType::U8, {a_state});
+  optim.expect("__quant_table__", DType::U8, {(16 + 256) * 4});
+  optim.expect("__optim_table__", DType::U8, {2 * 256 * 4});
+
+  const std::string json = read_text(dir / "trainer.json");
+  CHECK_THAT(json, Contains("\"format\": \"headroom-checkpoint\""));
+  CHECK_THAT(json, Contains("\"steps_done\": 1"));
+  CHECK_THAT(json, Contains("\"model\": \"Llama\""));
+  CHECK_THAT(json, Contains("\"optimizer\": \"AdamW8bit\""));
+  CHECK_THAT(json, Contains("\"param_count\": " + std::to_string(Tr::param_count)));
+  CHECK_THAT(json, Contains("\"device\": " + std::to_string(Tr::plan.peak_bytes(Tier::device))));
+  CHECK_THAT(json, Contains("\"extra\": {}"));
+  Tr u(options(3));
+  CHECK(io::load_checkpoint(u, dir) == "{}");
+
+  CHECK_THROWS_AS(io::save_checkpoint(t, tmp / "x", "[1, 2]"), std::invalid_argument);
+  CHECK_THROWS_AS(io::save_checkpoint(t, tmp / "x", "{\"a\": "), std::invalid_argument);
+  CHECK_FALSE(fs::exists(tmp / "x"));
+}
+
+TEST_CASE("checkpoint: another run's checkpoint is refused, naming what differs", "[io][checkpoint]") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  host::Trainer<AdamRun> t(options(4));
+  io::save_checkpoint(t, dir);
+
+  host::Trainer<Adam8Run> eight(options(4));
+  REQUIRE_THROWS_AS(io::load_checkpoint(eight, dir), io::checkpoint_error);
+  REQUIRE_THROWS_WITH(io::load_checkpoint(eight, dir),
+                      Contains("belongs to another run") && Contains("optimizer AdamW in the checkpoint, AdamW8bit in this trainer"));
+
+  host::Trainer<Run<models::GPT2<gpt2_ck>, AdamW>> gpt2(options(4));
+  REQUIRE_THROWS_WITH(io::load_checkpoint(gpt2, dir), Contains("model Llama in the checkpoint, GPT2 in this trainer"));
+
+  host::Trainer<Train<Llama, Batch<1>, Seq<12>, Precision<DType::F32>, AdamW>> batch1(options(4));
+  REQUIRE_THROWS_WITH(io::load_checkpoint(batch1, dir), Contains("plan peak bytes (device)"));
+  CHECK(batch1.steps_done() == 0);
+}
+
+TEST_CASE("checkpoint: missing, truncated and corrupt files are refused before anything is loaded", "[io][checkpoint]") {
+  using Tr = host::Trainer<AdamRun>;
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  Tr t(options(5));
+  step(t);
+  io::save_checkpoint(t, dir);
+  Tr u(options(6));
+  const auto before = state_bytes(u);
+
+  SECTION("no directory") {
+    REQUIRE_THROWS_WITH(io::load_checkpoint(u, tmp / "nothing"), Contains("nothing") && Contains("no such checkpoint directory"));
+  }
+  SECTION("trainer.json missing") {
+    fs::remove(dir / "trainer.json");
+    REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("trainer.json not found"));
+  }
+  SECTION("trainer.json corrupt") {
+    std::ofstream(dir / "trainer.json", std::ios::trunc) << "{\"format\": \"headroom-checkpoint\", \"version\": ";
+    REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("trainer.json") && Contains("corrupt"));
+  }
+  SECTION("optimizer.safetensors missing") {
+    fs::remove(dir / "optimizer.safetensors");
+    REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("optimizer.safetensors is missing"));
+  }
+  SECTION("model.safetensors truncated") {
+    fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") - 64);
+    REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("model.safetensors") && Contains("truncated"));
+  }
+  SECTION("a flipped byte in the data") {
+    std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1000, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(-1000, std::ios::end);
+    f.write(&c, 1);
+    f.close();
+    REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("model.safetensors") && Contains("corrupt"));
+  }
+  CHECK(mismatch_at(state_bytes(u), before) == -1);
+  CHECK(u.steps_done() == 0);
+}
+
+TEST_CASE("checkpoint: an interrupted save leaves the previous checkpoint loadable", "[io][checkpoint]") {
+  using Tr = host::Trainer<AdamRun>;
+  namespace ck = io::detail::checkpoint;
+  HookGuard guard;
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  Tr t(options(7));
+  step(t);
+  io::save_checkpoint(t, dir, R"({"v": 1})");
+  const auto v1 = state_bytes(t);
+  step(t);
+  const auto v2 = state_bytes(t);
+  REQUIRE(mismatch_at(v1, v2) != -1);
+
+  auto loads_v1 = [&] {
+    Tr u(options(8));
+    CHECK(io::load_checkpoint(u, dir) == R"({"v": 1})");
+    CHECK(u.steps_done() == 1);
+    CHECK(mismatch_at(state_bytes(u), v1) == -1);
+  };
+  auto interrupt_at = [&](std::string_view where) {
+    ck::test_hook() = [where](std::string_view stage) {
+      if (stage == where) throw std::runtime_error("interrupted at " + std::string(stage));
+    };
+    REQUIRE_THROWS_WITH(io::save_checkpoint(t, dir, R"({"v": 2})"), Contains("interrupted"));
+    ck::test_hook() = nullptr;
+    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+  };
+
+  SECTION("after model.safetensors") {
+    interrupt_at("model.safetensors");
+    loads_v1();
+  }
+  SECTION("after optimizer.safetensors") {
+    interrupt_at("optimizer.safetensors");
+    loads_v1();
+  }
+  SECTION("before trainer.json") {
+    interrupt_at("trainer.json");
+    loads_v1();
+  }
+  SECTION("just before the swap") {
+    interrupt_at("swap");
+    loads_v1();
+  }
+  SECTION("between the two renames (no RENAME_EXCHANGE)") {
+    ck::force_two_renames() = true;
+    interrupt_at("aside");
+    loads_v1();
+    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+  }
+  SECTION("the two-rename swap when it completes") {
+    ck::force_two_renames() = true;
+    io::save_checkpoint(t, dir, R"({"v": 2})");
+    Tr u(options(8));
+    CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
+    CHECK(mismatch_at(state_bytes(u), v2) == -1);
+    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+  }
+  SECTION("a crash that left an incomplete staging directory") {
+    fs::create_directory(tmp / "ckpt.headroom-saving");
+    std::ofstream(tmp / "ckpt.headroom-saving" / "model.safetensors") << "partial";
+    loads_v1();
+    io::save_checkpoint(t, dir, R"({"v": 2})");  // cleans it up
+    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+    Tr u(options(8));
+    CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
+    CHECK(mismatch_at(state_bytes(u), v2) == -1);
+  }
+  SECTION("a crash between the two renames: the complete new checkpoint is found, and the next save recovers") {
+    // the state a process killed after "rename dir aside" leaves
+    io::save_checkpoint(t, tmp / "other", R"({"v": 2})");
+    fs::rename(dir, tmp / "ckpt.headroom-old");
+    fs::rename(tmp / "other", tmp / "ckpt.headroom-saving");
+    {
+      Tr u(options(8));
+      CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
+      CHECK(mismatch_at(state_bytes(u), v2) == -1);
+    }
+    step(t);
+    io::save_checkpoint(t, dir, R"({"v": 3})");
+    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+    Tr u(options(8));
+    CHECK(io::load_checkpoint(u, dir) == R"({"v": 3})");
+    CHECK(u.steps_done() == 3);
+  }
+  SECTION("a crash after the old one was set aside, before the new one was complete") {
+    fs::rename(dir, tmp / "ckpt.headroom-old");
+    fs::create_directory(tmp / "ckpt.headroom-saving");
+    loads_v1();
+    io::save_checkpoint(t, dir, R"({"v": 2})");
+    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+    Tr u(options(8));
+    CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
+  }
+}
