@@ -18,7 +18,9 @@
 #include <headroom/headroom.hpp>
 #include <headroom/host/generator.hpp>
 #include <headroom/host/trainer.hpp>
+#include <headroom/io/checkpoint.hpp>
 #include <headroom/io/dataset.hpp>
+#include <headroom/io/peft.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <headroom/io/tokenizer.hpp>
 #include <string>
@@ -102,14 +104,25 @@ void progress(const char* what, int step, int steps, double loss, double tokens_
   if (step == steps) std::fprintf(stderr, "\n");
 }
 
+// Trains `steps` steps; with a checkpoint folder, saves there every 50 steps
+// (atomically), so a NaN loss or an interruption leaves the last good one.
 template <class Trainer>
 double train(Trainer& t, io::TokenDataset& ds, int steps, const char* what, std::vector<std::int32_t>& tok,
-             std::vector<std::int32_t>& tgt) {
+             std::vector<std::int32_t>& tgt, const fs::path& checkpoints = {}) {
   const auto start = std::chrono::steady_clock::now();
   double smooth = 0;
   for (int s = 1; s <= steps; ++s) {
     ds.next_batch(tok.data(), tgt.data(), B, T);
-    const auto st = t.step(tok, tgt);
+    host::StepStats st;
+    try {
+      st = t.step(tok, tgt);
+    } catch (const host::non_finite_loss& e) {
+      std::fprintf(stderr, "\n%s\n", e.what());
+      if (!checkpoints.empty() && fs::exists(checkpoints))
+        std::fprintf(stderr, "the last good checkpoint is %s (step %d)\n", checkpoints.c_str(), t.steps_done() / 50 * 50);
+      throw;
+    }
+    if (!checkpoints.empty() && s % 50 == 0) io::save_checkpoint(t, checkpoints);
     smooth = s == 1 ? st.loss : 0.9 * smooth + 0.1 * st.loss;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (s % 5 == 0 || s == steps) progress(what, s, steps, smooth, s * double(B * T) / secs);
@@ -177,9 +190,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(host::Trainer<Finetune>::plan.parameters()),
                 mib(host::Trainer<Finetune>::plan.peak_bytes()), mib(host::Trainer<Pretrain>::plan.peak_bytes()));
     const double before = validation_loss(f, kjv, a.eval_batches, tok, tgt);
-    const double fine_tps = train(f, kjv, a.finetune_steps, "finetune", tok, tgt);
+    const double fine_tps = train(f, kjv, a.finetune_steps, "finetune", tok, tgt, a.out / "qlora-checkpoint");
     const double after = validation_loss(f, kjv, a.eval_batches, tok, tgt);
     const std::string fine_sample = sample(f, tk, "And God said", 160);
+    io::export_adapter(f, a.out / "adapter", "tiny_llama_austen");
+    std::printf("  adapter exported in PEFT's layout to %s (adapter_model.safetensors, adapter_config.json)\n",
+                (a.out / "adapter").c_str());
 
     // ---- 3. the figures ------------------------------------------------------------------------------
     std::printf("\nKJV validation loss: before %.3f, after %.3f nats/byte (unigram %.3f)\n", before, after, kjv.unigram_loss());
