@@ -21,7 +21,9 @@
 
 namespace headroom::host {
 
-// The workspace: `workers` regions of `per_worker` elements each.
+// The workspace: `workers` regions of `per_worker` elements each. `base`
+// must be 64-byte aligned (Eigen's packing stores aligned vectors); the
+// plan's buffer is (256 B), and GemmBlocking rounds every region to 64 elements.
 template <class T>
 struct GemmPanels {
   T* base = nullptr;
