@@ -2,6 +2,8 @@
 // checks in double, RoPE inverse = identity, online softmax vs two-pass.
 #include <catch2/catch.hpp>
 
+#include <headroom/math/cross_entropy.hpp>
+
 #include <headroom/math/activations.hpp>
 #include <headroom/math/norms.hpp>
 #include <headroom/math/rope.hpp>
@@ -197,4 +199,23 @@ TEST_CASE("math.softmax: online statistics equal two-pass", "[math][softmax]") {
   float fx[3] = {1.0f, 3.0f, 2.0f};
   f.update(fx, 3);
   REQUIRE(f.lse() == Approx(std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0))));
+}
+
+TEST_CASE("cross_entropy_row: loss against log-softmax, gradient against finite differences", "[math]") {
+  const double base[5] = {0.3, -1.2, 2.5, 0.0, 1.1};
+  double z[5];
+  for (int i = 0; i < 5; ++i) z[i] = base[i];
+  double naive_sum = 0;
+  for (double v : base) naive_sum += std::exp(v);
+  const double loss = headroom::math::cross_entropy_row(z, 5, 2, 0.5, true);
+  CHECK(loss == Approx(std::log(naive_sum) - base[2]).epsilon(1e-14));
+  for (int i = 0; i < 5; ++i) {
+    double zp[5], zm[5];
+    for (int k = 0; k < 5; ++k) zp[k] = zm[k] = base[k];
+    zp[i] += 1e-6;
+    zm[i] -= 1e-6;
+    const double fd = (headroom::math::cross_entropy_row(zp, 5, 2, 1.0, false) -
+                       headroom::math::cross_entropy_row(zm, 5, 2, 1.0, false)) / 2e-6;
+    CHECK(z[i] == Approx(0.5 * fd).epsilon(1e-7));  // grad_scale 0.5
+  }
 }

@@ -102,6 +102,7 @@ template <TrainingRun R>
 class Trainer {
  public:
   using T = typename detail::host_scalar<R::dtype>::type;
+  using run = R;
   static constexpr auto plan = headroom::plan<R>();
   static constexpr auto sched = headroom::schedule<R>();
   static constexpr RunConfig config = R::config();

@@ -1,5 +1,5 @@
 #pragma once
-// Causal self-attention, flash style: forward keeps one f32 log-sum-exp per
+// Causal self-attention, flash style: forward keeps one log-sum-exp (f32; f64 in f64 runs) per
 // (sequence, head, position) instead of the T x T probabilities; backward
 // recomputes the scores tile by tile (Dao et al. 2022, FlashAttention-2).
 // RoPE (Su et al. 2021) is applied to q and k as tiles are loaded, so no
@@ -39,7 +39,7 @@ struct AttentionCore {
     }
     op.n_in = n_in;
     const Ref o = b.activation("o", Heads * HeadDim);           // o: (N, H hd)
-    const Ref lse = b.produced("lse", B * Heads * T * cb);        // lse: (B, H, T) f32
+    const Ref lse = b.produced("lse", B * Heads * T * cb);        // lse: (B, H, T) in the compute type
     op.out[0] = o;
     op.out[1] = lse;
     op.n_out = 2;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../../math/cross_entropy.hpp"
 #include "../gemm.hpp"
 
 namespace headroom::host {
@@ -26,18 +27,7 @@ double lm_head_loss(const T* h, const T* w, const std::int32_t* targets, T* dh, 
     const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
     gemm(Trans::no, Trans::yes, rows, vocab, d, T(1), h + c0 * d, d, w, d, T(0), logits, vocab, ws, workers);
     parallel_for(rows, workers, [&](std::int64_t r, int) {
-      T* z = logits + r * vocab;
-      T m = z[0];
-      for (std::int64_t v = 1; v < vocab; ++v) m = z[v] > m ? z[v] : m;
-      T s = T(0);
-      for (std::int64_t v = 0; v < vocab; ++v) s += std::exp(z[v] - m);
-      const T lse = m + std::log(s);
-      const std::int32_t y = targets[c0 + r];
-      row_loss[r] = lse - z[y];
-      if (!grads) return;
-      const T inv = T(1) / s;
-      for (std::int64_t v = 0; v < vocab; ++v) z[v] = std::exp(z[v] - m) * inv * grad_scale;
-      z[y] -= grad_scale;
+      row_loss[r] = math::cross_entropy_row(logits + r * vocab, vocab, targets[c0 + r], grad_scale, grads);
     });
     for (std::int64_t r = 0; r < rows; ++r) total += static_cast<double>(row_loss[r]);
     if (dh != nullptr)
