@@ -103,7 +103,7 @@ inline void quantize_rows(const QuantView& w, std::int64_t r0, std::int64_t r1, 
 }
 
 inline void finish_double_quant(const QuantView& w, const float* staging) {
-  if (!w.q.double_quant) return;
+  if (!w.q.double_quant || w.table == nullptr) return;  // (the plan always has the table with double quantization)
   math::double_quantize_absmax(staging, w.blocks(), w.dq_map(), w.dq_codes(), w.absmax2(), w.offset());
 }
 

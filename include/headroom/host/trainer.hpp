@@ -201,15 +201,17 @@ class Trainer {
   // The parameter's dotted path in the model: "layers.3.self_attn.q_proj.lora_A".
   static std::string path_of(const ParamSlot& p) { return node_path(p.node, p.instance) + "." + std::string(p.name); }
   static std::string node_path(int node, int instance) {
-    std::vector<std::string> parts;
+    std::vector<std::string> parts;  // leaf first
     for (int n = node; n > 0; n = plan.nodes[n].parent) {
       const NodeInfo& ni = plan.nodes[n];
-      std::string part = ni.name.empty() ? std::to_string(ni.index) : std::string(ni.name);
-      if (ni.is_repeat) part += "." + std::to_string(instance);
-      parts.push_back(part);
+      if (ni.is_repeat) parts.push_back(std::to_string(instance));
+      parts.push_back(ni.name.empty() ? std::to_string(ni.index) : std::string(ni.name));
     }
     std::string s;
-    for (auto it = parts.rbegin(); it != parts.rend(); ++it) s += (s.empty() ? "" : ".") + *it;
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+      if (!s.empty()) s.push_back('.');
+      s.append(*it);
+    }
     return s;
   }
   // The parameter at a dotted path ("layers.0.self_attn.q_proj.lora_B"), or null.
