@@ -47,4 +47,21 @@ static_assert(qlora.bytes(Role::grads) == 2 * 41'943'040LL);
 // What must be resident at the update, a floor for the peak:
 static_assert(qlora.lower_bound() >= proj / 2 + proj / 64 * 4 + 2 * (2 * 128256LL * 4096) + 8 * 41'943'040LL);
 
+// The GEMM packing panels of one worker (GemmBlocking: kc 256, mc 192, nc
+// 1024; every model dimension here is >= 1024), in f32 (the compute type of a
+// bf16 run): (256 x 192 + 256 x 1024) x 4 B = 1,245,184 B, alive the whole step.
+template <class P>
+constexpr int64_t gemm_panels(const P& p) {
+  for (const auto& b : p.buffers)
+    if (b.name == "gemm panels") return b.size;
+  return -1;
+}
+static_assert(gemm_panels(full) == (256 * 192 + 256 * 1024) * 4);
+static_assert(gemm_panels(qlora) == (256 * 192 + 256 * 1024) * 4);
+
+// The figures the docs quote (getting-started.md, memory-model.md, README):
+// update them together if packing or a layer's declaration changes.
+static_assert(full.peak_bytes() == 128'502'210'816);  // 119.68 GiB, 16.0022 B per parameter
+static_assert(qlora.peak_bytes() == 7'307'291'136);   // 6.81 GiB
+
 }  // namespace

@@ -6,8 +6,8 @@
 //                  chooses (default: the system temp dir). The file is
 //                  unlinked at once, so nothing is left behind; after an
 //                  offload copy the pages are released from the process
-//                  (written back to the file by the kernel), and asked for
-//                  again one block ahead of their backward.
+//                  (written back to the file by the kernel); the plan's
+//                  prefetch copies them back one block ahead of their backward.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -76,11 +76,6 @@ class Arena {
   void release(std::int64_t offset, std::int64_t bytes) const {
     if (!file_backed_) return;
     page_range(offset, bytes, [](void* p, std::size_t n) { ::madvise(p, n, MADV_DONTNEED); });
-  }
-  // Offload tier: the range will be read soon; start reading it in.
-  void will_need(std::int64_t offset, std::int64_t bytes) const {
-    if (!file_backed_) return;
-    page_range(offset, bytes, [](void* p, std::size_t n) { ::madvise(p, n, MADV_WILLNEED); });
   }
 
  private:

@@ -139,7 +139,7 @@ class Trainer {
     double loss = 0;
     for (int k = 0; k < config.accumulate; ++k) {
       const double l = micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
-                                   targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no, true);
+                                   targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no);
       loss += l / config.accumulate;
     }
     StepStats s;
@@ -157,7 +157,7 @@ class Trainer {
     static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
     check_batch(tokens, targets, tokens_per_micro_batch);
     if (config.accumulate > 1) zero_grads();
-    return micro_batch(tokens, targets, step_ + 1, true, /*update_after=*/false);
+    return micro_batch(tokens, targets, step_ + 1);
   }
 
   // Mean loss of one micro-batch; no gradient, no update.
@@ -240,7 +240,6 @@ class Trainer {
   GemmPanels<T> panels_{};
   int workers_ = 1;
   int step_ = 0;
-  double last_loss_ = 0;
 
   template <class U = T>
   U* ptr(const Slot& s) const {
@@ -271,16 +270,15 @@ class Trainer {
     std::memcpy(ptr<std::int32_t>(sched.targets), targets.data(), targets.size_bytes());
   }
 
-  double micro_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no, bool backward,
-                     bool update_after = true) {
-    (void)update_after;
+  // Runs every event of one micro-batch up to the update; returns its mean loss.
+  double micro_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
     load_batch(tokens, targets);
     const int end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
     double loss = 0;
     for (int g = 1; g < end; ++g) {
       const Step& st = sched.steps[g];
       if (st.kind == EventKind::loss) {
-        loss = loss_step(st, backward) / tokens_per_micro_batch;
+        loss = loss_step(st, true) / tokens_per_micro_batch;
         if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
         *ptr(sched.loss) = static_cast<T>(loss);
         continue;

@@ -227,9 +227,8 @@ constexpr auto schedule() {
           const graph::Param& pr = b.params[p];
           const int inst = pr.group == graph::none ? 0 : j;
           st.param[q] = param_base[p] + inst;
+          // backward events, and the loss event of a fused loss, write gradients
           if (pr.grad != graph::none && ev.kind != EventKind::forward && ev.kind != EventKind::recompute)
-            st.grad_first[q] = index.slot_of_tensor(pr.grad, inst, g).first;
-          if (pr.grad != graph::none && op.fused_loss && ev.kind == EventKind::loss)
             st.grad_first[q] = index.slot_of_tensor(pr.grad, inst, g).first;
         }
       }

@@ -86,10 +86,7 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, bool dx_first, 
 
 // Rows of W dequantized per round: one 64-row panel per worker, in scratch
 // (workers * 64, In); the GEMM then runs over that block of columns of y.
-template <class T>
-std::int64_t quant_panel_rows(int workers) {
-  return static_cast<std::int64_t>(workers) * 64;
-}
+inline std::int64_t quant_panel_rows(int workers) { return static_cast<std::int64_t>(workers) * 64; }
 
 namespace detail {
 template <class T>
@@ -108,7 +105,7 @@ void dequantize_panel(const QuantView& w, std::int64_t p0, std::int64_t rows, T*
 template <class T>
 void quant_linear_forward(const T* x, const QuantView& w, T* y, std::int64_t n, const Epilogue<T>& ep, T* panel,
                           const GemmPanels<T>& ws, int workers) {
-  const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows<T>(workers);
+  const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows(workers);
   for (std::int64_t p0 = 0; p0 < out; p0 += step) {
     const std::int64_t rows = p0 + step < out ? step : out - p0;
     detail::dequantize_panel(w, p0, rows, panel, workers);
@@ -125,7 +122,7 @@ void quant_linear_forward(const T* x, const QuantView& w, T* y, std::int64_t n, 
 template <class T>
 void quant_linear_backward_input(const T* dy, const QuantView& w, T* dx, bool dx_first, std::int64_t n, T* panel,
                                  const GemmPanels<T>& ws, int workers) {
-  const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows<T>(workers);
+  const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows(workers);
   for (std::int64_t p0 = 0; p0 < out; p0 += step) {
     const std::int64_t rows = p0 + step < out ? step : out - p0;
     detail::dequantize_panel(w, p0, rows, panel, workers);
