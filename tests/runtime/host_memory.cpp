@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
@@ -159,4 +160,27 @@ TEST_CASE("peak resident memory (VmHWM) = plan + a constant", "[host][memory]") 
   CHECK(overhead <= 16ll << 20);
   std::printf("VmHWM over a run of %s: plan %lld B + %lld B overhead\n", "tiny_llama B8 T128", static_cast<long long>(planned),
               static_cast<long long>(overhead));
+}
+
+TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the tier lives in a file mapping", "[host][memory]") {
+  using Tr = host::Trainer<Offload>;
+  using Plain = host::Trainer<Full>;
+  const auto dir = std::filesystem::temp_directory_path() / "headroom-offload-test";
+  std::filesystem::create_directories(dir);
+  {
+    Tr t({.offload_dir = dir});
+    CHECK(t.arena_bytes(Tier::device) == Tr::plan.peak_bytes(Tier::device));
+    CHECK(t.arena_bytes(Tier::offload) == Tr::plan.peak_bytes(Tier::offload));
+    CHECK(Tr::plan.peak_bytes(Tier::offload) > 0);
+    CHECK(Tr::plan.peak_bytes(Tier::device) < Plain::plan.peak_bytes(Tier::device));
+    CHECK(t.arena(Tier::offload).file_backed());
+    // the file is unlinked at once: nothing is left in the directory
+    CHECK(std::filesystem::is_empty(dir));
+    const auto tok = pattern(Tr::tokens_per_step, 256, 0), tgt = pattern(Tr::tokens_per_step, 256, 1);
+    host::Trainer<Full> plain;
+    CHECK(t.step(tok, tgt).loss == plain.step(tok, tgt).loss);  // the same step, with the copies
+  }
+  std::filesystem::remove_all(dir);
+  REQUIRE_THROWS_WITH(Tr({.offload_dir = "/nonexistent/headroom"}),
+                      Catch::Contains("cannot create the offload file in '/nonexistent/headroom'"));
 }
