@@ -5,6 +5,8 @@
 // the same update). Every trainer here also checks arena == plan.
 #include <catch2/catch.hpp>
 
+#include "support/fixtures.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <headroom/headroom.hpp>
@@ -15,6 +17,7 @@
 using namespace headroom;
 
 namespace {
+using headroom::test::ids;
 
 // Small enough to check every parameter in double, big enough to tile NF4 /
 // Int8 blocks of 64 and to give RoPE, GQA and two blocks something to do.
@@ -23,16 +26,6 @@ constexpr models::GPT2Config gpt2_test{48, 64, 2, 4, 32};
 
 template <class M, class... Opts>
 using F64Run = Train<M, Batch<2>, Seq<12>, Precision<DType::F64>, Workers<2>, Opts...>;
-
-std::vector<std::int32_t> ids(std::size_t n, std::uint32_t seed, int vocab) {
-  std::vector<std::int32_t> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& t : v) {
-    x = x * 1664525u + 1013904223u;
-    t = static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab));
-  }
-  return v;
-}
 
 template <class Trainer>
 void check_arena(const Trainer& t) {

@@ -6,6 +6,8 @@
 // an interrupted save leaves the previous checkpoint loadable.
 #include <catch2/catch.hpp>
 
+#include "support/fixtures.hpp"
+
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
@@ -26,6 +28,9 @@ using namespace headroom;
 using Catch::Contains;
 
 namespace {
+using headroom::test::TempDir;
+using headroom::test::mismatch_at;
+using headroom::test::ids;
 
 namespace fs = std::filesystem;
 
@@ -41,23 +46,6 @@ using Adam8Run = Run<Llama, AdamW8bit, Workers<2>>;  // two threads: resuming do
 using QLoRARun = Run<LlamaQLoRA, AdamW8bit>;
 using GPT2F64Run = Train<models::GPT2<gpt2_ck>, Batch<2>, Seq<12>, Precision<DType::F64>, AdamW>;
 
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    dir = fs::temp_directory_path() / ("headroom_io_checkpoint_" + std::to_string(stamp) + "_" + std::to_string(counter++));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return dir / name; }
-};
-
 // Resets the save hooks however a test ends.
 struct HookGuard {
   ~HookGuard() {
@@ -65,26 +53,6 @@ struct HookGuard {
     io::detail::checkpoint::force_two_renames() = false;
   }
 };
-
-// -1 when equal, else the first index where they differ (a failed check then
-// prints one number, not two large vectors).
-template <class V>
-long mismatch_at(const V& a, const V& b) {
-  const std::size_t n = std::min(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i)
-    if (!(a[i] == b[i])) return static_cast<long>(i);
-  return a.size() == b.size() ? -1 : static_cast<long>(n);
-}
-
-std::vector<std::int32_t> ids(std::size_t n, std::uint32_t seed, int vocab = 48) {
-  std::vector<std::int32_t> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& t : v) {
-    x = x * 1664525u + 1013904223u;
-    t = static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab));
-  }
-  return v;
-}
 
 host::TrainOptions options(std::uint64_t seed) {
   return {.seed = seed, .lr = 1e-2, .warmup_steps = 2, .total_steps = 6};

@@ -5,6 +5,8 @@
 // (with its message).
 #include <catch2/catch.hpp>
 
+#include "support/fixtures.hpp"
+
 #include <headroom/io/dataset.hpp>
 
 #include <atomic>
@@ -20,6 +22,8 @@
 #include <vector>
 
 namespace {
+using headroom::test::TempDir;
+using headroom::test::write_file;
 
 namespace fs = std::filesystem;
 using headroom::io::ByteTokenizer;
@@ -29,30 +33,6 @@ using headroom::io::TokenFile;
 using headroom::io::write_tokens;
 using Catch::Contains;
 using Ids = std::vector<std::int32_t>;
-
-// A fresh directory under the system temp dir, removed on destruction.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    dir = fs::temp_directory_path() /
-          ("headroom_io_dataset_" + std::to_string(stamp) + "_" + std::to_string(counter++));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return dir / name; }
-};
-
-void write_bytes(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -136,34 +116,34 @@ TEST_CASE("token file: every bad file is refused with its reason and its name", 
 
   REQUIRE_THROWS_WITH(TokenFile(tmp / "missing.tok"), Contains("missing.tok") && Contains("cannot open"));
 
-  write_bytes(p, "");
+  write_file(p, "");
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("bad.tok") && Contains("empty"));
 
-  write_bytes(p, header(2, 256, 0).substr(0, 10));
+  write_file(p, header(2, 256, 0).substr(0, 10));
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("bad.tok") && Contains("truncated: 10 bytes") &&
                                          Contains("24-byte header"));
 
-  write_bytes(p, header(2, 256, 4) + le(1, 2) + le(2, 2));  // 2 of 4 tokens
+  write_file(p, header(2, 256, 4) + le(1, 2) + le(2, 2));  // 2 of 4 tokens
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("bad.tok") && Contains("truncated") && Contains("4 tokens") &&
                                          Contains("needs 32 bytes") && Contains("the file has 28 bytes"));
 
-  write_bytes(p, header(2, 256, 1) + le(1, 2) + "x");
+  write_file(p, header(2, 256, 1) + le(1, 2) + "x");
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("trailing bytes") && Contains("needs 26 bytes"));
 
-  write_bytes(p, header(2, 256, 1, std::string("GGUF\0\0\0\0", 8)) + le(1, 2));
+  write_file(p, header(2, 256, 1, std::string("GGUF\0\0\0\0", 8)) + le(1, 2));
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("bad.tok") && Contains("bad magic"));
 
-  write_bytes(p, header(3, 256, 1) + "abc");
+  write_file(p, header(3, 256, 1) + "abc");
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("element size 3"));
 
-  write_bytes(p, header(2, 70000, 1) + le(1, 2));
+  write_file(p, header(2, 70000, 1) + le(1, 2));
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("vocab size 70000") && Contains("2-byte"));
 
-  write_bytes(p, header(2, 0, 0));
+  write_file(p, header(2, 0, 0));
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("vocab size 0"));
 
   // an id beyond the header's vocabulary: found when the data set counts tokens
-  write_bytes(p, header(2, 4, 3) + le(1, 2) + le(9, 2) + le(2, 2));
+  write_file(p, header(2, 4, 3) + le(1, 2) + le(9, 2) + le(2, 2));
   REQUIRE_NOTHROW(TokenFile(p));
   REQUIRE_THROWS_WITH(TokenDataset(TokenFile(p), 0.5),
                       Contains("bad.tok") && Contains("token id 9 at position 1") && Contains("[0, 4)"));
@@ -295,7 +275,7 @@ TEST_CASE("data set from a text file: tokenized once, cached as a token file", "
   const TempDir tmp;
   const fs::path text = tmp / "tiny.txt";
   const std::string content = "It is a truth universally acknowledged.\n";
-  write_bytes(text, content);
+  write_file(text, content);
 
   const auto ds = TokenDataset::from_text(text, ByteTokenizer{}, 0.25);
   const fs::path cache = tmp / "tiny.txt.byte.tok";
@@ -311,7 +291,7 @@ TEST_CASE("data set from a text file: tokenized once, cached as a token file", "
   CHECK(again.size() == content.size());
 
   // a broken cache is rebuilt
-  write_bytes(cache, "junk");
+  write_file(cache, "junk");
   CHECK(TokenDataset::from_text(text, ByteTokenizer{}, 0.25).size() == content.size());
 
   // or the cache goes into a given folder
@@ -321,7 +301,7 @@ TEST_CASE("data set from a text file: tokenized once, cached as a token file", "
 
   REQUIRE_THROWS_WITH(TokenDataset::from_text(tmp / "austen.txt", ByteTokenizer{}, 0.1),
                       Contains("austen.txt") && Contains("not found") && Contains("scripts/fetch-corpus"));
-  write_bytes(tmp / "empty.txt", "");
+  write_file(tmp / "empty.txt", "");
   REQUIRE_THROWS_WITH(TokenDataset::from_text(tmp / "empty.txt", ByteTokenizer{}, 0.1),
                       Contains("empty.txt.byte.tok") && Contains("empty (0 tokens)"));
 }

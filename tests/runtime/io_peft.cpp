@@ -5,6 +5,8 @@
 // Conv1D weights).
 #include <catch2/catch.hpp>
 
+#include "support/fixtures.hpp"
+
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/peft.hpp>
@@ -25,6 +27,9 @@ using namespace headroom;
 using Catch::Contains;
 
 namespace {
+using headroom::test::TempDir;
+using headroom::test::mismatch_at;
+using headroom::test::ids;
 
 namespace fs = std::filesystem;
 namespace js = io::detail::json;
@@ -40,43 +45,6 @@ using LlamaQLoRA = models::Llama<llama_pf, Apply<Quantized<NF4, LoRA<4>>, On<q_p
 using GPT2 = models::GPT2<gpt2_pf>;
 // rank 8, alpha 16 on c_attn and the attention's c_proj only (not the MLP's c_proj)
 using GPT2LoRA = models::GPT2<gpt2_pf, Apply<LoRA<8, Linear<>, Ratio<16>>, On<c_attn, attn_c_proj>>>;
-
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    dir = fs::temp_directory_path() / ("headroom_io_peft_" + std::to_string(stamp) + "_" + std::to_string(counter++));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return dir / name; }
-};
-
-// -1 when equal, else the first index where they differ (a failed check then
-// prints one number, not two large vectors).
-template <class V>
-long mismatch_at(const V& a, const V& b) {
-  const std::size_t n = std::min(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i)
-    if (!(a[i] == b[i])) return static_cast<long>(i);
-  return a.size() == b.size() ? -1 : static_cast<long>(n);
-}
-
-std::vector<std::int32_t> ids(std::size_t n, std::uint32_t seed, int vocab = 48) {
-  std::vector<std::int32_t> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& t : v) {
-    x = x * 1664525u + 1013904223u;
-    t = static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab));
-  }
-  return v;
-}
 
 // A few steps with a large learning rate, so B is far from zero.
 template <class Tr>

@@ -3,6 +3,8 @@
 // messages, and the atomic write.
 #include <catch2/catch.hpp>
 
+#include "support/fixtures.hpp"
+
 #include <headroom/io/safetensors.hpp>
 
 #include <atomic>
@@ -18,6 +20,8 @@
 #include <vector>
 
 namespace {
+using headroom::test::TempDir;
+using headroom::test::write_file;
 
 namespace fs = std::filesystem;
 using headroom::DType;
@@ -27,34 +31,10 @@ using headroom::io::TensorView;
 using headroom::io::write_safetensors;
 using Catch::Contains;
 
-// A fresh directory under the system temp dir, removed on destruction.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    dir = fs::temp_directory_path() /
-          ("headroom_io_safetensors_" + std::to_string(stamp) + "_" + std::to_string(counter++));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return dir / name; }
-};
-
 std::string le64(std::uint64_t v) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xFF);
   return s;
-}
-
-void write_bytes(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 std::string read_bytes(const fs::path& p) {
@@ -66,7 +46,7 @@ std::string read_bytes(const fs::path& p) {
 fs::path make_file(const TempDir& tmp, const std::string& json, std::size_t data_bytes,
                    const std::string& name = "bad.safetensors") {
   const fs::path p = tmp / name;
-  write_bytes(p, le64(json.size()) + json + std::string(data_bytes, '\0'));
+  write_file(p, le64(json.size()) + json + std::string(data_bytes, '\0'));
   return p;
 }
 
@@ -188,7 +168,7 @@ TEST_CASE("safetensors: a hand-made file is read correctly", "[io][safetensors]"
   const unsigned char data[] = {0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x00, 0x40, 0xFF, 0x05};
   bytes.append(reinterpret_cast<const char*>(data), sizeof data);
   const fs::path p = tmp / "tiny.safetensors";
-  write_bytes(p, bytes);
+  write_file(p, bytes);
 
   const SafetensorsFile f(p);
   REQUIRE(f.tensors().size() == 2);
@@ -224,17 +204,17 @@ TEST_CASE("safetensors: malformed files are rejected with clear messages", "[io]
 
   SECTION("missing file") { rejects(tmp / file, "cannot open"); }
   SECTION("shorter than 8 bytes") {
-    write_bytes(tmp / file, "");
+    write_file(tmp / file, "");
     rejects(tmp / file, "file too short");
-    write_bytes(tmp / file, std::string(5, '\0'));
+    write_file(tmp / file, std::string(5, '\0'));
     rejects(tmp / file, "file too short");
   }
   SECTION("shorter than 8 + N") {
-    write_bytes(tmp / file, le64(100) + "{}");
+    write_file(tmp / file, le64(100) + "{}");
     rejects(tmp / file, "header length 100 exceeds the file size");
   }
   SECTION("absurd header length") {
-    write_bytes(tmp / file, le64(~std::uint64_t{0}) + "{}");
+    write_file(tmp / file, le64(~std::uint64_t{0}) + "{}");
     rejects(tmp / file, "exceeds the file size");
   }
   SECTION("JSON that does not parse") {
@@ -251,7 +231,7 @@ TEST_CASE("safetensors: malformed files are rejected with clear messages", "[io]
     rejects(make_file(tmp, "{\"a\":[1,]}", 0), "invalid JSON");
     rejects(make_file(tmp, "{\"a\":{},}", 0), "expected a string key");
     rejects(make_file(tmp, "{\"a\\q\":1}", 0), "bad escape");
-    rejects(make_file(tmp, "{\"a\\ud800\":1}", 0), "unpaired surrogate");
+    rejects(make_file(tmp, "{\"a\\ud800\":1}", 0), "unpaired high surrogate");
     rejects(make_file(tmp, "{\"a\nb\":1}", 0), "control character");
     rejects(make_file(tmp, std::string(100, '[') + std::string(100, ']'), 0), "nesting too deep");
     rejects(make_file(tmp, "[]", 0), "not a JSON object");

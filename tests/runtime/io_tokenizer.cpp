@@ -11,6 +11,8 @@
 // fails (naming the command to run) when the files are missing.
 #include <catch2/catch.hpp>
 
+#include "support/fixtures.hpp"
+
 #include <headroom/io/tokenizer.hpp>
 
 #include <atomic>
@@ -25,6 +27,8 @@
 #include <vector>
 
 namespace {
+using headroom::test::TempDir;
+using headroom::test::write_file;
 
 namespace fs = std::filesystem;
 using headroom::io::ByteTokenizer;
@@ -32,30 +36,6 @@ using headroom::io::data_error;
 using headroom::io::Gpt2Bpe;
 using Catch::Contains;
 using Ids = std::vector<std::int32_t>;
-
-// A fresh directory under the system temp dir, removed on destruction.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    dir = fs::temp_directory_path() /
-          ("headroom_io_tokenizer_" + std::to_string(stamp) + "_" + std::to_string(counter++));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return dir / name; }
-};
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-}
 
 // A JSON string literal for the GPT-2 token of one byte: its code point under
 // byte_to_unicode, written as a \u escape when not plain ASCII (to exercise them).
@@ -82,8 +62,8 @@ struct Fixture {
     for (int b = 0; b < 256; ++b) json += json_byte_token(b) + ": " + std::to_string(b) + ",\n";
     json += R"("ll": 256, "he": 257, "hell": 258, "hello": 259, "\u0120w": 260, "or": 261,)"
             R"( "\u0120wor": 262, "rl": 263, "<|endoftext|>": 264})";
-    write_text(tmp / "encoder.json", json);
-    write_text(tmp / "vocab.bpe", "#version: 0.2\nl l\nh e\nhe ll\nhell o\n\xC4\xA0 w\no r\n\xC4\xA0w or\nr l\n");
+    write_file(tmp / "encoder.json", json);
+    write_file(tmp / "vocab.bpe", "#version: 0.2\nl l\nh e\nhe ll\nhell o\n\xC4\xA0 w\no r\n\xC4\xA0w or\nr l\n");
   }
   Gpt2Bpe load() const { return Gpt2Bpe(tmp.dir); }
 };
@@ -199,27 +179,27 @@ TEST_CASE("gpt2 bpe: missing and malformed files name the file", "[io][tokenizer
   REQUIRE_THROWS_WITH(Gpt2Bpe(enc, fx.tmp / "missing.bpe"), Contains("missing.bpe") && Contains("not found"));
 
   SECTION("a merge of unknown tokens names its line") {
-    write_text(merges, "#version: 0.2\nl l\nq z\n");
+    write_file(merges, "#version: 0.2\nl l\nq z\n");
     REQUIRE_THROWS_WITH(fx.load(), Contains("vocab.bpe: line 3") && Contains("missing from the encoder"));
   }
   SECTION("a line that is not a merge") {
-    write_text(merges, "#version: 0.2\nl l x\n");
+    write_file(merges, "#version: 0.2\nl l x\n");
     REQUIRE_THROWS_WITH(fx.load(), Contains("vocab.bpe: line 2") && Contains("expected a merge"));
   }
   SECTION("malformed JSON") {
-    write_text(enc, "{\"a\": 0 \"b\": 1}");
+    write_file(enc, "{\"a\": 0 \"b\": 1}");
     REQUIRE_THROWS_WITH(fx.load(), Contains("encoder.json: byte 8") && Contains("expected '}'"));
   }
   SECTION("ids that are not 0..N-1") {
-    write_text(enc, R"({"a": 0, "b": 5})");
+    write_file(enc, R"({"a": 0, "b": 5})");
     REQUIRE_THROWS_WITH(fx.load(), Contains("encoder.json") && Contains("id 5") && Contains("exactly 0..1"));
   }
   SECTION("a token outside GPT-2's byte alphabet") {
-    write_text(enc, R"({" ": 0})");  // the space byte is spelled U+0120, never " "
+    write_file(enc, R"({" ": 0})");  // the space byte is spelled U+0120, never " "
     REQUIRE_THROWS_WITH(fx.load(), Contains("encoder.json") && Contains("byte alphabet"));
   }
   SECTION("a byte without a token") {
-    write_text(enc, R"({"a": 0})");
+    write_file(enc, R"({"a": 0})");
     REQUIRE_THROWS_WITH(fx.load(), Contains("encoder.json") && Contains("no token for the single byte 0"));
   }
 }

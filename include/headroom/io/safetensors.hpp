@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "json_string.hpp"
+
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
 #include <unistd.h>
@@ -143,83 +145,9 @@ inline std::string_view kind_name(Json::Kind k) {
 // included, and moves pos past it; errors throw std::runtime_error("<what> at
 // byte N: ...").
 inline std::string decode_json_string(std::string_view text, std::size_t& pos, std::string_view what) {
-  auto fail = [&](const std::string& why) {
+  return io::detail::decode_json_string(text, pos, [&](const std::string& why) {
     throw std::runtime_error(std::string(what) + " at byte " + std::to_string(pos) + ": " + why);
-  };
-  auto peek = [&]() {
-    if (pos >= text.size()) fail("unexpected end of header");
-    return text[pos];
-  };
-  auto hex4 = [&]() {
-    unsigned cp = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = peek();
-      ++pos;
-      cp <<= 4;
-      if (c >= '0' && c <= '9') cp |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') cp |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') cp |= static_cast<unsigned>(c - 'A' + 10);
-      else fail("bad \\u escape");
-    }
-    return cp;
-  };
-  auto append_utf8 = [](std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  };
-  if (peek() != '"') fail("expected '\"'");
-  ++pos;
-  std::string out;
-  while (true) {
-    const char c = peek();
-    ++pos;
-    if (c == '"') return out;
-    if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-    if (c != '\\') {
-      out += c;
-      continue;
-    }
-    const char e = peek();
-    ++pos;
-    switch (e) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'u': {
-        unsigned cp = hex4();
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          if (pos + 1 >= text.size() || text[pos] != '\\' || text[pos + 1] != 'u') fail("unpaired surrogate in \\u escape");
-          pos += 2;
-          const unsigned lo = hex4();
-          if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate in \\u escape");
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          fail("unpaired surrogate in \\u escape");
-        }
-        append_utf8(out, cp);
-        break;
-      }
-      default: fail(std::string("bad escape '\\") + e + "'");
-    }
-  }
+  });
 }
 
 class JsonParser {

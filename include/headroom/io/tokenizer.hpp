@@ -40,6 +40,8 @@
 #include <utility>
 #include <vector>
 
+#include "json_string.hpp"
+
 namespace headroom::io {
 
 // Any problem with training data: a missing or malformed corpus, token or
@@ -87,23 +89,7 @@ namespace detail::gpt2 {
 
 // --- UTF-8 -------------------------------------------------------------------
 
-inline void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+using io::detail::append_utf8;  // (io/json_string.hpp)
 
 // One decoded code point and the number of bytes it took. A byte that does not
 // start a valid (shortest-form, non-surrogate) UTF-8 sequence decodes as
@@ -294,56 +280,8 @@ class JsonMapParser {
     if (pos_ - start > 1 && text_[start] == '0') fail("leading zeros are not allowed");
     return v;
   }
-  char32_t hex4() {
-    char32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = peek();
-      ++pos_;
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<char32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<char32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<char32_t>(c - 'A' + 10);
-      else fail("bad \\u escape");
-    }
-    return v;
-  }
   std::string parse_string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      const char c = peek();
-      ++pos_;
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c != '\\') { out += c; continue; }
-      const char e = peek();
-      ++pos_;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          char32_t cp = hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in a \\u escape");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: a low one must follow
-            if (pos_ + 2 > text_.size() || text_[pos_] != '\\' || text_[pos_ + 1] != 'u')
-              fail("unpaired high surrogate in a \\u escape");
-            pos_ += 2;
-            const char32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired high surrogate in a \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: fail(std::string("bad escape '\\") + e + "'");
-      }
-    }
+    return io::detail::decode_json_string(text_, pos_, [&](const std::string& why) { fail(why); });
   }
 
   std::string_view text_;
