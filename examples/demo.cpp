@@ -14,9 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <headroom/headroom.hpp>
 #include <headroom/host/generator.hpp>
+#include <headroom/host/resident.hpp>
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
 #include <headroom/io/dataset.hpp>
@@ -73,13 +73,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-std::int64_t status_kib(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(field, 0) == 0) return std::strtoll(line.c_str() + std::string(field).size() + 1, nullptr, 10);
-  return -1;
-}
 double mib(std::int64_t b) { return static_cast<double>(b) / (1 << 20); }
 
 // Mean validation loss over the first n windows-batches.
@@ -209,7 +202,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(f.arena_bytes()));
     std::printf("  generate  KV cache %lld B (context %lld), decode arena %lld B\n", static_cast<long long>(Gen::plan.kv_cache_bytes),
                 static_cast<long long>(T), static_cast<long long>(Gen::plan.arena_bytes()));
-    std::printf("  process peak resident (VmHWM) %.1f MiB\n", status_kib("VmHWM:") / 1024.0);
+    std::printf("  process peak resident (VmHWM) %.1f MiB\n", mib(host::peak_resident_bytes()));
     std::printf("speed: pretrain %.0f tokens/s, QLoRA fine-tune %.0f tokens/s (%d threads)\n", pre_tps, fine_tps, f.threads());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\ndemo: %s\n", e.what());

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <headroom/headroom.hpp>
+#include <headroom/host/resident.hpp>
 #include <headroom/host/trainer.hpp>
 #include <string>
 #include <vector>
@@ -72,14 +73,6 @@ long allocations_in(F&& f) {
   f();
   counting = false;
   return allocations.load();
-}
-
-std::int64_t status_kib(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(field, 0) == 0) return std::strtoll(line.c_str() + std::string(field).size() + 1, nullptr, 10);
-  return -1;
 }
 
 std::vector<std::int32_t> pattern(std::size_t n, int vocab, int shift) {
@@ -143,16 +136,14 @@ TEST_CASE("peak resident memory (VmHWM) = plan + a constant", "[host][memory]") 
   using Tr = host::Trainer<Run>;
   // start the OpenMP team and touch the code paths once, outside the measurement
   host::team(2, [](int, int) {});
-  {
-    std::ofstream("/proc/self/clear_refs") << "5";  // reset VmHWM to the current RSS
-  }
-  const std::int64_t before = status_kib("VmRSS:") * 1024;
+  host::reset_peak_resident();  // VmHWM := the current RSS
+  const std::int64_t before = host::resident_bytes();
   {
     Tr t({.lr = 1e-3});
     const auto tok = pattern(Tr::tokens_per_step, 256, 0), tgt = pattern(Tr::tokens_per_step, 256, 1);
     for (int s = 0; s < 4; ++s) t.step(tok, tgt);
   }
-  const std::int64_t peak = status_kib("VmHWM:") * 1024;
+  const std::int64_t peak = host::peak_resident_bytes();
   const std::int64_t planned = Tr::plan.peak_bytes();
   const std::int64_t overhead = peak - before - planned;
   INFO("VmRSS before " << before << " B, VmHWM " << peak << " B, plan " << planned << " B, overhead " << overhead << " B");

@@ -143,11 +143,7 @@ class Generator {
   explicit Generator(const Tr& trainer, std::uint64_t seed = 42)
       : tr_(trainer), arena_(plan.arena_bytes()), rng_(seed), order_(static_cast<std::size_t>(vocab())) {}
 
-  static constexpr std::int64_t vocab() {
-    for (const Step& s : Tr::sched.steps)
-      if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
-    return 0;
-  }
+  static constexpr std::int64_t vocab() { return Tr::vocab_size(); }
   std::int64_t arena_bytes() const { return arena_.bytes(); }
   std::int64_t position() const { return pos_; }
 
@@ -274,14 +270,7 @@ class Generator {
   }
 
   void attend(const Step& st, const std::array<std::int64_t, 8>& a) {
-    AttentionDims d{};
-    d.batch = batch;
-    d.seq = 1;
-    d.heads = st.dim[0];
-    d.kv_heads = st.dim[1];
-    d.head_dim = st.dim[2];
-    d.rope = st.dim[3] > 0;
-    d.rope_theta = static_cast<double>(st.dim[3] > 0 ? st.dim[3] : 10000);
+    const AttentionDims d = headroom::host::detail::attention_dims(st, batch, 1);
     const std::int64_t qc = d.heads * d.head_dim, kc = d.kv_heads * d.head_dim;
     T* kcache = arena_.at<T>(a[7]);
     T* vcache = kcache + d.kv_heads * d.head_dim * context * batch;

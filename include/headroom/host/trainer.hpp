@@ -92,6 +92,18 @@ constexpr std::uint64_t mix(std::uint64_t z) {
 inline double uniform01(std::uint64_t key, std::uint64_t i) {
   return (static_cast<double>(mix(key ^ mix(i)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
+// The kernels' view of an attention step (OpKind::attention's dims).
+inline AttentionDims attention_dims(const Step& st, std::int64_t batch, std::int64_t seq) {
+  AttentionDims d{};
+  d.batch = batch;
+  d.seq = seq;
+  d.heads = st.dim[0];
+  d.kv_heads = st.dim[1];
+  d.head_dim = st.dim[2];
+  d.rope = st.dim[3] > 0;
+  d.rope_theta = static_cast<double>(st.dim[3] > 0 ? st.dim[3] : 10000);
+  return d;
+}
 inline double normal(std::uint64_t key, std::uint64_t i) {
   const double u1 = uniform01(key, 2 * i), u2 = uniform01(key, 2 * i + 1);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
@@ -189,6 +201,13 @@ class Trainer {
 
   // ---- parameters ----------------------------------------------------------------------------------------
   static constexpr std::size_t param_count = sched.params.size();
+  // The model's vocabulary (the LM head's rows).
+  static constexpr std::int64_t vocab_size() {
+    for (const Step& s : sched.steps)
+      if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
+    return 0;
+  }
+
   static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
   // A dense parameter's values (row-major rows x cols), or null for a quantized one.
   T* weight(const ParamSlot& p) const { return p.quant.kind == QuantKind::none ? device_.at<T>(p.weight) : nullptr; }
@@ -259,11 +278,6 @@ class Trainer {
                                 " at position " + std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     }
   }
-  static constexpr std::int64_t vocab_size() {
-    for (const Step& s : sched.steps)
-      if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
-    return 0;
-  }
 
   void load_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     std::memcpy(ptr<std::int32_t>(sched.tokens), tokens.data(), tokens.size_bytes());
@@ -325,17 +339,7 @@ class Trainer {
     return k >= 0 && sched.params[k].trainable && sched.params[k].grad >= 0 ? device_.at<T>(sched.params[k].grad) : nullptr;
   }
   bool quantized(int k) const { return k >= 0 && sched.params[k].quant.kind != QuantKind::none; }
-  static AttentionDims attention_dims(const Step& st) {
-    AttentionDims d{};
-    d.batch = config.batch;
-    d.seq = config.seq;
-    d.heads = st.dim[0];
-    d.kv_heads = st.dim[1];
-    d.head_dim = st.dim[2];
-    d.rope = st.dim[3] > 0;
-    d.rope_theta = static_cast<double>(st.dim[3] > 0 ? st.dim[3] : 10000);
-    return d;
-  }
+  static AttentionDims attention_dims(const Step& st) { return detail::attention_dims(st, config.batch, config.seq); }
 
   void forward(const Step& st) {
     if (st.fused_into_previous) return;  // computed by the projection before it
