@@ -1,0 +1,116 @@
+// The headroom side of bench/compare: trains one configuration for a number
+// of steps on one fixed batch of pseudo-random tokens (targets: the next
+// token, wrapping around) and prints one JSON line with the timed steps'
+// tokens/s and every step's loss. bench/compare runs it next to
+// bench/compare_torch.py (the same model, batch, sequence length, optimizer
+// and thread count written in PyTorch) or llm.c's train_gpt2 (gpt2_llmc),
+// and measures each process's peak resident memory from outside.
+//
+//   compare_headroom CONFIG [--steps N] [--warmup N] [--threads N] [--save-init FILE]
+//   CONFIG: tiny_full tiny_lora tiny_lora_ckpt gpt2_full gpt2_lora gpt2_lora_ckpt gpt2_llmc
+//   --save-init FILE   the initial weights, Hugging Face names (bench/compare
+//                      converts them to llm.c's checkpoint format)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <headroom/headroom.hpp>
+#include <headroom/host/trainer.hpp>
+#include <headroom/io/hf_names.hpp>
+#include <string>
+#include <vector>
+
+using namespace headroom;
+
+namespace {
+
+struct Args {
+  std::string config;
+  int steps = 5, warmup = 1, threads = 1;
+  std::string save_init;
+};
+
+// The demo's model (tiny_llama: d 256, 4 layers, 4 heads / 2 KV heads, byte vocabulary), B16 T128.
+using Tiny = models::Llama<models::tiny_llama>;
+using TinyLoRA = models::Llama<models::tiny_llama, Apply<LoRA<16>, On<q_proj, k_proj, v_proj, o_proj>>>;
+using TinyLoRACkpt = models::Llama<models::tiny_llama, Apply<LoRA<16>, On<q_proj, k_proj, v_proj, o_proj>>,
+                                   Apply<Checkpointed<>, EveryBlock>>;
+// GPT-2-shaped and wide enough that GEMMs dominate: d 768, 4 layers, 12 heads, GPT-2's vocabulary, B4 T256.
+constexpr models::GPT2Config gpt2_d768_l4{50257, 768, 4, 12, 1024};
+using GPT2 = models::GPT2<gpt2_d768_l4>;
+using GPT2LoRA = models::GPT2<gpt2_d768_l4, Apply<LoRA<16>, On<c_attn, c_proj, c_fc>>>;
+using GPT2LoRACkpt = models::GPT2<gpt2_d768_l4, Apply<LoRA<16>, On<c_attn, c_proj, c_fc>>, Apply<Checkpointed<>, EveryBlock>>;
+
+constexpr int max_workers = 2;
+template <class M, int B, int T>
+using Run = Train<M, Batch<B>, Seq<T>, AdamW, Workers<max_workers>>;
+// llm.c's train_gpt2.c: B4 T64, AdamW lr 1e-4 without weight decay, no clipping
+using LlmcRun = Train<GPT2, Batch<4>, Seq<64>, AdamWith<Ratio<9, 10>, Ratio<999, 1000>, Ratio<0, 1>>, Workers<max_workers>>;
+
+template <class R>
+int run(const Args& a, double clip_norm = 1.0) {
+  using Tr = host::Trainer<R>;
+  if (a.threads < 1 || a.threads > max_workers) {
+    std::fprintf(stderr, "compare_headroom: --threads must be 1..%d (Workers<%d> in this file)\n", max_workers, max_workers);
+    return 2;
+  }
+  Tr t({.seed = 1, .threads = a.threads, .lr = 1e-4, .clip_norm = clip_norm});
+  if (!a.save_init.empty()) io::save_pretrained(t, a.save_init);
+  constexpr std::int64_t n = Tr::tokens_per_step, vocab = R::model::config.vocab;
+  // the same sequence as compare_torch.py's tokens() and bench/compare's llm.c token file
+  std::vector<std::int32_t> tok(n), tgt(n);
+  std::uint32_t x = 12345;
+  for (std::int64_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    tok[i] = static_cast<std::int32_t>((x >> 9) % vocab);
+  }
+  for (std::int64_t i = 0; i < n; ++i) tgt[i] = tok[(i + 1) % n];
+  std::string losses;
+  char buf[32];
+  auto step = [&] {
+    std::snprintf(buf, sizeof buf, "%s%.6f", losses.empty() ? "" : ", ", t.step(tok, tgt).loss);
+    losses += buf;
+  };
+  for (int s = 0; s < a.warmup; ++s) step();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < a.steps; ++s) step();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("{\"side\": \"headroom\", \"config\": \"%s\", \"tokens_per_s\": %.3f, \"step_s\": %.5f, \"losses\": [%s], "
+              "\"arena_bytes\": %llu, \"plan_bytes\": %llu, \"threads\": %d}\n",
+              a.config.c_str(), a.steps * static_cast<double>(n) / secs, secs / a.steps, losses.c_str(),
+              static_cast<unsigned long long>(t.arena_bytes()), static_cast<unsigned long long>(Tr::plan.peak_bytes()),
+              a.threads);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--steps") && has_value) a.steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--warmup") && has_value) a.warmup = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--threads") && has_value) a.threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--save-init") && has_value) a.save_init = argv[++i];
+    else if (argv[i][0] != '-' && a.config.empty()) a.config = argv[i];
+    else {
+      std::fprintf(stderr, "usage: compare_headroom CONFIG [--steps N] [--warmup N] [--threads N] [--save-init FILE]\n");
+      return 2;
+    }
+  }
+  if (a.steps < 1 || a.warmup < 0) {
+    std::fprintf(stderr, "compare_headroom: --steps must be >= 1 and --warmup >= 0\n");
+    return 2;
+  }
+  if (a.config == "tiny_full") return run<Run<Tiny, 16, 128>>(a);
+  if (a.config == "tiny_lora") return run<Run<TinyLoRA, 16, 128>>(a);
+  if (a.config == "tiny_lora_ckpt") return run<Run<TinyLoRACkpt, 16, 128>>(a);
+  if (a.config == "gpt2_full") return run<Run<GPT2, 4, 256>>(a);
+  if (a.config == "gpt2_lora") return run<Run<GPT2LoRA, 4, 256>>(a);
+  if (a.config == "gpt2_lora_ckpt") return run<Run<GPT2LoRACkpt, 4, 256>>(a);
+  if (a.config == "gpt2_llmc") return run<LlmcRun>(a, 0.0);
+  std::fprintf(stderr, "compare_headroom: unknown configuration '%s' (tiny_full tiny_lora tiny_lora_ckpt gpt2_full gpt2_lora gpt2_lora_ckpt gpt2_llmc)\n",
+               a.config.c_str());
+  return 2;
+}
