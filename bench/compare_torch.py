@@ -202,7 +202,8 @@ def main():
     family, c, B, T, lora, ckpt = CONFIGS[a.config]
     model = LM(family, c, T, lora, ckpt)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    # foreach=True: the multi-tensor AdamW, faster here than torch 1.13's default per-tensor loop on CPU
+    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=True)
     tok, tgt = tokens(c["vocab"], B * T)
     tok = torch.tensor(tok, dtype=torch.long).view(B, T)
     tgt = torch.tensor(tgt, dtype=torch.long).view(B, T)

@@ -1,11 +1,19 @@
-// The arena-fed host::gemm against Eigen's own product on the same shapes
-// (one thread): the ceiling a training step's GEMMs can reach here.
+// The arena-fed host::gemm against Eigen's own product on the same shapes:
+// the ceiling a training step's GEMMs can reach here.
 //
-//   build/bench/gemm
+//   build/bench/gemm                                   everything
+//   build/bench/gemm --benchmark_filter=2048x768x768   the headline pair (one thread)
+//
+// The first two benchmarks are the headline: C = A B^T, (2048 x 768) by
+// (768 x 768), one thread. Then every shape below in the four transposition
+// cases (nn, nt, tn, tt: op(A), op(B)) on 1 and 2 threads, host::gemm then
+// Eigen (the same product, Eigen::setNbThreads): the linear layer's forward
+// is nt (X W^T), its dX nn (dY W), its dW tn (dY^T X).
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Dense>
 #include <headroom/host/gemm.hpp>
+#include <string>
 #include <vector>
 
 using namespace headroom;
@@ -14,9 +22,11 @@ namespace {
 
 constexpr long M = 2048, N = 768, K = 768;  // tokens x width: a d768 projection's forward
 
-void flops(benchmark::State& state) {
+using Mat = Eigen::Matrix<float, -1, -1, Eigen::RowMajor>;
+
+void flops(benchmark::State& state, long m, long n, long k) {
   state.counters["GFLOP/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * M * N * K * 1e-9, benchmark::Counter::kIsRate);
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * m * n * k * 1e-9, benchmark::Counter::kIsRate);
 }
 
 void host_gemm_nt(benchmark::State& state) {
@@ -28,18 +38,101 @@ void host_gemm_nt(benchmark::State& state) {
     host::gemm(host::Trans::no, host::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N, ws, 1);
     benchmark::DoNotOptimize(c.data());
   }
-  flops(state);
+  flops(state, M, N, K);
 }
 
 void eigen_nt(benchmark::State& state) {
   Eigen::setNbThreads(1);
-  Eigen::Matrix<float, -1, -1, Eigen::RowMajor> a = Eigen::MatrixXf::Constant(M, K, 0.5f), b = Eigen::MatrixXf::Constant(N, K, 0.25f),
-                                                c(M, N);
+  Mat a = Mat::Constant(M, K, 0.5f), b = Mat::Constant(N, K, 0.25f), c(M, N);
   for (auto _ : state) {
     c.noalias() = a * b.transpose();
     benchmark::DoNotOptimize(c.data());
   }
-  flops(state);
+  flops(state, M, N, K);
+}
+
+// ---- every shape x transposition x workers --------------------------------
+// args: m, n, k, ta, tb, workers. A is stored (m, k) or, transposed, (k, m);
+// B (k, n) or (n, k).
+Mat filled(long rows, long cols, unsigned seed) {
+  Mat x(rows, cols);
+  unsigned s = seed;
+  for (long i = 0; i < x.size(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    x.data()[i] = static_cast<float>(s >> 8) * (1.0f / 16777216.0f) - 0.5f;
+  }
+  return x;
+}
+
+void host_case(benchmark::State& state) {
+  const long m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  const int workers = static_cast<int>(state.range(5));
+  const Mat a = ta ? filled(k, m, 1) : filled(m, k, 1), b = tb ? filled(n, k, 2) : filled(k, n, 2);
+  Mat c(m, n);
+  const std::int64_t per = GemmBlocking::panel_elements(m, n, k);
+  std::vector<float, Eigen::aligned_allocator<float>> panels(static_cast<std::size_t>(per * workers));
+  const host::GemmPanels<float> ws{panels.data(), per};
+  const auto t = [](bool x) { return x ? host::Trans::yes : host::Trans::no; };
+  for (auto _ : state) {
+    host::gemm(t(ta), t(tb), m, n, k, 1.0f, a.data(), a.cols(), b.data(), b.cols(), 0.0f, c.data(), n, ws, workers);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  flops(state, m, n, k);
+}
+
+void eigen_case(benchmark::State& state) {
+  const long m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  Eigen::setNbThreads(static_cast<int>(state.range(5)));
+  const Mat a = ta ? filled(k, m, 1) : filled(m, k, 1), b = tb ? filled(n, k, 2) : filled(k, n, 2);
+  Mat c(m, n);
+  for (auto _ : state) {
+    if (!ta && !tb) c.noalias() = a * b;
+    else if (!ta) c.noalias() = a * b.transpose();
+    else if (!tb) c.noalias() = a.transpose() * b;
+    else c.noalias() = a.transpose() * b.transpose();
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  Eigen::setNbThreads(1);
+  flops(state, m, n, k);
+}
+
+struct Shape {
+  long m, n, k;
+  bool all_trans;  // the four cases, or the LM head's nt only
+};
+constexpr Shape shapes[] = {
+    {2048, 768, 768, true},    // d768 projection, B8 x T256
+    {1024, 3072, 768, true},   // MLP up, B4 x T256
+    {1024, 768, 3072, true},   // MLP down
+    {768, 768, 1024, true},    // a projection's dW: (768 x 1024 tokens) by (1024 x 768)
+    {1024, 50257, 768, false}, // the GPT-2 LM head: hidden (1024 x 768) by wte^T
+};
+
+int register_cases() {
+  const char* names[] = {"nn", "nt", "tn", "tt"};
+  for (const Shape& s : shapes) {
+    for (int tr = 0; tr < 4; ++tr) {
+      const int ta = tr >> 1, tb = tr & 1;
+      if (!s.all_trans && tr != 1) continue;
+      for (int workers = 1; workers <= 2; ++workers) {
+        const std::string tag = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + "/" +
+                                names[tr] + "/threads:" + std::to_string(workers);
+        benchmark::RegisterBenchmark(("gemm/host/" + tag).c_str(), host_case)
+            ->Args({s.m, s.n, s.k, ta, tb, workers})
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(("gemm/eigen/" + tag).c_str(), eigen_case)
+            ->Args({s.m, s.n, s.k, ta, tb, workers})
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -47,4 +140,11 @@ void eigen_nt(benchmark::State& state) {
 BENCHMARK(host_gemm_nt)->Name("gemm/host_arena_panels_2048x768x768")->Unit(benchmark::kMillisecond);
 BENCHMARK(eigen_nt)->Name("gemm/eigen_product_2048x768x768")->Unit(benchmark::kMillisecond);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  register_cases();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,13 +1,27 @@
 // The headroom side of a parity run: for configuration NAME, writes into DIR
-//   init.safetensors     the initial base weights (Hugging Face names)
-//   adapter/             the initial LoRA adapters (PEFT layout), for LoRA configurations
+//   init.safetensors     the initial base weights (Hugging Face names; a quantized
+//                        projection as the trainer holds it: dequantized)
 //   batches.safetensors  tokens and targets, I32 (steps, batch, seq)
 //   config.json          model dims, optimizer and its hyper-parameters
 //   losses.json          the loss of every step, as trained here
-//   final.safetensors    the weights after the last step (merged for LoRA)
+//   final.safetensors    the base weights after the last step
+// and, for LoRA configurations,
+//   adapter_init/        the initial LoRA adapters (PEFT layout, io::export_adapter);
+//                        B is given nonzero values first, so that A's gradient is
+//                        not zero at the first step and both adapters are compared
+//   adapter_final/       the adapters after the last step
+//   merged.safetensors   io::save_merged after the last step (W + scale B A)
+// and, for nf4,
+//   original.safetensors the dense weights the quantized projections were loaded from
+//   quant.safetensors    per quantized projection <name>: <name>.codes (U8, packed),
+//                        <name>.absmax (NF4) or <name>.dq_codes / .absmax2 / .offset
+//                        (NF4DQ), <name>.dequant (F32, rows x cols, what the kernels
+//                        compute with); and the trainer's code tables nf4_code (16)
+//                        and dynamic_map (256)
 // tests/parity/reference.py trains the same thing in PyTorch and compares.
 //
 //   parity_driver NAME DIR
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,14 +40,137 @@ namespace {
 
 constexpr int steps = 20;
 constexpr models::LlamaConfig llama_cfg{96, 64, 160, 2, 4, 2, 64, false};
+constexpr models::GPT2Config gpt2_cfg{96, 64, 2, 4, 64};
+// nf4: wide enough that an NF4DQ matrix has more than 256 blocks (up_proj,
+// down_proj: 640 blocks, three second-level blocks, the last one partial).
+constexpr models::LlamaConfig nf4_cfg{96, 128, 320, 2, 4, 2, 64, false};
+
+// LoRA r 8, alpha 16 (scale 2): a scale other than 1 checks the alpha / r convention.
+using Lora8 = LoRA<8, Linear<>, Ratio<16>>;
+using LlamaLora = models::Llama<llama_cfg, Apply<Lora8, On<q_proj, v_proj, o_proj, down_proj>>>;
+using LlamaLoraCkpt = models::Llama<llama_cfg, Apply<Lora8, On<q_proj, v_proj, o_proj, down_proj>>, Apply<Checkpointed<>, EveryBlock>>;
+using GPT2LoraCkpt = models::GPT2<gpt2_cfg, Apply<Lora8, On<c_attn, attn_c_proj, c_fc>>, Apply<Checkpointed<>, EveryBlock>>;
+// QLoRA: NF4 on some projections, NF4 with double quantization on the others.
+using LlamaNF4 = models::Llama<nf4_cfg, Apply<Quantized<NF4, LoRA<8>>, On<q_proj, k_proj, gate_proj>>,
+                               Apply<Quantized<NF4DQ, LoRA<8>>, On<v_proj, o_proj, up_proj, down_proj>>>;
+using SGDm = SGD<Ratio<9, 10>, Ratio<1, 100>>;  // momentum 0.9, weight decay 0.01
+
+template <class Tr>
+constexpr bool has_adapters() {
+  for (std::size_t k = 0; k < Tr::param_count; ++k)
+    if (io::is_adapter_param(Tr::param(k).name)) return true;
+  return false;
+}
+
+template <class Tr>
+constexpr bool recomputes() {
+  for (const Step& s : Tr::sched.steps)
+    if (s.kind == EventKind::recompute) return true;
+  return false;
+}
+
+// LoRA's B starts at zero, which makes A's first gradient zero: give B
+// small deterministic values (the exported initial adapters carry them).
+template <class Tr>
+void perturb_lora_b(Tr& t) {
+  for (std::size_t k = 0; k < Tr::param_count; ++k) {
+    const ParamSlot& p = Tr::param(k);
+    if (p.name != "lora_B") continue;
+    auto* w = t.weight(p);
+    for (std::int64_t i = 0; i < p.elements(); ++i) w[i] = 0.02 * std::sin(0.7 * static_cast<double>(i) + 1.3 * static_cast<double>(k));
+  }
+}
+
+// nf4: dense originals for the quantized projections (varied block scales, a
+// few heavy tails), loaded with io::load_pretrained, which quantizes them as
+// it loads (set_quantized); then the quantized state is written out.
+// Block 0 of the first quantized matrix holds exact NF4 midpoints (absmax 1,
+// so x / absmax is exact) and block 1 is all zero: the two places where a
+// quantizer's tie rule and its absmax == 0 handling show.
+template <class Tr>
+void load_nf4_originals(Tr& t, const fs::path& dir) {
+  const std::vector<io::HfParam> params = io::hf_params<Tr>();
+  std::vector<std::vector<float>> values;
+  values.reserve(params.size());
+  std::vector<io::TensorView> views;
+  std::uint32_t x = 2024;
+  auto uniform = [&] {
+    x = x * 1664525u + 1013904223u;
+    return (static_cast<double>(x >> 8) + 0.5) / 16777216.0;
+  };
+  bool edge_done = false;
+  for (const io::HfParam& h : params) {
+    const ParamSlot& p = *h.slot;
+    std::vector<float>& v = values.emplace_back(static_cast<std::size_t>(p.elements()));
+    if (p.quant.kind == QuantKind::none) {
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t.weight(p)[i];
+    } else {
+      for (std::int64_t b = 0; b < p.elements() / 64; ++b) {
+        const double scale = 0.005 + 0.04 * uniform();  // each block its own absmax
+        for (std::int64_t i = b * 64; i < (b + 1) * 64; ++i) {
+          const double n = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+          v[static_cast<std::size_t>(i)] = static_cast<float>(scale * n * (uniform() < 0.02 ? 4.0 : 1.0));
+        }
+      }
+      if (!edge_done) {
+        edge_done = true;
+        v[0] = 1.0f;
+        for (int i = 0; i < 15; ++i) {
+          v[static_cast<std::size_t>(1 + i)] = 0.5f * (math::nf4_code(i) + math::nf4_code(i + 1));
+          v[static_cast<std::size_t>(16 + i)] = math::nf4_code(i);
+        }
+        for (int i = 64; i < 128; ++i) v[static_cast<std::size_t>(i)] = 0.0f;
+      }
+    }
+    views.push_back(io::TensorView{h.name, DType::F32, h.shape, v.data()});
+  }
+  io::write_safetensors(dir / "original.safetensors", views, {{"format", "pt"}});
+  io::load_pretrained(t, dir / "original.safetensors");
+
+  std::vector<std::vector<float>> deq;
+  deq.reserve(params.size());
+  std::vector<io::TensorView> q;
+  const float* table = nullptr;
+  for (const io::HfParam& h : params) {
+    const ParamSlot& p = *h.slot;
+    if (p.quant.kind == QuantKind::none) continue;
+    const host::QuantView w = t.quant(p);
+    table = w.table;
+    const std::int64_t blocks = w.blocks();
+    q.push_back({h.name + ".codes", DType::U8, {p.elements() / 2}, w.codes});
+    if (p.quant.double_quant) {
+      q.push_back({h.name + ".dq_codes", DType::U8, {blocks}, w.dq_codes()});
+      q.push_back({h.name + ".absmax2", DType::F32, {(blocks + p.quant.dq_block - 1) / p.quant.dq_block}, w.absmax2()});
+      q.push_back({h.name + ".offset", DType::F32, {1}, w.offset()});
+    } else {
+      q.push_back({h.name + ".absmax", DType::F32, {blocks}, w.absmax()});
+    }
+    std::vector<float>& d = deq.emplace_back(static_cast<std::size_t>(p.elements()));
+    host::dequantize_rows<float>(w, 0, p.rows, d.data());
+    q.push_back({h.name + ".dequant", DType::F32, {p.rows, p.cols}, d.data()});
+  }
+  q.push_back({"nf4_code", DType::F32, {16}, table});
+  q.push_back({"dynamic_map", DType::F32, {256}, table + 16});
+  io::write_safetensors(dir / "quant.safetensors", q);
+}
 
 template <class R>
-int run(const std::string& family, const fs::path& dir, double lr) {
+int run(const fs::path& dir, double lr) {
   using Tr = host::Trainer<R>;
+  using M = typename R::model;
+  using O = typename R::optimizer;
+  constexpr bool gpt2 = io::hf_family<Tr>() == io::HfFamily::gpt2;
+  constexpr bool lora = has_adapters<Tr>();
+  constexpr bool quant = Tr::sched.quant_table >= 0;
   Tr t({.seed = 17, .threads = 1, .lr = lr, .clip_norm = 0});
   fs::create_directories(dir);
+  if constexpr (quant) load_nf4_originals(t, dir);
   io::save_pretrained(t, dir / "init.safetensors");
-  constexpr std::int64_t n = Tr::tokens_per_step, vocab = R::model::config.vocab;
+  if constexpr (lora) {
+    perturb_lora_b(t);
+    io::export_adapter(t, dir / "adapter_init", "parity");
+  }
+  constexpr std::int64_t n = Tr::tokens_per_step, vocab = M::config.vocab;
   std::vector<std::int32_t> tok(steps * n), tgt(steps * n);
   std::uint32_t x = 12345;
   for (std::size_t i = 0; i < tok.size(); ++i) {
@@ -54,27 +191,42 @@ int run(const std::string& family, const fs::path& dir, double lr) {
   }
   losses << "]\n";
   io::save_pretrained(t, dir / "final.safetensors");
-  using O = typename R::optimizer;
+  if constexpr (lora) {
+    io::export_adapter(t, dir / "adapter_final", "parity");
+    io::save_merged(t, dir / "merged.safetensors");
+  }
   std::ofstream cfg(dir / "config.json");
-  const auto& c = R::model::config;
-  cfg << "{\"family\": \"" << family << "\", \"vocab\": " << c.vocab << ", \"dim\": " << c.dim << ", \"ffn\": " << c.ffn
-      << ", \"layers\": " << c.layers << ", \"heads\": " << c.heads << ", \"kv_heads\": " << c.kv_heads
-      << ", \"rope_theta\": " << c.rope_theta << ", \"batch\": " << R::batch << ", \"seq\": " << R::seq
-      << ", \"steps\": " << steps << ", \"optimizer\": \"" << O::name << "\", \"lr\": " << lr
-      << ", \"beta1\": " << O::beta1::value << ", \"beta2\": " << O::beta2::value
-      << ", \"weight_decay\": " << O::weight_decay::value << ", \"eps\": 1e-8, \"norm_eps\": 1e-5}\n";
+  const auto& c = M::config;
+  cfg << "{\"family\": \"" << (gpt2 ? "gpt2" : "llama") << "\", \"vocab\": " << c.vocab << ", \"dim\": " << c.dim
+      << ", \"layers\": " << c.layers << ", \"heads\": " << c.heads;
+  if constexpr (gpt2) cfg << ", \"max_positions\": " << c.max_positions;
+  else cfg << ", \"ffn\": " << c.ffn << ", \"kv_heads\": " << c.kv_heads << ", \"rope_theta\": " << c.rope_theta;
+  cfg << ", \"batch\": " << R::batch << ", \"seq\": " << R::seq << ", \"steps\": " << steps << ", \"optimizer\": \"" << O::name
+      << "\", \"lr\": " << lr << ", \"weight_decay\": " << O::weight_decay::value;
+  if constexpr (O::desc.kind == OptimKind::sgd) cfg << ", \"momentum\": " << O::momentum::value;
+  else cfg << ", \"beta1\": " << O::beta1::value << ", \"beta2\": " << O::beta2::value << ", \"eps\": 1e-8";
+  cfg << ", \"norm_eps\": 1e-5, \"lora\": " << (lora ? "true" : "false") << ", \"checkpointed\": "
+      << (recomputes<Tr>() ? "true" : "false") << ", \"quantized\": " << (quant ? "true" : "false") << "}\n";
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* names = "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt gpt2_lora_ckpt nf4";
   if (argc != 3) {
-    std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: llama_full)\n");
+    std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
   }
   const std::string name = argv[1];
-  if (name == "llama_full") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW>>("llama", argv[2], 3e-3);
-  std::fprintf(stderr, "parity_driver: unknown configuration '%s'\n", name.c_str());
+  const fs::path dir = argv[2];
+  if (name == "llama_full") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "gpt2_full") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "gpt2_sgd") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, SGDm>>(dir, 0.03);
+  if (name == "llama_lora") return run<Train<LlamaLora, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "llama_lora_ckpt") return run<Train<LlamaLoraCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "gpt2_lora_ckpt") return run<Train<GPT2LoraCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "nf4") return run<Train<LlamaNF4, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  std::fprintf(stderr, "parity_driver: unknown configuration '%s' (known: %s)\n", name.c_str(), names);
   return 2;
 }

@@ -201,13 +201,14 @@ inline void write_text(const std::filesystem::path& path, const std::string& tex
   if (!out) fail(path, "write failed");
 }
 
-// Bytes of the model's shared NF4 code tables: the first quantized
-// parameter that needs a table sizes it (as the planner does).
+// Bytes of the model's shared NF4 code tables: the largest any quantized
+// parameter needs (as the planner sizes it).
 template <class Trainer>
 constexpr std::int64_t quant_table_bytes() {
+  std::int64_t bytes = 0;
   for (const ParamSlot& p : Trainer::sched.params)
-    if (p.quant.table_bytes() > 0) return p.quant.table_bytes();
-  return 0;
+    if (p.quant.table_bytes() > bytes) bytes = p.quant.table_bytes();
+  return bytes;
 }
 
 // The tensors of model.safetensors and optimizer.safetensors, pointing into

@@ -475,6 +475,8 @@ class Builder {
       p.scales = persistent("absmax", Role::quant_scales, q.scale_bytes(n), p.group);
       if (q.table_bytes() > 0 && quant_table == none)
         quant_table = persistent("code tables", Role::quant_scales, q.table_bytes(), none);
+      // the table grows to the largest format's (NF4 and NF4DQ in one model: with the dynamic map)
+      if (quant_table != none && q.table_bytes() > tensors[quant_table].bytes) tensors[quant_table].bytes = q.table_bytes();
       if (quant_table != none) tensors[quant_table].node = 0;  // shared by the model
     } else {
       p.weight = persistent(name, Role::weights, n * cfg.act_bytes(), p.group);
