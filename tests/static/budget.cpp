@@ -64,4 +64,18 @@ static_assert(gemm_panels(qlora) == (256 * 192 + 256 * 1024) * 4);
 static_assert(full.peak_bytes() == 128'502'210'816);  // 119.68 GiB, 16.0022 B per parameter
 static_assert(qlora.peak_bytes() == 7'307'291'136);   // 6.81 GiB
 
+// One code-table buffer serves the model: with NF4 (16 code values, 64 B)
+// and NF4DQ (the same 16 + the 256-entry dynamic map of its absmax codes,
+// 1,088 B) in one model it is sized for NF4DQ, whichever comes first.
+template <class P>
+constexpr int64_t code_tables(const P& p) {
+  for (const auto& b : p.buffers)
+    if (b.name == "code tables") return b.size;
+  return -1;
+}
+using Mixed = models::Llama<models::tiny_llama, Apply<Quantized<NF4, LoRA<8>>, On<q_proj, k_proj>>,
+                            Apply<Quantized<NF4DQ, LoRA<8>>, On<v_proj, o_proj>>>;
+static_assert(code_tables(plan<Train<Mixed, Batch<1>, Seq<16>, AdamW>>()) >= (16 + 256) * 4);
+static_assert(code_tables(qlora) >= 16 * 4 && code_tables(qlora) < (16 + 256) * 4);  // NF4 alone
+
 }  // namespace
