@@ -1,8 +1,9 @@
 // The arena-fed host::gemm against Eigen's own product on the same shapes:
 // the ceiling a training step's GEMMs can reach here.
 //
-//   build/bench/gemm                                   everything
-//   build/bench/gemm --benchmark_filter=2048x768x768   the headline pair (one thread)
+//   build/bench/gemm                                        everything (about 2 minutes)
+//   build/bench/gemm --benchmark_filter='arena|product'     the headline pair (one thread)
+//   build/bench/gemm --benchmark_filter='/nt/threads:1'     one case of every shape
 //
 // The first two benchmarks are the headline: C = A B^T, (2048 x 768) by
 // (768 x 768), one thread. Then every shape below in the four transposition
@@ -52,8 +53,7 @@ void eigen_nt(benchmark::State& state) {
 }
 
 // ---- every shape x transposition x workers --------------------------------
-// args: m, n, k, ta, tb, workers. A is stored (m, k) or, transposed, (k, m);
-// B (k, n) or (n, k).
+// A is stored (m, k) or, transposed, (k, m); B (k, n) or (n, k).
 Mat filled(long rows, long cols, unsigned seed) {
   Mat x(rows, cols);
   unsigned s = seed;
@@ -64,10 +64,7 @@ Mat filled(long rows, long cols, unsigned seed) {
   return x;
 }
 
-void host_case(benchmark::State& state) {
-  const long m = state.range(0), n = state.range(1), k = state.range(2);
-  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
-  const int workers = static_cast<int>(state.range(5));
+void host_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers) {
   const Mat a = ta ? filled(k, m, 1) : filled(m, k, 1), b = tb ? filled(n, k, 2) : filled(k, n, 2);
   Mat c(m, n);
   const std::int64_t per = GemmBlocking::panel_elements(m, n, k);
@@ -82,10 +79,8 @@ void host_case(benchmark::State& state) {
   flops(state, m, n, k);
 }
 
-void eigen_case(benchmark::State& state) {
-  const long m = state.range(0), n = state.range(1), k = state.range(2);
-  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
-  Eigen::setNbThreads(static_cast<int>(state.range(5)));
+void eigen_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers) {
+  Eigen::setNbThreads(workers);
   const Mat a = ta ? filled(k, m, 1) : filled(m, k, 1), b = tb ? filled(n, k, 2) : filled(k, n, 2);
   Mat c(m, n);
   for (auto _ : state) {
@@ -121,12 +116,14 @@ int register_cases() {
       for (int workers = 1; workers <= 2; ++workers) {
         const std::string tag = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + "/" +
                                 names[tr] + "/threads:" + std::to_string(workers);
-        benchmark::RegisterBenchmark(("gemm/host/" + tag).c_str(), host_case)
-            ->Args({s.m, s.n, s.k, ta, tb, workers})
+        const long m = s.m, n = s.n, k = s.k;
+        const bool a_t = ta != 0, b_t = tb != 0;
+        benchmark::RegisterBenchmark(("gemm/host/" + tag).c_str(),
+                                     [=](benchmark::State& st) { host_case(st, m, n, k, a_t, b_t, workers); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
-        benchmark::RegisterBenchmark(("gemm/eigen/" + tag).c_str(), eigen_case)
-            ->Args({s.m, s.n, s.k, ta, tb, workers})
+        benchmark::RegisterBenchmark(("gemm/eigen/" + tag).c_str(),
+                                     [=](benchmark::State& st) { eigen_case(st, m, n, k, a_t, b_t, workers); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }

@@ -6,9 +6,9 @@
 //   op(A) is (M, K): A itself (lda >= K), or A^T of an (K, M) A (lda >= M)
 //   op(B) is (K, N): B itself (ldb >= N), or B^T of an (N, K) B (ldb >= K)
 //
-// float on x86-64 with AVX2 + FMA runs headroom's own kernel (sgemm below:
-// 6 x 16 register tiles); double, and builds without AVX2/FMA (or with
-// HEADROOM_GEMM_NO_AVX2 defined), run Eigen's sequential gebp kernel.
+// float on x86-64 with AVX2 + FMA (g++ or clang) runs headroom's own kernel
+// (sgemm below: 6 x 16 register tiles); double, and builds without AVX2/FMA
+// (or with HEADROOM_GEMM_NO_AVX2 defined), run Eigen's sequential gebp kernel.
 //
 // The work is split over workers by rows of C (or columns, when C is wider
 // than tall); each worker runs the sequential kernel on its block with its
@@ -22,7 +22,7 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__AVX2__) && defined(__FMA__) && (defined(__x86_64__) || defined(_M_X64)) && \
+#if defined(__AVX2__) && defined(__FMA__) && defined(__x86_64__) && defined(__GNUC__) && \
     !defined(HEADROOM_GEMM_NO_AVX2)
 #define HEADROOM_GEMM_AVX2 1
 #include <immintrin.h>
@@ -34,8 +34,9 @@
 namespace headroom::host {
 
 // The workspace: `workers` regions of `per_worker` elements each. `base`
-// must be 64-byte aligned (Eigen's packing stores aligned vectors); the
-// plan's buffer is (256 B), and GemmBlocking rounds every region to 64 elements.
+// must be 64-byte aligned (Eigen's packing stores aligned vectors; the float
+// AVX2 kernel does not need it); the plan's buffer is (256 B), and
+// GemmBlocking rounds every region to 64 elements.
 template <class T>
 struct GemmPanels {
   T* base = nullptr;
@@ -66,7 +67,6 @@ class ArenaBlocking : public Eigen::internal::level3_blocking<T, T> {
   std::abort();
 }
 
-
 #if HEADROOM_GEMM_AVX2
 // ---------------------------------------------------------------------------
 // float, AVX2 + FMA: loops jc (nc columns of C) -> pc (kc of K) -> pack the
@@ -76,7 +76,9 @@ class ArenaBlocking : public Eigen::internal::level3_blocking<T, T> {
 // fringe slivers are zero-padded, fringe tiles go through a stack tile. A
 // sliver of B (16 kc floats) stays in L1 while the A block (mc kc) is read
 // from L2, tile after tile. Each element of C sums k in one fixed order
-// (chunks of kc, each in increasing k), whatever the block it falls in.
+// (chunks of kc, each in increasing k), whatever the block it falls in, so
+// the float results do not even depend on the worker count (unless a panel
+// too small for full kc chunks makes blocks() cut kc; see there).
 namespace sgemm {
 
 constexpr std::int64_t mr = 6, nr = 16;
@@ -113,11 +115,16 @@ template <bool a_trans>
 void pack_a(std::int64_t mb, std::int64_t kb, const float* A, std::int64_t lda, float* dst) {
   const std::int64_t full = mb / mr;
   if constexpr (a_trans) {
-    // each k is a contiguous row of op(A)^T: 6 floats per sliver
-    for (std::int64_t k = 0; k < kb; ++k) {
-      const float* s = A + k * lda;
-      float* d = dst + k * mr;
-      for (std::int64_t q = 0; q < full; ++q) std::memcpy(d + q * mr * kb, s + q * mr, mr * sizeof(float));
+    // each k is a contiguous row of A: 6 floats per sliver, taken 8 rows at
+    // a time across all slivers (the rows stay in L1, each sliver is written
+    // 48 floats at a time)
+    for (std::int64_t k = 0; k < kb; k += 8) {
+      const std::int64_t ke = kb - k < 8 ? kb - k : 8;
+      for (std::int64_t q = 0; q < full; ++q) {
+        const float* s = A + k * lda + q * mr;
+        float* d = dst + q * mr * kb + k * mr;
+        for (std::int64_t u = 0; u < ke; ++u) std::memcpy(d + u * mr, s + u * lda, mr * sizeof(float));
+      }
     }
   } else {
     const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
@@ -162,12 +169,12 @@ void pack_a(std::int64_t mb, std::int64_t kb, const float* A, std::int64_t lda, 
 template <bool b_trans>
 void pack_b(std::int64_t kb, std::int64_t nb, const float* B, std::int64_t ldb, float* dst) {
   const std::int64_t full = nb / nr;
-  for (std::int64_t q = 0; q < full; ++q) {
-    float* d = dst + q * nr * kb;
-    if constexpr (b_trans) {
+  if constexpr (b_trans) {
+    // 8 columns (rows of B) x 8 k at a time, transposed in registers
+    for (std::int64_t q = 0; q < full; ++q) {
       for (int h = 0; h < 2; ++h) {
         const float* b = B + (q * nr + 8 * h) * ldb;
-        float* o = d + 8 * h;
+        float* o = dst + q * nr * kb + 8 * h;
         std::int64_t k = 0;
         for (; k + 8 <= kb; k += 8) {
           __m256 r0 = _mm256_loadu_ps(b + k), r1 = _mm256_loadu_ps(b + ldb + k);
@@ -188,11 +195,19 @@ void pack_b(std::int64_t kb, std::int64_t nb, const float* B, std::int64_t ldb, 
         for (; k < kb; ++k)
           for (std::int64_t c = 0; c < 8; ++c) o[k * nr + c] = b[c * ldb + k];
       }
-    } else {
-      const float* b = B + q * nr;
-      for (std::int64_t k = 0; k < kb; ++k) {
-        _mm256_storeu_ps(d + k * nr, _mm256_loadu_ps(b + k * ldb));
-        _mm256_storeu_ps(d + k * nr + 8, _mm256_loadu_ps(b + k * ldb + 8));
+    }
+  } else {
+    // each k is a contiguous row of B: 16 floats per sliver, taken 8 rows at
+    // a time across all slivers
+    for (std::int64_t k = 0; k < kb; k += 8) {
+      const std::int64_t ke = kb - k < 8 ? kb - k : 8;
+      for (std::int64_t q = 0; q < full; ++q) {
+        const float* b = B + k * ldb + q * nr;
+        float* d = dst + q * nr * kb + k * nr;
+        for (std::int64_t u = 0; u < ke; ++u) {
+          _mm256_storeu_ps(d + u * nr, _mm256_loadu_ps(b + u * ldb));
+          _mm256_storeu_ps(d + u * nr + 8, _mm256_loadu_ps(b + u * ldb + 8));
+        }
       }
     }
   }
@@ -225,9 +240,11 @@ inline void tile(std::int64_t kb, const float* __restrict a, const float* __rest
          c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(),
          c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps(),
          c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-  // The k loop in assembly: compilers' register allocation of the intrinsics
-  // version (g++ 12) reloads B from memory per FMA and shuffles accumulators,
-  // which costs a third of the rate. ymm12/13: B, ymm14/15: broadcasts of A.
+  // The k loop in (GNU inline) assembly: g++ 12 compiles the same loop
+  // written with intrinsics into one that reloads B from memory for most FMAs
+  // and moves accumulators between registers, about 20 % slower (79 against
+  // 101 GFLOP/s for this tile alone on an AVX2 EPYC). ymm12/13 hold the 16
+  // floats of B at k, ymm14/15 alternate the broadcasts of A.
 #define HEADROOM_SGEMM_STEP(u)                                                 \
   "vmovups " #u "*64(%[b]), %%ymm12\n\t"                                      \
   "vmovups " #u "*64+32(%[b]), %%ymm13\n\t"                                   \
@@ -365,44 +382,45 @@ void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const fl
 }  // namespace sgemm
 #endif  // HEADROOM_GEMM_AVX2
 
-// One worker's block, sequentially, with its panels. beta is applied first
-// (by the float kernel: with the first chunk of K).
+// One worker's block, sequentially, with its panels.
 template <class T, int LhsOrder, int RhsOrder>
 void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T* A, std::int64_t lda, const T* B,
                 std::int64_t ldb, T beta, T* C, std::int64_t ldc, T* panels, std::int64_t panel_elements) {
   if (M <= 0 || N <= 0) return;
-  // the size the plan declared for this product (Eigen's blocking below)
+  const auto scale_c = [&] {
+    for (std::int64_t i = 0; i < M; ++i) {
+      T* row = C + i * ldc;
+      if (beta == T(0)) {
+        for (std::int64_t j = 0; j < N; ++j) row[j] = T(0);
+      } else if (beta != T(1)) {
+        for (std::int64_t j = 0; j < N; ++j) row[j] *= beta;
+      }
+    }
+  };
+  if (K <= 0 || alpha == T(0)) return scale_c();
+  // The panels the plan declared for this product: Eigen's blocking. Eigen
+  // transposes a row-major product into a column-major one: its "rows" are
+  // our N and its "cols" our M (see GeneralMatrixMatrix.h).
   using G = GemmBlocking;
   const std::int64_t kc = K < G::kc ? K : G::kc;
   const std::int64_t mc = N < G::mc ? N : G::mc;
   const std::int64_t nc = M < G::nc ? M : G::nc;
   const std::int64_t size_a = G::round(kc * mc), size_b = G::round(kc * nc);
+  if (size_a + size_b > panel_elements) gemm_panels_too_small(size_a + size_b, panel_elements);
 #if HEADROOM_GEMM_AVX2
   if constexpr (std::is_same_v<T, float>) {
-    if (K > 0 && alpha != T(0)) {
-      if (size_a + size_b > panel_elements) gemm_panels_too_small(size_a + size_b, panel_elements);
-      // beta is applied with the first chunk of K
-      sgemm::block<LhsOrder != Eigen::RowMajor, RhsOrder != Eigen::RowMajor>(M, N, K, alpha, A, lda, B, ldb, beta, C,
-                                                                              ldc, panels, panel_elements);
-      return;
-    }
-  }
+    // beta is applied with the first chunk of K
+    sgemm::block<LhsOrder != Eigen::RowMajor, RhsOrder != Eigen::RowMajor>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                                                                            panels, panel_elements);
+  } else
 #endif
-  for (std::int64_t i = 0; i < M; ++i) {
-    T* row = C + i * ldc;
-    if (beta == T(0)) {
-      for (std::int64_t j = 0; j < N; ++j) row[j] = T(0);
-    } else if (beta != T(1)) {
-      for (std::int64_t j = 0; j < N; ++j) row[j] *= beta;
-    }
+  {
+    scale_c();
+    ArenaBlocking<T> blocking(panels, panels + size_a, mc, nc, kc);
+    Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, LhsOrder, false, T, RhsOrder, false,
+                                                   Eigen::RowMajor, 1>::run(M, N, K, A, lda, B, ldb, C, 1, ldc, alpha,
+                                                                            blocking, nullptr);
   }
-  if (K <= 0 || alpha == T(0)) return;
-  // Eigen transposes a row-major product into a column-major one: its
-  // "rows" are our N and its "cols" our M (see GeneralMatrixMatrix.h).
-  if (size_a + size_b > panel_elements) gemm_panels_too_small(size_a + size_b, panel_elements);
-  ArenaBlocking<T> blocking(panels, panels + size_a, mc, nc, kc);
-  Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, LhsOrder, false, T, RhsOrder, false, Eigen::RowMajor,
-                                                 1>::run(M, N, K, A, lda, B, ldb, C, 1, ldc, alpha, blocking, nullptr);
 }
 
 template <class T, int LhsOrder, int RhsOrder>
