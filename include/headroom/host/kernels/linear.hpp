@@ -10,6 +10,8 @@
 #include "../../math/activations.hpp"
 #include "../gemm.hpp"
 #include "../quant.hpp"
+#include "../vector_math.hpp"
+#include "pointwise.hpp"
 
 namespace headroom::host {
 
@@ -33,14 +35,8 @@ void apply_epilogue(const Epilogue<T>& ep, T* y, std::int64_t r0, std::int64_t r
     T* row = y + r * out;
     if (ep.bias != nullptr)
       for (std::int64_t j = 0; j < out; ++j) row[j] += ep.bias[j];
-    if (ep.act == Fused::gelu) {
-      T* a = ep.act_out + r * out;
-      for (std::int64_t j = 0; j < out; ++j) a[j] = math::gelu_tanh(row[j]);
-    } else if (ep.act == Fused::swiglu_up) {
-      T* a = ep.act_out + r * out;
-      const T* g = ep.gate + r * out;
-      for (std::int64_t j = 0; j < out; ++j) a[j] = math::swiglu(g[j], row[j]);
-    }
+    if (ep.act == Fused::gelu) vec::gelu_rows(row, ep.act_out + r * out, out);
+    else if (ep.act == Fused::swiglu_up) vec::swiglu_rows(ep.gate + r * out, row, ep.act_out + r * out, out);
   }
 }
 inline constexpr std::int64_t epilogue_rows = 64;  // rows per GEMM panel when an epilogue follows
@@ -76,12 +72,7 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, bool dx_first, 
                      std::int64_t n, std::int64_t in, std::int64_t out, const GemmPanels<T>& ws, int workers) {
   if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, out, T(1), dy, out, w, in, dx_first ? T(0) : T(1), dx, in, ws, workers);
   if (dw != nullptr) gemm(Trans::yes, Trans::no, out, in, n, T(1), dy, out, x, in, dw_first ? T(0) : T(1), dw, in, ws, workers);
-  if (db != nullptr)
-    parallel_for(out, workers, [&](std::int64_t j, int) {
-      T s = T(0);
-      for (std::int64_t r = 0; r < n; ++r) s += dy[r * out + j];
-      db[j] = db_first ? s : db[j] + s;
-    });
+  if (db != nullptr) column_sums(n, out, workers, db, db_first, [&](std::int64_t r, std::int64_t j) { return dy[r * out + j]; });
 }
 
 // Rows of W dequantized per round: one 64-row panel per worker, in scratch

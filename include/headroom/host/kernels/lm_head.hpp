@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../../math/cross_entropy.hpp"
 #include "../gemm.hpp"
+#include "../vector_math.hpp"
 
 namespace headroom::host {
 
@@ -27,7 +27,7 @@ double lm_head_loss(const T* h, const T* w, const std::int32_t* targets, T* dh, 
     const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
     gemm(Trans::no, Trans::yes, rows, vocab, d, T(1), h + c0 * d, d, w, d, T(0), logits, vocab, ws, workers);
     parallel_for(rows, workers, [&](std::int64_t r, int) {
-      row_loss[r] = math::cross_entropy_row(logits + r * vocab, vocab, targets[c0 + r], grad_scale, grads);
+      row_loss[r] = vec::cross_entropy_row(logits + r * vocab, vocab, targets[c0 + r], grad_scale, grads);
     });
     for (std::int64_t r = 0; r < rows; ++r) total += static_cast<double>(row_loss[r]);
     if (dh != nullptr)

@@ -7,6 +7,7 @@
 #include "../../math/activations.hpp"
 #include "../../math/norms.hpp"
 #include "../parallel.hpp"
+#include "../vector_math.hpp"
 
 namespace headroom::host {
 
@@ -22,8 +23,24 @@ void norm_forward(bool layer, const T* x, const T* w, const T* b, T* h, T* mean,
   });
 }
 
+// Column sums over the rows of an (N, D) matrix, each column by one worker:
+// sums[j] (+)= sum over r of term(r, j), the rows in order. Workers take
+// blocks of `column_block` columns and walk the rows, so every row is read
+// contiguously (a column-by-column walk strides D elements per load).
+inline constexpr std::int64_t column_block = 256;
+template <class T, class Term>
+void column_sums(std::int64_t n, std::int64_t d, int workers, T* sums, bool first, Term term) {
+  parallel_for((d + column_block - 1) / column_block, workers, [&](std::int64_t blk, int) {
+    const std::int64_t j0 = blk * column_block, cols = j0 + column_block < d ? column_block : d - j0;
+    T acc[column_block] = {};
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t j = 0; j < cols; ++j) acc[j] += term(r, j0 + j);
+    for (std::int64_t j = 0; j < cols; ++j) sums[j0 + j] = first ? acc[j] : sums[j0 + j] + acc[j];
+  });
+}
+
 // dx (+)= rows' input gradient; dw / db (+)= column sums (second pass, by
-// columns, so each is written by one worker).
+// column blocks, so each is written by one worker).
 template <class T>
 void norm_backward(bool layer, const T* x, const T* w, const T* mean, const T* rstd, const T* dh, T* dx, bool dx_first, T* dw,
                    bool dw_first, T* db, bool db_first, std::int64_t n, std::int64_t d, int workers) {
@@ -36,35 +53,25 @@ void norm_backward(bool layer, const T* x, const T* w, const T* mean, const T* r
         math::rmsnorm_backward(x + r * d, w, dh + r * d, static_cast<int>(d), rstd[r], dx + r * d, static_cast<T*>(nullptr),
                                !dx_first);
     });
-  if (dw == nullptr && db == nullptr) return;
-  parallel_for(d, workers, [&](std::int64_t j, int) {
-    T sw = T(0), sb = T(0);
-    for (std::int64_t r = 0; r < n; ++r) {
-      const T g = dh[r * d + j];
-      const T xhat = layer ? (x[r * d + j] - mean[r]) * rstd[r] : x[r * d + j] * rstd[r];
-      sw += g * xhat;
-      sb += g;
-    }
-    if (dw != nullptr) dw[j] = dw_first ? sw : dw[j] + sw;
-    if (db != nullptr) db[j] = db_first ? sb : db[j] + sb;
-  });
+  if (dw != nullptr) {
+    if (layer) column_sums(n, d, workers, dw, dw_first, [&](std::int64_t r, std::int64_t j) { return dh[r * d + j] * ((x[r * d + j] - mean[r]) * rstd[r]); });
+    else column_sums(n, d, workers, dw, dw_first, [&](std::int64_t r, std::int64_t j) { return dh[r * d + j] * (x[r * d + j] * rstd[r]); });
+  }
+  if (db != nullptr) column_sums(n, d, workers, db, db_first, [&](std::int64_t r, std::int64_t j) { return dh[r * d + j]; });
 }
 
 template <class T>
 void gelu_forward(const T* x, T* y, std::int64_t count, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = math::gelu_tanh(x[i]);
+    vec::gelu_rows(x + r.begin, y + r.begin, r.size());
   });
 }
 template <class T>
 void gelu_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) {
-      const T g = dy[i] * math::gelu_tanh_grad(x[i]);
-      dx[i] = dx_first ? g : dx[i] + g;
-    }
+    vec::gelu_backward_rows(x + r.begin, dy + r.begin, dx + r.begin, dx_first, r.size());
   });
 }
 
@@ -72,7 +79,7 @@ template <class T>
 void swiglu_forward(const T* gate, const T* up, T* y, std::int64_t count, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = math::swiglu(gate[i], up[i]);
+    vec::swiglu_rows(gate + r.begin, up + r.begin, y + r.begin, r.size());
   });
 }
 template <class T>
@@ -80,12 +87,8 @@ void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgate, bool dga
                      std::int64_t count, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) {
-      T dg, du;
-      math::swiglu_backward(gate[i], up[i], dy[i], dg, du);
-      if (dgate != nullptr) dgate[i] = dgate_first ? dg : dgate[i] + dg;
-      if (dup != nullptr) dup[i] = dup_first ? du : dup[i] + du;
-    }
+    vec::swiglu_backward_rows(gate + r.begin, up + r.begin, dy + r.begin, dgate == nullptr ? nullptr : dgate + r.begin,
+                              dgate_first, dup == nullptr ? nullptr : dup + r.begin, dup_first, r.size());
   });
 }
 
