@@ -1,18 +1,30 @@
-// The arena-fed host::gemm against Eigen's own product on the same shapes:
-// the ceiling a training step's GEMMs can reach here.
+// The arena-fed host::gemm against Eigen's own product, and OpenBLAS's
+// cblas_sgemm, on the same shapes: the ceiling a training step's GEMMs can
+// reach here.
 //
-//   build/bench/gemm                                        everything (about 2 minutes)
+//   build/bench/gemm                                        everything (about 3 minutes)
 //   build/bench/gemm --benchmark_filter='arena|product'     the headline pair (one thread)
 //   build/bench/gemm --benchmark_filter='/nt/threads:1'     one case of every shape
 //
 // The first two benchmarks are the headline: C = A B^T, (2048 x 768) by
 // (768 x 768), one thread. Then every shape below in the four transposition
-// cases (nn, nt, tn, tt: op(A), op(B)) on 1 and 2 threads, host::gemm then
-// Eigen (the same product, Eigen::setNbThreads): the linear layer's forward
-// is nt (X W^T), its dX nn (dY W), its dW tn (dY^T X).
+// cases (nn, nt, tn, tt: op(A), op(B)) on 1 and 2 threads, host::gemm, then
+// Eigen (the same product, Eigen::setNbThreads), then OpenBLAS (cblas_sgemm,
+// openblas_set_num_threads): the linear layer's forward is nt (X W^T), its dX
+// nn (dY W), its dW tn (dY^T X).
+//
+// OpenBLAS is not linked: libopenblas.so.0 (Debian libopenblas0-pthread) is
+// dlopen'ed at startup, and without it the gemm/openblas/... benchmarks are
+// not registered (a line on stderr says why). OPENBLAS_CORETYPE and
+// OPENBLAS_L2_SIZE, which OpenBLAS reads when it is loaded and which slow it
+// here, are unset before the dlopen (stderr says so); the same as running
+// under `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`.
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 
 #include <Eigen/Dense>
+#include <cstdio>
+#include <cstdlib>
 #include <headroom/host/gemm.hpp>
 #include <string>
 #include <vector>
@@ -95,6 +107,74 @@ void eigen_case(benchmark::State& state, long m, long n, long k, bool ta, bool t
   flops(state, m, n, k);
 }
 
+// OpenBLAS's CBLAS through dlopen: the LP64 interface (int dimensions) of
+// libopenblas.so.0, with CBLAS's enum values.
+struct OpenBlas {
+  using Sgemm = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                         const float* b, int ldb, float beta, float* c, int ldc);
+  using SetThreads = void (*)(int);
+  static constexpr int row_major = 101, no_trans = 111, trans = 112;
+  Sgemm sgemm = nullptr;
+  SetThreads set_threads = nullptr;
+};
+OpenBlas openblas;
+
+// Loads OpenBLAS into `openblas`, first unsetting the environment that
+// OpenBLAS reads at load time; says on stderr what it did, and, when it
+// fails, why the OpenBLAS benchmarks are left out.
+void load_openblas() {
+  constexpr const char* lib = "libopenblas.so.0";
+  const bool preloaded = dlopen(lib, RTLD_NOW | RTLD_NOLOAD) != nullptr;  // e.g. LD_PRELOAD: too late to unset
+  for (const char* var : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}) {
+    const char* value = std::getenv(var);
+    if (!value) {
+      std::fprintf(stderr, "openblas: %s is not set\n", var);
+    } else if (preloaded) {
+      std::fprintf(stderr,
+                   "openblas: %s=%s is set and %s was loaded before main, so it applies; for OpenBLAS's best, run "
+                   "under `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`\n",
+                   var, value, lib);
+    } else {
+      std::fprintf(stderr,
+                   "openblas: %s=%s is set (it slows OpenBLAS); unsetting it before loading %s, as `env -u "
+                   "OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` would\n",
+                   var, value, lib);
+      unsetenv(var);
+    }
+  }
+  void* handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* err = dlerror();
+    std::fprintf(stderr, "openblas: not benchmarked: dlopen(\"%s\") failed: %s\n", lib, err ? err : "unknown error");
+    return;
+  }
+  const auto sgemm = reinterpret_cast<OpenBlas::Sgemm>(dlsym(handle, "cblas_sgemm"));
+  const auto set_threads = reinterpret_cast<OpenBlas::SetThreads>(dlsym(handle, "openblas_set_num_threads"));
+  if (!sgemm || !set_threads) {
+    std::fprintf(stderr, "openblas: not benchmarked: %s has no %s\n", lib,
+                 !sgemm ? "cblas_sgemm" : "openblas_set_num_threads");
+    dlclose(handle);
+    return;
+  }
+  openblas = {sgemm, set_threads};
+  std::fprintf(stderr, "openblas: %s loaded; benchmarked as gemm/openblas/...\n", lib);
+}
+
+void openblas_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers) {
+  openblas.set_threads(workers);
+  const Mat a = ta ? filled(k, m, 1) : filled(m, k, 1), b = tb ? filled(n, k, 2) : filled(k, n, 2);
+  Mat c(m, n);
+  const auto t = [](bool x) { return x ? OpenBlas::trans : OpenBlas::no_trans; };
+  const auto i = [](long x) { return static_cast<int>(x); };
+  for (auto _ : state) {
+    openblas.sgemm(OpenBlas::row_major, t(ta), t(tb), i(m), i(n), i(k), 1.0f, a.data(), i(a.cols()), b.data(),
+                   i(b.cols()), 0.0f, c.data(), i(n));
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  flops(state, m, n, k);
+}
+
 struct Shape {
   long m, n, k;
   bool all_trans;  // the four cases, or the LM head's nt only
@@ -126,6 +206,11 @@ int register_cases() {
                                      [=](benchmark::State& st) { eigen_case(st, m, n, k, a_t, b_t, workers); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
+        if (openblas.sgemm)
+          benchmark::RegisterBenchmark(("gemm/openblas/" + tag).c_str(),
+                                       [=](benchmark::State& st) { openblas_case(st, m, n, k, a_t, b_t, workers); })
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
       }
     }
   }
@@ -138,6 +223,7 @@ BENCHMARK(host_gemm_nt)->Name("gemm/host_arena_panels_2048x768x768")->Unit(bench
 BENCHMARK(eigen_nt)->Name("gemm/eigen_product_2048x768x768")->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
+  load_openblas();
   register_cases();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
