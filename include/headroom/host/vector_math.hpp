@@ -1,12 +1,15 @@
 #pragma once
-// Element functions the host kernels run over whole rows, written so the
-// compiler vectorizes the loops that call them: for float, exp is computed
-// here (Cody-Waite range reduction and Cephes' degree-5 polynomial for e^r
-// on [-ln2/2, ln2/2], relative error about 1e-7) with no library call and no
-// branch; tanh, GELU and SiLU are built on it. libm's scalar expf / tanhf
-// cost 5-30 ns an element here and kept GELU, SwiGLU and the softmax of the
-// LM head far below memory speed. double (the gradient checks) uses the
-// math/*.hpp definitions unchanged.
+// Element functions the host kernels run over whole rows: exp, tanh,
+// sigmoid, GELU (tanh form) and its derivative, SiLU, for float computed here
+// (Cody-Waite range reduction and Cephes' degree-5 polynomial for e^r on
+// [-ln2/2, ln2/2], relative error about 1e-7), with no library call. The row
+// helpers (gelu_rows, swiglu_rows, ..., cross_entropy_row) run 8 floats at a
+// time with AVX2 + FMA: GCC does not vectorize the scalar forms (under its
+// default -ftrapping-math the clamps' compares stay branches), and libm's
+// scalar expf / tanhf cost 5-30 ns an element here, which kept GELU, SwiGLU
+// and the LM head's softmax far below memory speed. The scalar forms finish
+// the rows' tails and serve other targets; double (the gradient checks) uses
+// the math/*.hpp definitions unchanged.
 //
 // Row reductions (max, sum) use 16 independent lanes: the order differs from
 // a left-to-right sum but is fixed, so results stay deterministic.
@@ -22,9 +25,11 @@
 
 namespace headroom::host::vec {
 
-// e^x for float, x clamped to [-87.3, 88.7] (the normal range: e^-87.3 is
-// 1.2e-38, not 0; no caller needs smaller). NaN is not propagated.
-inline constexpr float exp_lo = -87.3f, exp_hi = 88.7f, exp_shift = 12582912.0f;  // 1.5 * 2^23
+// e^x for float, x clamped to [-87.3, 88.3] (finite and normal results:
+// e^-87.3 is 1.2e-38, not 0, and e^88.3 2.2e38, not infinity; no caller needs
+// more: softmax exponentiates z - max <= 0, tanh and sigmoid saturate long
+// before). NaN is not propagated.
+inline constexpr float exp_lo = -87.3f, exp_hi = 88.3f, exp_shift = 12582912.0f;  // 1.5 * 2^23
 inline constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f, log2e = 1.44269504088896341f;
 inline constexpr float exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
                                       4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
