@@ -19,7 +19,7 @@ namespace math = headroom::math;
 
 std::vector<float> spread(int n, float lo, float hi) {
   std::vector<float> v(n);
-  for (int i = 0; i < n; ++i) v[i] = lo + (hi - lo) * static_cast<float>(i) / static_cast<float>(n - 1);
+  for (int i = 0; i < n; ++i) v[i] = n == 1 ? lo : lo + (hi - lo) * static_cast<float>(i) / static_cast<float>(n - 1);
   return v;
 }
 
