@@ -108,6 +108,15 @@ inline void transpose8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r
   r7 = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+// The last, partial sliver of a packed block: `rest` of `width` values per k
+// from at(k, c), zero-padded (rest <= 0: nothing to pack).
+template <class At>
+void pack_fringe(std::int64_t kb, std::int64_t width, std::int64_t rest, float* d, At at) {
+  if (rest <= 0) return;
+  for (std::int64_t k = 0; k < kb; ++k)
+    for (std::int64_t c = 0; c < width; ++c) d[k * width + c] = c < rest ? at(k, c) : 0.0f;
+}
+
 // op(A) rows [0, mb) x k [0, kb) -> slivers of mr rows: sliver q holds, for
 // each k, the mr values of rows q mr .. q mr + mr - 1 (zeros past mb).
 // a_trans: op(A)(i, k) = A[k lda + i], else A[i lda + k].
@@ -153,14 +162,9 @@ void pack_a(std::int64_t mb, std::int64_t kb, const float* A, std::int64_t lda, 
         for (std::int64_t r = 0; r < mr; ++r) d[k * mr + r] = a[r * lda + k];
     }
   }
-  const std::int64_t rest = mb - full * mr;
-  if (rest > 0) {
-    float* d = dst + full * mr * kb;
-    const std::int64_t i0 = full * mr;
-    for (std::int64_t k = 0; k < kb; ++k)
-      for (std::int64_t r = 0; r < mr; ++r)
-        d[k * mr + r] = r < rest ? (a_trans ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k]) : 0.0f;
-  }
+  const std::int64_t i0 = full * mr;
+  pack_fringe(kb, mr, mb - i0, dst + full * mr * kb,
+              [&](std::int64_t k, std::int64_t r) { return a_trans ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k]; });
 }
 
 // op(B) k [0, kb) x columns [0, nb) -> slivers of nr columns: sliver q holds,
@@ -211,14 +215,9 @@ void pack_b(std::int64_t kb, std::int64_t nb, const float* B, std::int64_t ldb, 
       }
     }
   }
-  const std::int64_t rest = nb - full * nr;
-  if (rest > 0) {
-    float* d = dst + full * nr * kb;
-    const std::int64_t j0 = full * nr;
-    for (std::int64_t k = 0; k < kb; ++k)
-      for (std::int64_t c = 0; c < nr; ++c)
-        d[k * nr + c] = c < rest ? (b_trans ? B[(j0 + c) * ldb + k] : B[k * ldb + j0 + c]) : 0.0f;
-  }
+  const std::int64_t j0 = full * nr;
+  pack_fringe(kb, nr, nb - j0, dst + full * nr * kb,
+              [&](std::int64_t k, std::int64_t c) { return b_trans ? B[(j0 + c) * ldb + k] : B[k * ldb + j0 + c]; });
 }
 
 // p[0..8) = alpha acc + beta p[0..8)   (beta 0: p is not read)
