@@ -15,6 +15,8 @@
 //                       and its grads are freed there (needs Accumulate<1>)
 //   Workers<W> [1]      threads / CTAs with private scratch tiles
 //   LossChunk<C> [256]  tokens per chunk of the fused LM head + loss
+//   OnCuda              plan for the CUDA engine (cuda::Trainer): its GEMM
+//                       workspace and kernels' scratch instead of the host's
 #include <type_traits>
 
 #include "layers/layer.hpp"
@@ -54,6 +56,7 @@ struct LossChunk {
   static constexpr std::int64_t value = C;
 };
 struct UpdateInBackward {};
+struct OnCuda {};
 
 namespace detail {
 template <class T, template <auto...> class Tmpl>
@@ -94,14 +97,14 @@ template <class O>
 inline constexpr bool known_option =
     is_instance<O, Batch>::value || is_instance<O, Seq>::value || is_instance<O, Precision>::value ||
     is_instance<O, Accumulate>::value || is_instance<O, Workers>::value || is_instance<O, LossChunk>::value ||
-    std::is_same_v<O, UpdateInBackward> || Optimizer<O>;
+    std::is_same_v<O, UpdateInBackward> || std::is_same_v<O, OnCuda> || Optimizer<O>;
 }  // namespace detail
 
 template <class M, class... Options>
 struct Train {
   static_assert(Layer<M>, "Train<Model, ...>: Model must satisfy the Layer concept (see layers/layer.hpp)");
   static_assert((detail::known_option<Options> && ...),
-                "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, UpdateInBackward or an optimizer");
+                "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, UpdateInBackward, OnCuda or an optimizer");
   static_assert(detail::option_count<Seq, Options...> == 1, "Train<Model, ...>: give the sequence length exactly once, as Seq<T>");
   static_assert(detail::option_count<Batch, Options...> <= 1 && detail::option_count<Precision, Options...> <= 1 &&
                     detail::option_count<Accumulate, Options...> <= 1,
@@ -117,6 +120,7 @@ struct Train {
   static constexpr int workers = detail::option_value<Workers, 1, Options...>();
   static constexpr std::int64_t loss_chunk = detail::option_value<LossChunk, std::int64_t{256}, Options...>();
   static constexpr bool update_in_backward = (std::is_same_v<Options, UpdateInBackward> || ...);
+  static constexpr Engine engine = (std::is_same_v<Options, OnCuda> || ...) ? Engine::cuda : Engine::host;
 
   static_assert(!update_in_backward || accumulate == 1,
                 "Train<Model, ...>: UpdateInBackward frees each layer's grads right after its update, so it needs Accumulate<1>");
@@ -132,6 +136,7 @@ struct Train {
     c.update_in_backward = update_in_backward;
     c.workers = workers;
     c.loss_chunk = loss_chunk;
+    c.engine = engine;
     return c;
   }
 };

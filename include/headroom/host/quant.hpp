@@ -1,13 +1,6 @@
 #pragma once
-// A quantized weight matrix in the arena, and panel-at-a-time dequantization.
-//
-// Buffers (sizes from QuantDesc, core/quant_format.hpp):
-//   codes  : NF4 / Int4 two per byte (first element in the high nibble), Int8 one per byte
-//   scales : one f32 absmax per block of `block` elements; with double
-//            quantization (NF4DQ): [absmax2 f32 x ceil(blocks/256)] [offset f32] [codes u8 x blocks]
-//            (floats first, so they stay aligned)
-//   table  : the model's shared code tables: NF4's 16 values, then the
-//            signed dynamic map (256) used by double quantization
+// A quantized weight matrix in the arena (math::QuantView: layout in
+// math/quant_view.hpp), and panel-at-a-time dequantization.
 // The whole dequantized matrix never exists: kernels ask for rows [r0, r1).
 #include <cstdint>
 
@@ -15,29 +8,11 @@
 #include "../math/blockwise_int.hpp"
 #include "../math/dynamic_map.hpp"
 #include "../math/nf4.hpp"
+#include "../math/quant_view.hpp"
 
 namespace headroom::host {
 
-struct QuantView {
-  QuantDesc q{};
-  std::uint8_t* codes = nullptr;
-  std::uint8_t* scales = nullptr;
-  float* table = nullptr;  // model's code tables (see above)
-  std::int64_t rows = 0, cols = 0;
-
-  std::int64_t blocks() const { return rows * cols / q.block; }
-  float* absmax() const { return reinterpret_cast<float*>(scales); }  // plain formats
-  // double quantization parts
-  float* absmax2() const { return reinterpret_cast<float*>(scales); }
-  float* offset() const { return absmax2() + (blocks() + q.dq_block - 1) / q.dq_block; }
-  std::uint8_t* dq_codes() const { return reinterpret_cast<std::uint8_t*>(offset() + 1); }
-  const float* dq_map() const { return table + 16; }
-
-  float block_absmax(std::int64_t b) const {
-    if (!q.double_quant) return absmax()[b];
-    return math::double_dequantize_absmax(dq_codes(), absmax2(), *offset(), dq_map(), b);
-  }
-};
+using math::QuantView;
 
 // Fills the model's code tables (once, when the trainer starts).
 inline void fill_quant_table(float* table, bool double_quant) {

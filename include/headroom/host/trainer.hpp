@@ -122,6 +122,9 @@ class Trainer {
   static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
   static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
                 "host::Trainer: the schedule and the plan must pack the same arena");
+  static_assert(config.engine == Engine::host,
+                "host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda), whose workspace and scratch the host kernels "
+                "cannot use; drop OnCuda from Train<...> to train it on the host");
 
   explicit Trainer(TrainOptions o = {})
       : opt_(o),

@@ -46,12 +46,19 @@ struct AttentionCore {
     op.saved[op.n_saved++] = o;
     op.saved[op.n_saved++] = lse;
     const std::int64_t t = detail::tile;
-    // a RoPE cos/sin table (T, hd); per worker: a (t, t) score tile, rotated
-    // q and k tiles and an (t, hd) accumulator, row max and sum
-    op.scratch_fwd = (T * HeadDim + W * (t * t + 3 * t * HeadDim + 2 * t)) * cb;
-    // delta = rowsum(dO * O): (B, H, T); the RoPE table; per worker: score
-    // and dscore tiles, rotated q / k tiles, dq / dK / dV accumulators
-    op.scratch_bwd = (B * Heads * T + T * HeadDim + W * (2 * t * t + 5 * t * HeadDim + 2 * t)) * cb;
+    if (b.cfg.cuda()) {
+      // CUDA: RoPE is computed as tiles load; backward keeps only
+      // delta = rowsum(dO * O): (B, H, T) f32
+      op.scratch_fwd = 0;
+      op.scratch_bwd = B * Heads * T * 4;
+    } else {
+      // a RoPE cos/sin table (T, hd); per worker: a (t, t) score tile, rotated
+      // q and k tiles and an (t, hd) accumulator, row max and sum
+      op.scratch_fwd = (T * HeadDim + W * (t * t + 3 * t * HeadDim + 2 * t)) * cb;
+      // delta = rowsum(dO * O): (B, H, T); the RoPE table; per worker: score
+      // and dscore tiles, rotated q / k tiles, dq / dK / dV accumulators
+      op.scratch_bwd = (B * Heads * T + T * HeadDim + W * (2 * t * t + 5 * t * HeadDim + 2 * t)) * cb;
+    }
     // causal: half of QK^T and PV; backward is 2.5x forward (5 matmuls vs 2)
     op.flops_fwd = 2 * B * Heads * T * T * HeadDim;
     op.flops_bwd = 5 * B * Heads * T * T * HeadDim;

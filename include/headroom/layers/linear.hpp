@@ -49,7 +49,9 @@ struct Linear {
         op.flops_bwd += n * Out;
       }
     }
-    if (quantized) {
+    if (quantized && b.cfg.cuda()) {
+      // dequantized tile by tile inside the GEMM's shared memory: no scratch
+    } else if (quantized) {
       // one dequantized panel of W per worker, f32: (tile, In)
       op.scratch_fwd = op.scratch_bwd = b.cfg.workers * detail::tile * In * b.cfg.compute_bytes();
       b.gemm(n, b.cfg.workers * detail::tile, In);   // Y panel = X W_panel^T

@@ -41,6 +41,9 @@ struct LMHeadLoss {
     op.fused_loss = true;
     // logits / probabilities of one chunk, f32: (chunk, Vocab), plus row max and sum
     op.scratch_fwd = chunk * (Vocab + 2) * b.cfg.compute_bytes();
+    // CUDA: the logits of one chunk in the storage type (turned into dlogits in
+    // place), and every token's loss in f32 (summed once, in order, at the end)
+    if (b.cfg.cuda()) op.scratch_fwd = chunk * Vocab * b.cfg.act_bytes() + n * 4;
     b.gemm(chunk, Vocab, D);  // logits = h W^T
     b.gemm(chunk, D, Vocab);  // dh = dlogits W
     if (pw.trainable) b.gemm(Vocab, D, chunk);  // dW += dlogits^T h

@@ -26,6 +26,18 @@
 
 namespace headroom {
 
+// The engine a run is planned for: the host (CPU) engine, or the CUDA engine
+// (Train<..., OnCuda>). The model's tensors are the same; what the kernels
+// need besides them (GEMM workspace, scratch) differs.
+enum class Engine : std::uint8_t { host, cuda };
+
+// What the CUDA engine's kernels need beyond the model's tensors.
+struct CudaWorkspace {
+  static constexpr std::int64_t gemm_bytes = std::int64_t{32} << 20;  // one cuBLASLt workspace (32 MiB, NVIDIA's size for Hopper)
+  static constexpr std::int64_t reduction_slots = 2048;                // gradient-norm partial sums, f32
+  static constexpr std::int64_t reduction_bytes = (reduction_slots + 8) * 4;  // + norm, clip scale, loss sum
+};
+
 // Everything about a run that fixes memory and is not the model itself.
 struct RunConfig {
   std::int64_t batch = 1;         // sequences per micro-batch
@@ -37,11 +49,13 @@ struct RunConfig {
   int workers = 1;                // threads / CTAs that own a private scratch tile
   std::int64_t loss_chunk = 256;  // tokens per LM-head + cross-entropy chunk
   std::int64_t alignment = 256;   // every buffer starts on this boundary
+  Engine engine = Engine::host;   // the kernels the scratch and workspace are sized for
 
   constexpr std::int64_t tokens() const { return batch * seq; }
   constexpr std::int64_t act_bytes() const { return size_of(dtype); }
   // Element bytes of statistics and scratch (f32, or f64 when the run is f64).
   constexpr std::int64_t compute_bytes() const { return dtype == DType::F64 ? 8 : 4; }
+  constexpr bool cuda() const { return engine == Engine::cuda; }
 };
 
 // The GEMM packing panels each worker owns (Goto's algorithm, as Eigen's
@@ -252,6 +266,7 @@ class Builder {
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
   int tied_weight = none;  // the embedding table an LM head may share
   int quant_table = none, optim_table = none;
+  int reductions = none;   // CUDA: gradient-norm partials, norm, clip scale (CudaWorkspace)
 
   constexpr explicit Builder(RunConfig c) : cfg(c) {
     nodes.push_back(Node{"model", "Model", none, none, none, 1});
@@ -348,11 +363,13 @@ class Builder {
   }
 
   // A GEMM of an (m, k) by (k, n) product the op about to be emitted runs:
-  // the workspace grows to the largest panels any GEMM needs.
+  // on the host the workspace grows to the largest panels any GEMM needs; on
+  // CUDA it is the one cuBLASLt workspace every GEMM shares.
   constexpr void gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
-    const std::int64_t bytes = cfg.workers * GemmBlocking::panel_elements(m, n, k) * cfg.compute_bytes();
+    const std::int64_t bytes =
+        cfg.cuda() ? CudaWorkspace::gemm_bytes : cfg.workers * GemmBlocking::panel_elements(m, n, k) * cfg.compute_bytes();
     if (gemm_workspace == none) {
-      gemm_workspace = persistent("gemm panels", Role::scratch, 0, none);
+      gemm_workspace = persistent(cfg.cuda() ? "cublaslt workspace" : "gemm panels", Role::scratch, 0, none);
       tensors[gemm_workspace].node = 0;
     }
     if (bytes > tensors[gemm_workspace].bytes) tensors[gemm_workspace].bytes = bytes;
@@ -420,6 +437,10 @@ class Builder {
   // Generates backward (reverse op order), recompute, prefetch and update
   // events, and every endpoint they imply. Call once, after the model's build.
   constexpr void finish() {
+    if (cfg.cuda()) {
+      reductions = persistent("reductions", Role::scratch, CudaWorkspace::reduction_bytes, none);
+      tensors[reductions].node = 0;
+    }
     grad_of_.assign(tensors.size() * 2 + 64, none);
     remap_.assign(tensors.size() * 2 + 64, none);
     prefetch_pre_.assign(segments.size(), none);

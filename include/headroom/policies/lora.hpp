@@ -55,6 +55,7 @@ struct LoRA {
     op.grads[op.n_grads++] = pa.grad;
     op.grads[op.n_grads++] = pb.grad;
     op.scratch_bwd = n * Rank * b.cfg.compute_bytes();  // d(A x): (N, Rank) f32
+    if (b.cfg.cuda()) op.scratch_bwd = n * Rank * b.cfg.act_bytes();  // CUDA: in the storage type, a GEMM operand
     b.gemm(n, Rank, in_features);   // A x;  dx += d(Ax) A
     b.gemm(n, out_features, Rank);  // y += B (A x)
     b.gemm(n, Rank, out_features);  // d(Ax) = dy B

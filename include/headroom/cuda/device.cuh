@@ -1,0 +1,129 @@
+#pragma once
+// What every CUDA kernel header of headroom includes: the storage types, the
+// f32 view of a stored element, warp and block reductions, and launch().
+//
+// Kernel headers (cuda/kernels/*.cuh) use only what this header and math/
+// provide, plus the CUDA built-ins listed in docs/cuda.md ("the kernel
+// subset"), so the same source also compiles with g++ against the CPU
+// emulator of tests/cuda/emulator/ (HEADROOM_CUDA_EMULATOR), where the
+// kernel tests run without a GPU. Nothing here touches the runtime API.
+#include <cstdint>
+#include <utility>
+
+#include "../core/config.hpp"
+#include "../core/dtype.hpp"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+#elif !defined(HEADROOM_CUDA_EMULATOR)
+#error "headroom/cuda/*.cuh are compiled by nvcc (or by g++ after tests/cuda/emulator/cuda_emulator.hpp)"
+#endif
+
+namespace headroom::cuda {
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+// The C++ type that stores a DType on the device.
+template <DType D>
+struct storage_of;
+template <>
+struct storage_of<DType::F32> {
+  using type = float;
+};
+template <>
+struct storage_of<DType::BF16> {
+  using type = bf16;
+};
+template <>
+struct storage_of<DType::F16> {
+  using type = f16;
+};
+template <DType D>
+using storage_t = typename storage_of<D>::type;
+
+// A stored element as f32, and back (round to nearest even).
+HEADROOM_HOST_DEVICE inline float to_float(float x) { return x; }
+HEADROOM_HOST_DEVICE inline float to_float(bf16 x) { return __bfloat162float(x); }
+HEADROOM_HOST_DEVICE inline float to_float(f16 x) { return __half2float(x); }
+template <class S>
+HEADROOM_HOST_DEVICE inline S from_float(float x);
+template <>
+HEADROOM_HOST_DEVICE inline float from_float<float>(float x) { return x; }
+template <>
+HEADROOM_HOST_DEVICE inline bf16 from_float<bf16>(float x) { return __float2bfloat16(x); }
+template <>
+HEADROOM_HOST_DEVICE inline f16 from_float<f16>(float x) { return __float2half(x); }
+
+inline constexpr int warp_size = 32;
+inline constexpr unsigned full_mask = 0xffffffffu;
+
+// Sum / max over the 32 lanes of a warp; every lane gets the result.
+__device__ inline float warp_sum(float v) {
+  for (int o = warp_size / 2; o > 0; o /= 2) v += __shfl_xor_sync(full_mask, v, o);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int o = warp_size / 2; o > 0; o /= 2) {
+    const float w = __shfl_xor_sync(full_mask, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+// Sum over a block of Threads threads (a multiple of 32, at most 1024);
+// every thread gets the result. `shared`: (32) floats of shared memory, free
+// for reuse after the call returns.
+template <int Threads>
+__device__ inline float block_sum(float v, float* shared) {
+  static_assert(Threads % warp_size == 0 && Threads <= 1024, "block_sum: Threads must be a multiple of 32, at most 1024");
+  constexpr int warps = Threads / warp_size;
+  v = warp_sum(v);
+  if constexpr (warps == 1) {
+    return v;
+  } else {
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float t = lane < warps ? shared[lane] : 0.0f;
+    t = warp_sum(t);
+    __syncthreads();
+    return t;
+  }
+}
+template <int Threads>
+__device__ inline float block_max(float v, float* shared) {
+  static_assert(Threads % warp_size == 0 && Threads <= 1024, "block_max: Threads must be a multiple of 32, at most 1024");
+  constexpr int warps = Threads / warp_size;
+  v = warp_max(v);
+  if constexpr (warps == 1) {
+    return v;
+  } else {
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float t = lane < warps ? shared[lane] : -3.402823466e38f;
+    t = warp_max(t);
+    __syncthreads();
+    return t;
+  }
+}
+
+inline constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...); under the emulator,
+// runs it on the CPU (blocks in order, threads as fibers).
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+#if defined(__CUDACC__)
+  kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
+#else
+  (void)stream;
+  ::headroom::cuda_emulator::run(kernel, grid, block, static_cast<Params>(std::forward<Args>(args))...);
+#endif
+}
+
+}  // namespace headroom::cuda

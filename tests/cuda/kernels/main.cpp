@@ -1,0 +1,24 @@
+// The kernel tests' main: on a GPU build, exit 77 (skipped) where no CUDA
+// device or driver is present, with the reason printed; under the emulator,
+// the tests always run (on the CPU).
+#define CATCH_CONFIG_RUNNER
+#include "../support/kernel_test.hpp"
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+#if defined(__CUDACC__)
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice || err == cudaErrorStubLibrary || devices == 0) {
+    std::printf("SKIP: no CUDA device (%s)\n", cudaGetErrorString(err));
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("cuda_kernels on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+#else
+  std::printf("cuda_kernels_emulated: kernels run on the CPU emulator (not a GPU test)\n");
+#endif
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,62 @@
+// A run planned for the CUDA engine (OnCuda): the model's tensors are the
+// host plan's, byte for byte; what the kernels need besides them is the CUDA
+// engine's (docs/cuda.md, "Planning for the GPU"). Figures derived by hand.
+#include <headroom/headroom.hpp>
+
+namespace {
+
+using namespace headroom;
+using std::int64_t;
+
+constexpr models::GPT2Config small{512, 64, 2, 4, 128};  // vocab, D, layers, heads, positions
+using Host = Train<models::GPT2<small>, Batch<2>, Seq<64>, Precision<BF16>, LossChunk<32>>;
+using Cuda = Train<models::GPT2<small>, Batch<2>, Seq<64>, Precision<BF16>, LossChunk<32>, OnCuda>;
+constexpr auto host = plan<Host>();
+constexpr auto cuda = plan<Cuda>();
+static_assert(Cuda::config().engine == Engine::cuda && Host::config().engine == Engine::host);
+static_assert(cuda.valid());
+
+// The model's tensors do not depend on the engine.
+static_assert(cuda.bytes(Role::weights) == host.bytes(Role::weights));
+static_assert(cuda.bytes(Role::master_weights) == host.bytes(Role::master_weights));
+static_assert(cuda.bytes(Role::grads) == host.bytes(Role::grads));
+static_assert(cuda.bytes(Role::optimizer_state) == host.bytes(Role::optimizer_state));
+static_assert(cuda.bytes(Role::saved_activation) == host.bytes(Role::saved_activation));
+
+template <class P>
+constexpr int64_t count(const P& p, std::string_view name, int64_t bytes) {
+  int64_t n = 0;
+  for (const auto& b : p.buffers) n += b.name == name && b.bytes == bytes ? 1 : 0;
+  return n;
+}
+template <class P>
+constexpr int64_t count(const P& p, std::string_view name) {
+  int64_t n = 0;
+  for (const auto& b : p.buffers) n += b.name == name ? 1 : 0;
+  return n;
+}
+
+// One cuBLASLt workspace of 32 MiB instead of the host's GEMM panels.
+static_assert(count(cuda, "cublaslt workspace", 32 * 1024 * 1024) == 1 && count(cuda, "gemm panels") == 0);
+// The gradient-norm partials: (2048 + 8) f32 = 8,224 B.
+static_assert(count(cuda, "reductions", 8224) == 1 && count(host, "reductions") == 0);
+// LM head: one chunk of bf16 logits, 32 x 512 x 2 = 32,768 B, plus the loss of
+// each of the 128 tokens in f32 (512 B).
+static_assert(count(cuda, "scratch", 32 * 512 * 2 + 128 * 4) == 1);
+// Attention backward: delta (B, H, T) f32 = 2 x 4 x 64 x 4 = 2,048 B per layer;
+// the forward needs no scratch (the host's RoPE table and tiles are gone).
+static_assert(count(cuda, "scratch", 2 * 4 * 64 * 4) == 2);
+static_assert(count(cuda, "scratch") == 3);
+
+// QLoRA on the GPU: the quantized projections dequantize inside the GEMM (no
+// panel scratch), and LoRA's d(A x) is bf16: (N, R) = 128 x 16 x 2 B.
+using QLoRA = models::Llama<models::tiny_llama, Apply<Quantized<NF4, LoRA<16>>, On<q_proj, v_proj>>>;
+using CudaQ = Train<QLoRA, Batch<2>, Seq<64>, Precision<BF16>, AdamW8bit, OnCuda>;
+using HostQ = Train<QLoRA, Batch<2>, Seq<64>, Precision<BF16>, AdamW8bit>;
+constexpr auto cq = plan<CudaQ>();
+constexpr auto hq = plan<HostQ>();
+static_assert(cq.bytes(Role::weights) == hq.bytes(Role::weights) && cq.bytes(Role::quant_scales) == hq.bytes(Role::quant_scales));
+static_assert(count(cq, "scratch", 128 * 16 * 2) == 2 * 4);  // q_proj and v_proj of 4 layers
+static_assert(cq.peak_bytes() < hq.peak_bytes() + 32 * 1024 * 1024 + 8448);
+
+}  // namespace
