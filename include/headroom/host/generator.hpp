@@ -211,7 +211,7 @@ class Generator {
   }
   T* logits_mut() { return arena_.at<T>(plan.kv_cache_bytes + plan.activation_bytes); }
   double uniform() {
-    rng_ = headroom::host::detail::mix(rng_);
+    rng_ = headroom::trainers::mix(rng_);
     return (static_cast<double>(rng_ >> 11) + 0.5) * (1.0 / 9007199254740992.0);
   }
   T* at(std::int64_t off) const { return off >= 0 ? arena_.at<T>(off) : nullptr; }

@@ -30,6 +30,7 @@
 
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
+#include "../train/common.hpp"
 #include "arena.hpp"
 #include "attention.hpp"
 #include "gemm.hpp"
@@ -41,37 +42,9 @@
 
 namespace headroom::host {
 
-struct TrainOptions {
-  std::uint64_t seed = 1234;     // weight initialisation
-  int threads = 0;               // 0: the run's Workers<W>; at most W
-  double lr = 3e-4;              // peak learning rate
-  double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
-  int warmup_steps = 0;          // linear warmup from lr / warmup_steps
-  int total_steps = 0;           // cosine decay over this many steps; 0: constant after warmup
-  double clip_norm = 1.0;        // global gradient-norm clipping; 0: off
-  std::filesystem::path offload_dir = default_offload_dir();
-};
-
-struct StepStats {
-  int step = 0;             // optimizer steps done, this one included
-  double loss = 0;          // mean over the step's tokens
-  double grad_norm = 0;     // before clipping (0 with UpdateInBackward)
-  double lr = 0;
-};
-
-// The loss came out NaN or infinite: nothing was updated.
-class non_finite_loss : public std::runtime_error {
- public:
-  non_finite_loss(int step, double loss)
-      : std::runtime_error("headroom: the loss at step " + std::to_string(step) + " is " + std::to_string(loss) +
-                           "; the step was stopped before any update (the weights are those of step " +
-                           std::to_string(step - 1) + ")"),
-        step_(step) {}
-  int step() const { return step_; }
-
- private:
-  int step_;
-};
+using headroom::non_finite_loss;
+using headroom::StepStats;
+using headroom::TrainOptions;
 
 namespace detail {
 template <DType D>
@@ -81,17 +54,6 @@ struct host_scalar {
   using type = std::conditional_t<D == DType::F64, double, float>;
 };
 
-// Counter-based random numbers: the value of element i of a parameter never
-// depends on threads or order (splitmix64).
-constexpr std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-inline double uniform01(std::uint64_t key, std::uint64_t i) {
-  return (static_cast<double>(mix(key ^ mix(i)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
 // The kernels' view of an attention step (OpKind::attention's dims).
 inline AttentionDims attention_dims(const Step& st, std::int64_t batch, std::int64_t seq) {
   AttentionDims d{};
@@ -103,10 +65,6 @@ inline AttentionDims attention_dims(const Step& st, std::int64_t batch, std::int
   d.rope = st.dim[3] > 0;
   d.rope_theta = static_cast<double>(st.dim[3] > 0 ? st.dim[3] : 10000);
   return d;
-}
-inline double normal(std::uint64_t key, std::uint64_t i) {
-  const double u1 = uniform01(key, 2 * i), u2 = uniform01(key, 2 * i + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 }  // namespace detail
 
@@ -129,7 +87,7 @@ class Trainer {
   explicit Trainer(TrainOptions o = {})
       : opt_(o),
         device_(plan.peak_bytes(Tier::device)),
-        offload_(plan.peak_bytes(Tier::offload), o.offload_dir) {
+        offload_(plan.peak_bytes(Tier::offload), o.offload_dir.empty() ? default_offload_dir() : o.offload_dir) {
     workers_ = o.threads <= 0 ? config.workers : o.threads;
     if (workers_ > config.workers)
       throw std::invalid_argument("host::Trainer: " + std::to_string(workers_) + " threads asked, but the plan holds scratch for " +
@@ -183,15 +141,7 @@ class Trainer {
     return loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch;
   }
 
-  double lr_at(int step) const {
-    const double peak = opt_.lr;
-    if (opt_.warmup_steps > 0 && step <= opt_.warmup_steps) return peak * step / opt_.warmup_steps;
-    if (opt_.total_steps <= opt_.warmup_steps) return peak;
-    const double progress =
-        std::min(1.0, static_cast<double>(step - opt_.warmup_steps) / static_cast<double>(opt_.total_steps - opt_.warmup_steps));
-    const double floor = peak * opt_.min_lr_ratio;
-    return floor + 0.5 * (peak - floor) * (1.0 + std::cos(3.141592653589793 * progress));
-  }
+  double lr_at(int step) const { return trainers::lr_at(opt_, step); }
 
   // ---- the arena ---------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
@@ -222,20 +172,7 @@ class Trainer {
   }
   // The parameter's dotted path in the model: "layers.3.self_attn.q_proj.lora_A".
   static std::string path_of(const ParamSlot& p) { return node_path(p.node, p.instance) + "." + std::string(p.name); }
-  static std::string node_path(int node, int instance) {
-    std::vector<std::string> parts;  // leaf first
-    for (int n = node; n > 0; n = plan.nodes[n].parent) {
-      const NodeInfo& ni = plan.nodes[n];
-      if (ni.is_repeat) parts.push_back(std::to_string(instance));
-      parts.push_back(ni.name.empty() ? std::to_string(ni.index) : std::string(ni.name));
-    }
-    std::string s;
-    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-      if (!s.empty()) s.push_back('.');
-      s.append(*it);
-    }
-    return s;
-  }
+  static std::string node_path(int node, int instance) { return trainers::node_path(plan, node, instance); }
   // The parameter at a dotted path ("layers.0.self_attn.q_proj.lora_B"), or null.
   static const ParamSlot* find(std::string_view path) {
     for (const ParamSlot& p : sched.params)
@@ -269,17 +206,7 @@ class Trainer {
   }
 
   static void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::int64_t n) {
-    if (static_cast<std::int64_t>(tokens.size()) != n || static_cast<std::int64_t>(targets.size()) != n)
-      throw std::invalid_argument("host::Trainer: expected " + std::to_string(n) + " token ids and targets (batch " +
-                                  std::to_string(config.batch) + " x seq " + std::to_string(config.seq) +
-                                  (config.accumulate > 1 ? " x accumulate " + std::to_string(config.accumulate) : std::string()) +
-                                  "), got " + std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
-    const std::int64_t vocab = vocab_size();
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] < 0 || tokens[i] >= vocab || targets[i] < 0 || targets[i] >= vocab)
-        throw std::out_of_range("host::Trainer: token id " + std::to_string(tokens[i] < 0 || tokens[i] >= vocab ? tokens[i] : targets[i]) +
-                                " at position " + std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-    }
+    trainers::check_batch("host::Trainer", config, vocab_size(), tokens, targets, n);
   }
 
   void load_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
@@ -544,23 +471,11 @@ class Trainer {
     }
   }
 
-  // GPT-2 / Llama style: N(0, 0.02) matrices and embeddings, norms 1, biases
-  // 0; LoRA A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's Kaiming-uniform) and B = 0.
+  // The engines' shared initial values (trainers::InitialValues).
   void initialize(std::uint64_t seed) {
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       const ParamSlot& p = sched.params[k];
-      // keyed by the parameter's path: the same layer gets the same values
-      // whatever policies wrap it (LoRA with B = 0 then reproduces its base)
-      std::uint64_t key = detail::mix(seed);
-      for (const char c : path_of(p)) key = detail::mix(key ^ static_cast<unsigned char>(c));
-      const std::string_view kind = plan.nodes[p.node].kind;
-      const bool norm = kind == "RMSNorm" || kind == "LayerNorm";
-      auto value = [&](std::int64_t i) -> double {
-        if (p.name == "bias" || p.name == "lora_B") return 0.0;
-        if (norm) return 1.0;
-        if (p.name == "lora_A") return (2.0 * detail::uniform01(key, static_cast<std::uint64_t>(i)) - 1.0) / std::sqrt(double(p.cols));
-        return 0.02 * detail::normal(key, static_cast<std::uint64_t>(i));
-      };
+      const trainers::InitialValues value(seed, path_of(p), plan.nodes[p.node].kind, p.name, p.cols);
       if (p.quant.kind == QuantKind::none) {
         T* w = device_.at<T>(p.weight);
         for (std::int64_t i = 0; i < p.elements(); ++i) w[i] = static_cast<T>(value(i));

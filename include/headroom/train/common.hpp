@@ -1,0 +1,137 @@
+#pragma once
+// What every engine's trainer shares: options and per-step statistics, the
+// learning-rate schedule, batch validation, parameter paths and the initial
+// weights (host::Trainer and cuda::Trainer start from the same values).
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../plan/graph.hpp"
+
+namespace headroom {
+
+struct TrainOptions {
+  std::uint64_t seed = 1234;     // weight initialisation
+  int threads = 0;               // host: 0 = the run's Workers<W>; at most W
+  double lr = 3e-4;              // peak learning rate
+  double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
+  int warmup_steps = 0;          // linear warmup from lr / warmup_steps
+  int total_steps = 0;           // cosine decay over this many steps; 0: constant after warmup
+  double clip_norm = 1.0;        // global gradient-norm clipping; 0: off
+  std::filesystem::path offload_dir{};  // host: folder of the offload tier's file; empty = the system's temp folder
+};
+
+struct StepStats {
+  int step = 0;             // optimizer steps done, this one included
+  double loss = 0;          // mean over the step's tokens
+  double grad_norm = 0;     // before clipping (0 with UpdateInBackward)
+  double lr = 0;
+};
+
+// The loss came out NaN or infinite: nothing was updated.
+class non_finite_loss : public std::runtime_error {
+ public:
+  non_finite_loss(int step, double loss)
+      : std::runtime_error("headroom: the loss at step " + std::to_string(step) + " is " + std::to_string(loss) +
+                           "; the step was stopped before any update (the weights are those of step " +
+                           std::to_string(step - 1) + ")"),
+        step_(step) {}
+  int step() const { return step_; }
+
+ private:
+  int step_;
+};
+
+namespace trainers {
+
+// Linear warmup, then cosine decay to lr * min_lr_ratio over total_steps.
+inline double lr_at(const TrainOptions& o, int step) {
+  const double peak = o.lr;
+  if (o.warmup_steps > 0 && step <= o.warmup_steps) return peak * step / o.warmup_steps;
+  if (o.total_steps <= o.warmup_steps) return peak;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - o.warmup_steps) / static_cast<double>(o.total_steps - o.warmup_steps));
+  const double floor = peak * o.min_lr_ratio;
+  return floor + 0.5 * (peak - floor) * (1.0 + std::cos(3.141592653589793 * progress));
+}
+
+// Throws unless there are n token ids and n targets, all inside the vocabulary.
+inline void check_batch(std::string_view engine, const RunConfig& config, std::int64_t vocab, std::span<const std::int32_t> tokens,
+                        std::span<const std::int32_t> targets, std::int64_t n) {
+  if (static_cast<std::int64_t>(tokens.size()) != n || static_cast<std::int64_t>(targets.size()) != n)
+    throw std::invalid_argument(std::string(engine) + ": expected " + std::to_string(n) + " token ids and targets (batch " +
+                                std::to_string(config.batch) + " x seq " + std::to_string(config.seq) +
+                                (config.accumulate > 1 ? " x accumulate " + std::to_string(config.accumulate) : std::string()) +
+                                "), got " + std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab || targets[i] < 0 || targets[i] >= vocab)
+      throw std::out_of_range(std::string(engine) + ": token id " +
+                              std::to_string(tokens[i] < 0 || tokens[i] >= vocab ? tokens[i] : targets[i]) + " at position " +
+                              std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+}
+
+// The dotted path of a node instance in the model: "layers.3.self_attn.q_proj".
+template <class Plan>
+std::string node_path(const Plan& plan, int node, int instance) {
+  std::vector<std::string> parts;  // leaf first
+  for (int n = node; n > 0; n = plan.nodes[n].parent) {
+    const auto& ni = plan.nodes[n];
+    if (ni.is_repeat) parts.push_back(std::to_string(instance));
+    parts.push_back(ni.name.empty() ? std::to_string(ni.index) : std::string(ni.name));
+  }
+  std::string s;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    if (!s.empty()) s.push_back('.');
+    s.append(*it);
+  }
+  return s;
+}
+
+// Counter-based random numbers: the value of element i of a parameter never
+// depends on threads or order (splitmix64).
+constexpr std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline double uniform01(std::uint64_t key, std::uint64_t i) {
+  return (static_cast<double>(mix(key ^ mix(i)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+inline double normal(std::uint64_t key, std::uint64_t i) {
+  const double u1 = uniform01(key, 2 * i), u2 = uniform01(key, 2 * i + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+// GPT-2 / Llama style initial values, keyed by the parameter's path (the same
+// layer gets the same values whatever policies wrap it: LoRA with B = 0
+// reproduces its base bit for bit): N(0, 0.02) matrices and embeddings, norms
+// 1, biases 0; LoRA A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's Kaiming-uniform), B = 0.
+class InitialValues {
+ public:
+  InitialValues(std::uint64_t seed, std::string_view path, std::string_view layer_kind, std::string_view name, std::int64_t cols)
+      : key_(mix(seed)), norm_(layer_kind == "RMSNorm" || layer_kind == "LayerNorm"), name_(name), cols_(cols) {
+    for (const char c : path) key_ = mix(key_ ^ static_cast<unsigned char>(c));
+  }
+  double operator()(std::int64_t i) const {
+    if (name_ == "bias" || name_ == "lora_B") return 0.0;
+    if (norm_) return 1.0;
+    if (name_ == "lora_A") return (2.0 * uniform01(key_, static_cast<std::uint64_t>(i)) - 1.0) / std::sqrt(double(cols_));
+    return 0.02 * normal(key_, static_cast<std::uint64_t>(i));
+  }
+
+ private:
+  std::uint64_t key_;
+  bool norm_;
+  std::string_view name_;
+  std::int64_t cols_;
+};
+
+}  // namespace trainers
+}  // namespace headroom
