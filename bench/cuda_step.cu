@@ -1,0 +1,98 @@
+// cuda::Trainer's training step on a GPU: tokens/s, MFU and device memory
+// for one configuration, as one JSON line (bench/gpu runs it next to
+// bench/cuda_torch.py, the same models in PyTorch eager and torch.compile).
+//
+//   cuda_step CONFIG [--steps N] [--warmup N]
+//   CONFIG: smoke        tiny Llama, f32 (seconds; checks the build)
+//           gpt2_124m    GPT-2 124M, bf16, AdamW, B16 T1024, LM head in 4096-token chunks
+//           llama_qlora  Llama-3.2-1B shape, NF4 + LoRA r16 on all seven projections,
+//                        checkpointed blocks, AdamW8bit, bf16, B8 T1024
+//
+// MFU = the plan's model FLOPs per step (forward + backward; recompute not
+// counted, as PaLM defines it) / step time / 989.4 TFLOP/s (H100/H200 SXM
+// dense bf16). Device memory: the arena (= the plan's peak) and what
+// cudaMemGetInfo says the process holds (arena + CUDA context + cuBLASLt).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <headroom/cuda/trainer.cuh>
+#include <headroom/headroom.hpp>
+
+using namespace headroom;
+
+namespace {
+
+constexpr double peak_bf16_flops = 989.4e12;
+
+using GPT2Run = Train<models::GPT2<models::gpt2_124m>, Batch<16>, Seq<1024>, Precision<BF16>, LossChunk<4096>, OnCuda>;
+using QLoRA = Quantized<NF4, LoRA<16>>;
+using LlamaQ = models::Llama<models::llama3_2_1b, Apply<QLoRA, On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>>,
+                             Apply<Checkpointed<>, EveryBlock>>;
+using LlamaRun = Train<LlamaQ, Batch<8>, Seq<1024>, Precision<BF16>, AdamW8bit, LossChunk<2048>, OnCuda>;
+using SmokeRun = Train<models::Llama<models::tiny_llama>, Batch<4>, Seq<64>, OnCuda>;
+
+template <class R>
+int run(const char* name, int steps, int warmup) {
+  using Tr = cuda::Trainer<R>;
+  std::size_t free0 = 0, total = 0;
+  cuda::check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+  Tr t({.seed = 1, .lr = 1e-4, .clip_norm = 1.0});
+  std::size_t free1 = 0;
+  cuda::check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
+  constexpr std::int64_t n = Tr::tokens_per_step, vocab = Tr::vocab_size();
+  std::vector<std::int32_t> tokens(n), targets(n);
+  std::uint32_t s = 12345;
+  for (std::int64_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    tokens[i] = static_cast<std::int32_t>((s >> 8) % vocab);
+  }
+  for (std::int64_t i = 0; i < n; ++i) targets[i] = tokens[(i + 1) % n];
+  std::vector<double> losses;
+  for (int i = 0; i < warmup; ++i) losses.push_back(t.step(tokens, targets).loss);
+  cuda::check(cudaDeviceSynchronize(), "warmup");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) losses.push_back(t.step(tokens, targets).loss);
+  cuda::check(cudaDeviceSynchronize(), "steps");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  constexpr auto p = Tr::plan;
+  const double model_flops = static_cast<double>(p.flops_fwd + p.flops_bwd) * R::accumulate;
+  const double step_s = secs / steps;
+  std::printf("{\"engine\": \"headroom\", \"config\": \"%s\", \"tokens_per_step\": %lld, \"steps\": %d, \"step_ms\": %.3f, "
+              "\"tokens_per_s\": %.1f, \"model_tflop_per_step\": %.4f, \"mfu\": %.4f, \"arena_bytes\": %lld, "
+              "\"offload_bytes\": %lld, \"process_device_bytes\": %lld, \"gemm_products\": %d, \"losses\": [",
+              name, static_cast<long long>(n), steps, 1e3 * step_s, n / step_s, model_flops / 1e12,
+              model_flops / step_s / peak_bf16_flops, static_cast<long long>(t.arena_bytes(Tier::device)),
+              static_cast<long long>(t.arena_bytes(Tier::offload)), static_cast<long long>(total - free1), t.blas().products());
+  for (std::size_t i = 0; i < losses.size(); ++i) std::printf("%s%.6f", i ? ", " : "", losses[i]);
+  std::printf("]}\n");
+  (void)free0;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: cuda_step smoke|gpt2_124m|llama_qlora [--steps N] [--warmup N]\n");
+    return 2;
+  }
+  int steps = 10, warmup = 3;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
+  }
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "cuda_step: no CUDA device\n");
+    return 77;
+  }
+  const std::string config = argv[1];
+  if (config == "smoke") return run<SmokeRun>("smoke", steps, warmup);
+  if (config == "gpt2_124m") return run<GPT2Run>("gpt2_124m", steps, warmup);
+  if (config == "llama_qlora") return run<LlamaRun>("llama_qlora", steps, warmup);
+  std::fprintf(stderr, "cuda_step: unknown config %s\n", config.c_str());
+  return 2;
+}

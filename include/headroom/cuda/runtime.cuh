@@ -1,0 +1,105 @@
+#pragma once
+// The CUDA runtime as the engine uses it: errors as exceptions naming the
+// call, "is there a device at all", and the two arenas of a plan (one
+// cudaMalloc for the device tier, one cudaHostAlloc of pinned memory for the
+// offload tier). Nothing else in the engine allocates device memory.
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime.h>
+
+namespace headroom::cuda {
+
+class cuda_error : public std::runtime_error {
+ public:
+  cuda_error(cudaError_t e, const char* what)
+      : std::runtime_error(std::string("headroom::cuda: ") + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"),
+        code_(e) {}
+  cudaError_t code() const { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw cuda_error(e, what);
+}
+
+// True for the errors that mean "no usable GPU here" (no driver, the stub
+// driver, no device): tests skip on them instead of failing.
+inline bool is_no_device(cudaError_t e) {
+  return e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorStubLibrary;
+}
+
+// The number of usable devices (0 where the driver or a device is missing).
+inline int device_count() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (is_no_device(e)) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  check(e, "cudaGetDeviceCount");
+  return n;
+}
+
+// Counts every allocation the engine makes, so tests can check that a step
+// makes none (the arenas are made once, at construction).
+struct AllocationCounter {
+  static inline std::int64_t device = 0, pinned = 0;
+};
+
+// One tier of a plan: `bytes` of device memory (or pinned host memory), 256-byte
+// aligned (cudaMalloc guarantees at least that), zeroed once.
+class DeviceArena {
+ public:
+  explicit DeviceArena(std::int64_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) {
+      check(cudaMalloc(&base_, static_cast<std::size_t>(bytes_)), "cudaMalloc of the device arena");
+      ++AllocationCounter::device;
+      check(cudaMemset(base_, 0, static_cast<std::size_t>(bytes_)), "cudaMemset of the device arena");
+    }
+  }
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena() {
+    if (base_ != nullptr) cudaFree(base_);
+  }
+  std::int64_t bytes() const { return bytes_; }
+  template <class T>
+  T* at(std::int64_t offset) const {
+    return reinterpret_cast<T*>(static_cast<std::byte*>(base_) + offset);
+  }
+
+ private:
+  std::int64_t bytes_;
+  void* base_ = nullptr;
+};
+
+class PinnedArena {
+ public:
+  explicit PinnedArena(std::int64_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) {
+      check(cudaHostAlloc(&base_, static_cast<std::size_t>(bytes_), cudaHostAllocDefault), "cudaHostAlloc of the offload arena");
+      ++AllocationCounter::pinned;
+    }
+  }
+  PinnedArena(const PinnedArena&) = delete;
+  PinnedArena& operator=(const PinnedArena&) = delete;
+  ~PinnedArena() {
+    if (base_ != nullptr) cudaFreeHost(base_);
+  }
+  std::int64_t bytes() const { return bytes_; }
+  template <class T>
+  T* at(std::int64_t offset) const {
+    return reinterpret_cast<T*>(static_cast<std::byte*>(base_) + offset);
+  }
+
+ private:
+  std::int64_t bytes_;
+  void* base_ = nullptr;
+};
+
+}  // namespace headroom::cuda

@@ -1,0 +1,655 @@
+#pragma once
+// cuda::Trainer<Run>: trains Run on an NVIDIA GPU inside exactly the planned arena.
+//
+//   using Run = Train<models::GPT2<models::gpt2_124m>, Batch<16>, Seq<1024>, Precision<BF16>, OnCuda>;
+//   cuda::Trainer<Run> t({.lr = 6e-4, .warmup_steps = 100, .total_steps = 5000});
+//   StepStats s = t.step(tokens, targets);   // (Accumulate, Batch, Seq) int32 each, on the host
+//
+// At construction the trainer makes one cudaMalloc of the plan's device
+// bytes and one cudaHostAlloc (pinned) of its offload bytes, and nothing else
+// that a step touches: the cuBLASLt workspace, every scratch buffer, the
+// gradient-norm partials and the loss live in the arena at the plan's
+// offsets. A step walks schedule<Run>() like host::Trainer does, one kernel
+// (or cuBLASLt call) per step, on one compute stream; offload and prefetch
+// copies run on a second stream, and the compute stream waits for a copy
+// only at the first later step whose buffers overlap the copied bytes (a
+// prefetch is placed one block ahead of its backward by the plan, so it
+// overlaps that block's compute).
+//
+// Precision: Precision<BF16> / <F16> store weights, gradients and
+// activations in 16 bits with f32 master weights (the plan's `master`
+// buffers) and f32 accumulation in every GEMM and reduction; Precision<F32>
+// is all f32 (for comparisons with the host engine).
+//
+// Per step the host waits for the device twice: after backward (to read the
+// loss: a non-finite loss stops the step before any update, as on the host)
+// and after the update (to read the gradient norm).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../host/quant.hpp"
+#include "../math/dynamic_map.hpp"
+#include "../math/optim.hpp"
+#include "../plan/plan.hpp"
+#include "../plan/schedule.hpp"
+#include "../train/common.hpp"
+#include "blas.cuh"
+#include "device.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/loss.cuh"
+#include "kernels/optimizer.cuh"
+#include "kernels/pointwise.cuh"
+#include "kernels/quant_linear.cuh"
+#include "runtime.cuh"
+
+namespace headroom::cuda {
+
+template <TrainingRun R>
+class Trainer {
+ public:
+  using run = R;
+  static constexpr auto plan = headroom::plan<R>();
+  static constexpr auto sched = headroom::schedule<R>();
+  static constexpr RunConfig config = R::config();
+  static_assert(config.engine == Engine::cuda,
+                "cuda::Trainer<Run>: the run is planned for the host engine; add OnCuda to Train<...> so the plan holds the "
+                "cuBLASLt workspace and the CUDA kernels' scratch");
+  static_assert(config.dtype == DType::F32 || config.dtype == DType::BF16 || config.dtype == DType::F16,
+                "cuda::Trainer<Run>: the CUDA engine runs Precision<F32>, <BF16> or <F16>");
+  using S = storage_t<config.dtype>;
+  static constexpr bool half = is_half(config.dtype);
+  static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
+  static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
+  static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
+                "cuda::Trainer: the schedule and the plan must pack the same arena");
+
+  explicit Trainer(TrainOptions o = {})
+      : opt_(o),
+        device_(plan.peak_bytes(Tier::device)),
+        offload_(plan.peak_bytes(Tier::offload)),
+        blas_(sched.gemm_panels.bound() ? device_.at<std::byte>(sched.gemm_panels.offset) : nullptr, sched.gemm_panels.bytes) {
+    if (config.update_in_backward && o.clip_norm > 0)
+      throw std::invalid_argument(
+          "cuda::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
+          "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
+    check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate (compute)");
+    check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+    check(cudaEventCreateWithFlags(&ready_for_copy_, cudaEventDisableTiming), "cudaEventCreate");
+    copy_done_.resize(sched.steps.size());
+    for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    plan_copy_waits();
+    collect_params();
+    fill_tables();
+    initialize(o.seed);
+    check(cudaDeviceSynchronize(), "initialisation");
+  }
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  ~Trainer() {
+    cudaStreamSynchronize(compute_);
+    cudaStreamSynchronize(copy_);
+    for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
+    cudaEventDestroy(ready_for_copy_);
+    cudaStreamDestroy(copy_);
+    cudaStreamDestroy(compute_);
+  }
+
+  // ---- training -------------------------------------------------------------------------------------
+  StepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    check_batch(tokens, targets, tokens_per_step);
+    const int step_no = step_ + 1;
+    if (config.accumulate > 1) zero_grads();
+    double loss = 0;
+    for (int k = 0; k < config.accumulate; ++k)
+      loss += micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
+                          targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no) /
+              config.accumulate;
+    StepStats s;
+    s.step = step_no;
+    s.loss = loss;
+    s.lr = lr_at(step_no);
+    if (!config.update_in_backward) s.grad_norm = update(step_no);
+    step_ = step_no;
+    return s;
+  }
+
+  // Forward and backward of one micro-batch, without the update: the
+  // gradients stay in the arena (read them with download_grad()).
+  double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
+    check_batch(tokens, targets, tokens_per_micro_batch);
+    if (config.accumulate > 1) zero_grads();
+    return micro_batch(tokens, targets, step_ + 1);
+  }
+
+  // Mean loss of one micro-batch; no gradient, no update.
+  double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    check_batch(tokens, targets, tokens_per_micro_batch);
+    load_batch(tokens, targets);
+    for (int g = 1; g < sched.loss_step; ++g) run_step(g);
+    loss_step(sched.steps[sched.loss_step], false);
+    return read_loss() / tokens_per_micro_batch;
+  }
+
+  double lr_at(int step) const { return trainers::lr_at(opt_, step); }
+
+  // ---- the arena ------------------------------------------------------------------------------------
+  std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
+  int steps_done() const { return step_; }
+  const TrainOptions& options() const { return opt_; }
+  cudaStream_t stream() const { return compute_; }
+  const Blas& blas() const { return blas_; }
+
+  // ---- parameters -------------------------------------------------------------------------------------
+  static constexpr std::size_t param_count = sched.params.size();
+  static constexpr std::int64_t vocab_size() {
+    for (const Step& s : sched.steps)
+      if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
+    return 0;
+  }
+  static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
+  static std::string path_of(const ParamSlot& p) { return trainers::node_path(plan, p.node, p.instance) + "." + std::string(p.name); }
+  static const ParamSlot* find(std::string_view path) {
+    for (const ParamSlot& p : sched.params)
+      if (path_of(p) == path) return &p;
+    return nullptr;
+  }
+  // A dense parameter's values as f32 (the master copy of a 16-bit run).
+  std::vector<float> download_weight(const ParamSlot& p) const {
+    if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_weight: " + path_of(p) + " is quantized");
+    if (half && p.master >= 0) return download<float>(device_.at<float>(p.master), p.elements());
+    return download_as_float(device_.at<S>(p.weight), p.elements());
+  }
+  std::vector<float> download_grad(const ParamSlot& p) const {
+    if (p.grad < 0) return {};
+    return download_as_float(device_.at<S>(p.grad), p.elements());
+  }
+  // Sets a dense parameter from f32 values (master and storage copies).
+  void upload_weight(const ParamSlot& p, std::span<const float> x) {
+    if (p.quant.kind != QuantKind::none) {
+      upload_quantized(p, x);
+      return;
+    }
+    if (static_cast<std::int64_t>(x.size()) != p.elements())
+      throw std::invalid_argument("cuda::Trainer::upload_weight: " + path_of(p) + " has " + std::to_string(p.elements()) + " elements");
+    if (half && p.master >= 0)
+      check(cudaMemcpy(device_.at<float>(p.master), x.data(), x.size_bytes(), cudaMemcpyHostToDevice), "upload master");
+    std::vector<S> stored(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) stored[i] = from_float<S>(x[i]);
+    check(cudaMemcpy(device_.at<S>(p.weight), stored.data(), stored.size() * sizeof(S), cudaMemcpyHostToDevice), "upload weight");
+  }
+  // Zeroes every optimizer state and restarts the step count.
+  void reset_optimizer() {
+    for (const ParamSlot& p : sched.params)
+      if (p.state >= 0)
+        check(cudaMemsetAsync(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(config.optim.state_bytes(p.elements())), compute_),
+              "cudaMemsetAsync (optimizer state)");
+    check(cudaStreamSynchronize(compute_), "reset_optimizer");
+    step_ = 0;
+  }
+
+ private:
+  TrainOptions opt_;
+  DeviceArena device_;
+  PinnedArena offload_;
+  Blas blas_;
+  cudaStream_t compute_{}, copy_{};
+  cudaEvent_t ready_for_copy_{};
+  std::vector<cudaEvent_t> copy_done_;  // per copy step: its copies are done
+  std::vector<int> waits_;              // per step g: copy steps the compute stream waits for before g (flattened)
+  std::vector<int> wait_begin_;         // waits_ of step g: [wait_begin_[g], wait_begin_[g + 1])
+  std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
+  std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
+  int step_ = 0;
+  float host_loss_ = 0;
+  float host_norm_[2] = {};
+
+  template <class U = S>
+  U* ptr(const Slot& s) const {
+    return s.bound() ? device_.at<U>(s.offset) : nullptr;
+  }
+  S* param_weight(int k) const { return k >= 0 ? device_.at<S>(sched.params[k].weight) : nullptr; }
+  S* param_grad(int k) const {
+    return k >= 0 && sched.params[k].trainable && sched.params[k].grad >= 0 ? device_.at<S>(sched.params[k].grad) : nullptr;
+  }
+  bool quantized(int k) const { return k >= 0 && sched.params[k].quant.kind != QuantKind::none; }
+  math::QuantView quant(const ParamSlot& p) const {
+    return math::QuantView{p.quant, device_.at<std::uint8_t>(p.weight), device_.at<std::uint8_t>(p.scales),
+                           sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
+  }
+  float* reductions() const { return ptr<float>(sched.reductions); }
+
+  template <class U>
+  static std::vector<U> download(const U* src, std::int64_t n) {
+    std::vector<U> v(static_cast<std::size_t>(n));
+    check(cudaMemcpy(v.data(), src, v.size() * sizeof(U), cudaMemcpyDeviceToHost), "download");
+    return v;
+  }
+  static std::vector<float> download_as_float(const S* src, std::int64_t n) {
+    const std::vector<S> s = download<S>(src, n);
+    std::vector<float> v(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) v[i] = to_float(s[i]);
+    return v;
+  }
+
+  static void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::int64_t n) {
+    trainers::check_batch("cuda::Trainer", config, vocab_size(), tokens, targets, n);
+  }
+
+  void load_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.tokens), tokens.data(), tokens.size_bytes(), cudaMemcpyHostToDevice, compute_),
+          "upload tokens");
+    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.targets), targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, compute_),
+          "upload targets");
+  }
+
+  double read_loss() {
+    check(cudaMemcpyAsync(&host_loss_, ptr<float>(sched.loss), sizeof(float), cudaMemcpyDeviceToHost, compute_), "read the loss");
+    check(cudaStreamSynchronize(compute_), "step");
+    return host_loss_;
+  }
+
+  // Runs every event of one micro-batch up to the update; returns its mean loss.
+  double micro_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
+    load_batch(tokens, targets);
+    const int end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
+    for (int g = 1; g < end; ++g) {
+      const Step& st = sched.steps[g];
+      wait_for_copies(g);
+      if (st.kind == EventKind::loss) {
+        loss_step(st, true);
+        continue;
+      }
+      run_step(g);
+      if (config.update_in_backward && st.update_end > st.update_begin) {
+        const std::span<const ParamRef> ready(in_backward_.data() + st.update_begin, st.update_end - st.update_begin);
+        apply_update(ready, step_no, nullptr);
+      }
+    }
+    wait_for_copies(end);
+    const double loss = read_loss() / tokens_per_micro_batch;
+    if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
+    return loss;
+  }
+
+  void zero_grads() {
+    for (const ParamSlot& p : sched.params)
+      if (p.grad >= 0)
+        check(cudaMemsetAsync(device_.at<std::byte>(p.grad), 0, static_cast<std::size_t>(p.elements() * sizeof(S)), compute_),
+              "zero gradients");
+  }
+
+  // ---- copies between tiers -----------------------------------------------------------------------------
+  static bool overlaps(const Slot& s, std::int64_t from, std::int64_t bytes) {
+    return s.bound() && s.offset < from + bytes && from < s.offset + s.bytes;
+  }
+  static bool touches(const Step& st, std::int64_t from, std::int64_t bytes) {
+    auto any = [&](const Slot* slots, int n) {
+      for (int i = 0; i < n; ++i)
+        if (overlaps(slots[i], from, bytes)) return true;
+      return false;
+    };
+    if (any(st.in, graph::max_in) || any(st.out, graph::max_out) || any(st.saved, graph::max_saved) ||
+        any(st.d_out, graph::max_out) || any(st.d_in, graph::max_in))
+      return true;
+    return overlaps(st.inout, from, bytes) || overlaps(st.d_inout, from, bytes) || overlaps(st.scratch, from, bytes);
+  }
+  // For each copy step, the first later step that reads or writes any device
+  // bytes it copies (an offload's source may be reused; a prefetch's
+  // destination is read by a backward): the compute stream waits there.
+  void plan_copy_waits() {
+    const int n = static_cast<int>(sched.steps.size());
+    std::vector<std::vector<int>> at(static_cast<std::size_t>(n) + 1);
+    for (int g = 0; g < n; ++g) {
+      const Step& st = sched.steps[g];
+      if (st.kind != EventKind::offload && st.kind != EventKind::prefetch) continue;
+      int first = n;  // none: before the update / end of the micro-batch
+      for (int h = g + 1; h < n && first == n; ++h)
+        for (int c = st.copy_begin; c < st.copy_end; ++c) {
+          const CopyStep& cp = sched.copies[c];
+          const std::int64_t dev = st.kind == EventKind::offload ? cp.from : cp.to;
+          if (touches(sched.steps[h], dev, cp.bytes) || sched.steps[h].kind == EventKind::offload ||
+              sched.steps[h].kind == EventKind::prefetch) {
+            first = h;  // (copy steps also keep their order)
+            break;
+          }
+        }
+      at[static_cast<std::size_t>(first)].push_back(g);
+    }
+    wait_begin_.assign(static_cast<std::size_t>(n) + 2, 0);
+    for (int g = 0; g <= n; ++g) {
+      wait_begin_[g] = static_cast<int>(waits_.size());
+      for (int c : at[static_cast<std::size_t>(g)]) waits_.push_back(c);
+    }
+    wait_begin_[n + 1] = static_cast<int>(waits_.size());
+  }
+  void wait_for_copies(int g) {
+    for (int i = wait_begin_[g]; i < wait_begin_[g + 1]; ++i)
+      check(cudaStreamWaitEvent(compute_, copy_done_[waits_[i]], 0), "cudaStreamWaitEvent");
+  }
+  void copy_step(int g) {
+    const Step& st = sched.steps[g];
+    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    for (int c = st.copy_begin; c < st.copy_end; ++c) {
+      const CopyStep& cp = sched.copies[c];
+      if (st.kind == EventKind::offload)
+        check(cudaMemcpyAsync(offload_.at<std::byte>(cp.to), device_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes),
+                              cudaMemcpyDeviceToHost, copy_),
+              "offload copy");
+      else
+        check(cudaMemcpyAsync(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes),
+                              cudaMemcpyHostToDevice, copy_),
+              "prefetch copy");
+    }
+    check(cudaEventRecord(copy_done_[g], copy_), "cudaEventRecord");
+  }
+
+  // ---- one event ----------------------------------------------------------------------------------------
+  void run_step(int g) {
+    const Step& st = sched.steps[g];
+    switch (st.kind) {
+      case EventKind::load_batch: break;
+      case EventKind::forward:
+      case EventKind::recompute: forward(st); break;
+      case EventKind::loss: loss_step(st, true); break;
+      case EventKind::backward: backward(st); break;
+      case EventKind::offload:
+      case EventKind::prefetch: copy_step(g); break;
+      case EventKind::update: break;
+    }
+  }
+
+  static AttentionShape attention_shape(const Step& st) {
+    return AttentionShape{config.batch, config.seq, st.dim[0], st.dim[1], st.dim[2], st.dim[3] > 0,
+                          static_cast<float>(st.dim[3] > 0 ? st.dim[3] : 10000)};
+  }
+
+  void forward(const Step& st) {
+    if (st.fused_into_previous) return;  // computed by the projection before it
+    const std::int64_t n = tokens_per_micro_batch;
+    using graph::OpKind;
+    switch (st.op) {
+      case OpKind::embedding:
+        embedding_forward(ptr<std::int32_t>(st.in[0]), param_weight(st.param[0]), ptr(st.out[0]), n, st.dim[1], compute_);
+        break;
+      case OpKind::positions:
+        positions_forward(param_weight(st.param[0]), ptr(st.inout), config.batch, config.seq, st.dim[1], compute_);
+        break;
+      case OpKind::linear: linear_forward(st); break;
+      case OpKind::lora: {
+        const float scale = static_cast<float>(st.scale_num) / static_cast<float>(st.scale_den);
+        const std::int64_t in = st.dim[0], out = st.dim[1], rank = st.dim[2];
+        // ax (N, r) = x A^T;  y (N, out) += s ax B^T, straight into the base output
+        blas_.gemm<S>(Trans::no, Trans::yes, n, rank, in, 1.0f, ptr(st.in[0]), in, param_weight(st.param[0]), in, 0.0f,
+                      ptr(st.out[0]), rank, compute_);
+        if (st.inout.bound())
+          blas_.gemm<S>(Trans::no, Trans::yes, n, out, rank, scale, ptr(st.out[0]), rank, param_weight(st.param[1]), rank, 1.0f,
+                        ptr(st.inout), out, compute_);
+        break;
+      }
+      case OpKind::rmsnorm:
+        norm_forward<S>(false, ptr(st.in[0]), param_weight(st.param[0]), nullptr, ptr(st.out[0]), nullptr, ptr<float>(st.out[1]), n,
+                        st.dim[0], compute_);
+        break;
+      case OpKind::layernorm:
+        norm_forward<S>(true, ptr(st.in[0]), param_weight(st.param[0]), param_weight(st.param[1]), ptr(st.out[0]),
+                        ptr<float>(st.out[1]), ptr<float>(st.out[2]), n, st.dim[0], compute_);
+        break;
+      case OpKind::attention: {
+        const AttentionShape d = attention_shape(st);
+        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
+        if (st.in[1].bound()) {
+          attention_forward<S>(d, ptr(st.in[0]), q_cols, ptr(st.in[1]), kv_cols, ptr(st.in[2]), kv_cols, ptr(st.out[0]),
+                               ptr<float>(st.out[1]), compute_);
+        } else {  // one fused (N, 3D) q|k|v input
+          const S* qkv = ptr(st.in[0]);
+          const std::int64_t ld = q_cols + 2 * kv_cols;
+          attention_forward<S>(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.out[0]), ptr<float>(st.out[1]),
+                               compute_);
+        }
+        break;
+      }
+      case OpKind::gelu: gelu_forward<S>(ptr(st.in[0]), ptr(st.out[0]), n * st.dim[0], compute_); break;
+      case OpKind::swiglu: swiglu_forward<S>(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], compute_); break;
+      case OpKind::add: add_forward<S>(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], compute_); break;
+      case OpKind::lm_head_loss:
+      case OpKind::custom: unsupported(st); break;
+    }
+  }
+
+  // y = x W^T + b, and the activation the schedule fused after it (GELU in
+  // cuBLASLt's epilogue when it fits; SwiGLU as its own kernel).
+  void linear_forward(const Step& st) {
+    const std::int64_t n = tokens_per_micro_batch, in = st.dim[0], out = st.dim[1];
+    const S* bias = param_weight(st.param[1]);
+    S* y = ptr(st.out[0]);
+    using graph::OpKind;
+    const Step* next = st.fuse_next != OpKind::custom ? &st + 1 : nullptr;
+    if (quantized(st.param[0])) {
+      quant_linear_forward<S>(ptr(st.in[0]), quant(sched.params[st.param[0]]), bias, y, n, compute_);
+    } else if (next != nullptr && st.fuse_next == OpKind::gelu && bias != nullptr && Blas::gelu_epilogue_fits(out)) {
+      // pre-activation y (saved for backward) and gelu(y) in one GEMM
+      blas_.gemm<S>(Trans::no, Trans::yes, n, out, in, 1.0f, ptr(st.in[0]), in, param_weight(st.param[0]), in, 0.0f,
+                    ptr(next->out[0]), out, compute_, GemmEpilogue::gelu_aux_bias, bias, y);
+      return;
+    } else {
+      blas_.gemm<S>(Trans::no, Trans::yes, n, out, in, 1.0f, ptr(st.in[0]), in, param_weight(st.param[0]), in, 0.0f, y, out, compute_,
+                    bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none, bias);
+    }
+    if (next == nullptr) return;
+    if (st.fuse_next == OpKind::gelu) gelu_forward<S>(y, ptr(next->out[0]), n * out, compute_);
+    else swiglu_forward<S>(ptr(next->in[0]), y, ptr(next->out[0]), n * out, compute_);
+  }
+
+  // The fused LM head + loss, chunk by chunk; the summed loss goes to the loss slot.
+  void loss_step(const Step& st, bool grads) {
+    const std::int64_t n = tokens_per_micro_batch, vocab = st.dim[0], d = st.dim[1], chunk = st.dim[2];
+    const float scale = 1.0f / static_cast<float>(n * config.accumulate);
+    const S* h = ptr(st.in[0]);
+    const S* w = param_weight(st.param[0]);
+    const std::int32_t* targets = ptr<std::int32_t>(st.in[1]);
+    S* dh = grads ? ptr(st.d_in[0]) : nullptr;
+    S* dw = grads ? param_grad(st.param[0]) : nullptr;
+    S* logits = ptr(st.scratch);  // (chunk, V)
+    float* row_loss = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(logits) + chunk * vocab * sizeof(S));  // (N)
+    for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
+      blas_.gemm<S>(Trans::no, Trans::yes, rows, vocab, d, 1.0f, h + c0 * d, d, w, d, 0.0f, logits, vocab, compute_);
+      cross_entropy_rows<S>(logits, targets + c0, row_loss + c0, scale, dh != nullptr || dw != nullptr, rows, vocab, compute_);
+      if (dh != nullptr)
+        blas_.gemm<S>(Trans::no, Trans::no, rows, d, vocab, 1.0f, logits, vocab, w, d, st.d_in[0].first ? 0.0f : 1.0f, dh + c0 * d, d,
+                      compute_);
+      if (dw != nullptr)
+        blas_.gemm<S>(Trans::yes, Trans::no, vocab, d, rows, 1.0f, logits, vocab, h + c0 * d, d,
+                      (st.grad_first[0] && c0 == 0) ? 0.0f : 1.0f, dw, d, compute_);
+    }
+    sum_rows(row_loss, n, ptr<float>(sched.loss), compute_);
+  }
+
+  void backward(const Step& st) {
+    const std::int64_t n = tokens_per_micro_batch;
+    using graph::OpKind;
+    const S* dy = ptr(st.d_out[0]);
+    switch (st.op) {
+      case OpKind::embedding:
+        if (S* g = param_grad(st.param[0]))
+          embedding_backward<S>(ptr<std::int32_t>(st.saved[0]), dy, g, st.grad_first[0], n, st.dim[0], st.dim[1], compute_);
+        break;
+      case OpKind::positions:
+        if (S* g = param_grad(st.param[0]))
+          positions_backward<S>(ptr(st.d_inout), g, st.grad_first[0], config.batch, config.seq, st.dim[0], st.dim[1], compute_);
+        break;
+      case OpKind::linear: {
+        const std::int64_t in = st.dim[0], out = st.dim[1];
+        S* dx = ptr(st.d_in[0]);
+        if (quantized(st.param[0])) {
+          if (dx != nullptr) quant_linear_backward_input<S>(dy, quant(sched.params[st.param[0]]), dx, st.d_in[0].first, n, compute_);
+        } else {
+          if (dx != nullptr)  // dx (N, in) = dy W
+            blas_.gemm<S>(Trans::no, Trans::no, n, in, out, 1.0f, dy, out, param_weight(st.param[0]), in,
+                          st.d_in[0].first ? 0.0f : 1.0f, dx, in, compute_);
+          if (S* dw = param_grad(st.param[0]))  // dW (out, in) = dy^T x
+            blas_.gemm<S>(Trans::yes, Trans::no, out, in, n, 1.0f, dy, out, ptr(st.saved[0]), in, st.grad_first[0] ? 0.0f : 1.0f, dw,
+                          in, compute_);
+        }
+        if (S* db = param_grad(st.param[1])) column_sums<S>(dy, db, st.grad_first[1], n, out, compute_);
+        break;
+      }
+      case OpKind::lora: {
+        const float scale = static_cast<float>(st.scale_num) / static_cast<float>(st.scale_den);
+        const std::int64_t in = st.dim[0], out = st.dim[1], rank = st.dim[2];
+        const S* dyl = ptr(st.d_inout);
+        const S* x = ptr(st.saved[0]);
+        const S* ax = ptr(st.saved[1]);
+        S* dax = ptr(st.scratch);  // (N, r)
+        if (S* db = param_grad(st.param[1]))  // dB (out, r) = s dy^T ax
+          blas_.gemm<S>(Trans::yes, Trans::no, out, rank, n, scale, dyl, out, ax, rank, st.grad_first[1] ? 0.0f : 1.0f, db, rank,
+                        compute_);
+        blas_.gemm<S>(Trans::no, Trans::no, n, rank, out, scale, dyl, out, param_weight(st.param[1]), rank, 0.0f, dax, rank, compute_);
+        if (S* da = param_grad(st.param[0]))  // dA (r, in) = dax^T x
+          blas_.gemm<S>(Trans::yes, Trans::no, rank, in, n, 1.0f, dax, rank, x, in, st.grad_first[0] ? 0.0f : 1.0f, da, in, compute_);
+        if (S* dx = ptr(st.d_in[0]))  // dx (N, in) += dax A
+          blas_.gemm<S>(Trans::no, Trans::no, n, in, rank, 1.0f, dax, rank, param_weight(st.param[0]), in,
+                        st.d_in[0].first ? 0.0f : 1.0f, dx, in, compute_);
+        break;
+      }
+      case OpKind::rmsnorm:
+        norm_backward<S>(false, ptr(st.saved[0]), param_weight(st.param[0]), nullptr, ptr<float>(st.saved[1]), dy, ptr(st.d_in[0]),
+                         st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], nullptr, false, n, st.dim[0], compute_);
+        break;
+      case OpKind::layernorm:
+        norm_backward<S>(true, ptr(st.saved[0]), param_weight(st.param[0]), ptr<float>(st.saved[1]), ptr<float>(st.saved[2]), dy,
+                         ptr(st.d_in[0]), st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], param_grad(st.param[1]),
+                         st.grad_first[1], n, st.dim[0], compute_);
+        break;
+      case OpKind::attention: {
+        const AttentionShape d = attention_shape(st);
+        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
+        for (int q = 0; q < graph::max_in; ++q)
+          if (st.d_in[q].bound() && !st.d_in[q].first) unsupported(st);  // attention overwrites its input gradients
+        float* delta = ptr<float>(st.scratch);
+        if (st.saved[3].bound()) {  // saved: q, k, v, o, lse
+          attention_backward<S>(d, ptr(st.saved[0]), q_cols, ptr(st.saved[1]), kv_cols, ptr(st.saved[2]), kv_cols, ptr(st.saved[3]),
+                                ptr<float>(st.saved[4]), dy, ptr(st.d_in[0]), q_cols, ptr(st.d_in[1]), kv_cols, ptr(st.d_in[2]),
+                                kv_cols, delta, compute_);
+        } else {  // saved: qkv, o, lse
+          const std::int64_t ld = q_cols + 2 * kv_cols;
+          const S* qkv = ptr(st.saved[0]);
+          S* dqkv = ptr(st.d_in[0]);
+          attention_backward<S>(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.saved[1]), ptr<float>(st.saved[2]),
+                                dy, dqkv, ld, dqkv + q_cols, ld, dqkv + q_cols + kv_cols, ld, delta, compute_);
+        }
+        break;
+      }
+      case OpKind::gelu:
+        if (st.d_in[0].bound()) gelu_backward<S>(ptr(st.saved[0]), dy, ptr(st.d_in[0]), st.d_in[0].first, n * st.dim[0], compute_);
+        break;
+      case OpKind::swiglu:
+        swiglu_backward<S>(ptr(st.saved[0]), ptr(st.saved[1]), dy, ptr(st.d_in[0]), st.d_in[0].first, ptr(st.d_in[1]),
+                           st.d_in[1].first, n * st.dim[0], compute_);
+        break;
+      case OpKind::add:
+        for (int q = 0; q < 2; ++q)
+          if (st.d_in[q].bound()) accumulate<S>(dy, ptr(st.d_in[q]), st.d_in[q].first, n * st.dim[0], compute_);
+        break;
+      case OpKind::lm_head_loss:
+      case OpKind::custom: unsupported(st); break;
+    }
+  }
+
+  [[noreturn]] static void unsupported(const Step& st) {
+    throw std::logic_error("cuda::Trainer: no CUDA kernel for op '" + std::string(graph::name_of(st.op)) + "' in event '" +
+                           std::string(name_of(st.kind)) + "' of node " + trainers::node_path(plan, st.node, st.instance));
+  }
+
+  // ---- the update -------------------------------------------------------------------------------------------
+  // Returns the global gradient norm before clipping.
+  double update(int step_no) {
+    float* red = reductions();
+    float* norm_and_scale = red + reduction_slots;
+    squared_norm<S>(trainable_, red, norm_and_scale, static_cast<float>(opt_.clip_norm), compute_);
+    apply_update(trainable_, step_no, opt_.clip_norm > 0 ? norm_and_scale + 1 : nullptr);
+    check(cudaMemcpyAsync(host_norm_, norm_and_scale, sizeof(host_norm_), cudaMemcpyDeviceToHost, compute_), "read the norm");
+    check(cudaStreamSynchronize(compute_), "update");
+    return host_norm_[0];
+  }
+
+  void apply_update(std::span<const ParamRef> params, int step_no, const float* grad_scale) {
+    using O = typename R::optimizer;
+    const double lr = lr_at(step_no);
+    if constexpr (O::desc.kind == OptimKind::sgd) {
+      sgd_update<S>(params, static_cast<float>(lr), static_cast<float>(O::momentum::value), static_cast<float>(O::weight_decay::value),
+                    grad_scale, compute_);
+    } else {
+      math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value), 1e-8f,
+                                static_cast<float>(O::weight_decay::value)};
+      if constexpr (O::desc.kind == OptimKind::adamw) adamw_update<S>(params, math::adamw_step(h, step_no), grad_scale, compute_);
+      else adamw8bit_update<S>(params, device_.at<float>(sched.optim_table), math::adamw_step(h, step_no), grad_scale, compute_);
+    }
+  }
+
+  // ---- set-up -----------------------------------------------------------------------------------------------
+  ParamRef ref(const ParamSlot& p) const {
+    return ParamRef{device_.at<S>(p.weight), half && p.master >= 0 ? device_.at<float>(p.master) : nullptr,
+                    device_.at<S>(p.grad), p.state >= 0 ? device_.at<std::byte>(p.state) : nullptr, p.elements()};
+  }
+  void collect_params() {
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable) trainable_.push_back(ref(p));
+    if (config.update_in_backward)
+      for (std::size_t i = 0; i < sched.params.size(); ++i) {
+        const ParamSlot& p = sched.params[static_cast<std::size_t>(sched.updates[i])];
+        in_backward_.push_back(p.trainable && p.grad >= 0 ? ref(p) : ParamRef{});
+      }
+  }
+
+  void fill_tables() {
+    if (sched.quant_table >= 0) {
+      bool dq = false;
+      for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
+      std::vector<float> table(16 + 256);
+      host::fill_quant_table(table.data(), dq);
+      check(cudaMemcpy(device_.at<float>(sched.quant_table), table.data(), (dq ? 16 + 256 : 16) * sizeof(float), cudaMemcpyHostToDevice),
+            "upload code tables");
+    }
+    if (sched.optim_table >= 0) {
+      std::vector<float> maps(512);
+      math::make_dynamic_map(true, maps.data());
+      math::make_dynamic_map(false, maps.data() + 256);
+      check(cudaMemcpy(device_.at<float>(sched.optim_table), maps.data(), maps.size() * sizeof(float), cudaMemcpyHostToDevice),
+            "upload dynamic maps");
+    }
+  }
+
+  // Quantizes on the host (host/quant.hpp) and uploads codes and scales.
+  void upload_quantized(const ParamSlot& p, std::span<const float> x) {
+    const std::int64_t code_bytes = p.quant.code_bytes(p.elements()), scale_bytes = p.quant.scale_bytes(p.elements());
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(code_bytes)), scales(static_cast<std::size_t>(scale_bytes));
+    std::vector<float> table(16 + 256);
+    host::fill_quant_table(table.data(), p.quant.double_quant);
+    const math::QuantView w{p.quant, codes.data(), scales.data(), table.data(), p.rows, p.cols};
+    std::vector<float> staging(static_cast<std::size_t>(w.blocks()));
+    host::quantize_rows(w, 0, p.rows, x.data(), staging.data());
+    host::finish_double_quant(w, staging.data());
+    check(cudaMemcpy(device_.at<std::uint8_t>(p.weight), codes.data(), codes.size(), cudaMemcpyHostToDevice), "upload codes");
+    check(cudaMemcpy(device_.at<std::uint8_t>(p.scales), scales.data(), scales.size(), cudaMemcpyHostToDevice), "upload scales");
+  }
+
+  // The same initial values as host::Trainer (trainers::InitialValues).
+  void initialize(std::uint64_t seed) {
+    for (const ParamSlot& p : sched.params) {
+      const trainers::InitialValues value(seed, path_of(p), plan.nodes[p.node].kind, p.name, p.cols);
+      std::vector<float> dense(static_cast<std::size_t>(p.elements()));
+      for (std::int64_t i = 0; i < p.elements(); ++i) dense[static_cast<std::size_t>(i)] = static_cast<float>(value(i));
+      upload_weight(p, dense);
+    }
+  }
+};
+
+}  // namespace headroom::cuda
