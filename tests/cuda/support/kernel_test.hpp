@@ -15,6 +15,7 @@
 
 #if !defined(__CUDACC__)
 #include "../emulator/cuda_emulator.hpp"
+#include "../emulator/runtime_emulator.hpp"
 #else
 #include <cuda_runtime.h>
 #endif

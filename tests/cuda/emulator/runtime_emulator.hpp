@@ -1,0 +1,634 @@
+#pragma once
+// The CUDA runtime and cuBLASLt for the CPU emulator (tests only): g++
+// definitions of exactly the runtime and cuBLASLt functions that
+// headroom/cuda/*.cuh and tests/cuda/support/kernel_test.hpp call, so that
+// cuda::Blas and whole training steps of cuda::Trainer run on the CPU with no
+// libcudart or libcublasLt linked (cuda_emulator.hpp runs the kernels).
+//
+// Linkage: every function is the extern "C" function that
+// cuda_runtime_api.h / cublasLt.h declare, defined `inline` here, so every
+// translation unit may include this header and the linker keeps one copy.
+// Include it in every translation unit that includes the CUDA headers
+// (kernel_test.hpp does, right after cuda_emulator.hpp); it is not
+// thread-safe: call it from one thread, as the emulator's launches are.
+//
+// The runtime
+//   - One device (cudaGetDeviceCount says 1). Device memory is host memory:
+//     cudaMalloc and cudaHostAlloc return 256-byte aligned blocks filled with
+//     0xFF bytes (NaN in f32, bf16 and f16), so a read of memory nothing wrote
+//     shows up; runtime_stats() counts the allocations and the live bytes.
+//   - Every call is synchronous: kernels have already run when
+//     cuda::launch returns, async copies and memsets happen at the call,
+//     streams and events are tokens (created, checked, destroyed).
+//   - Stricter than CUDA, to catch engine bugs: the device side of a copy or
+//     memset (the destination of HostToDevice, the source of DeviceToHost,
+//     both of DeviceToDevice) must lie inside one live cudaMalloc or
+//     cudaHostAlloc block (pinned memory is device-accessible, as under UVA);
+//     overlapping copies, unknown streams, events and pointers to free are
+//     errors. Failures set the error that cudaGetLastError returns and clears.
+//
+// cuBLASLt: cublasLtMatmul computes, column-major as cuBLASLt defines it,
+//     D (m, n) = epilogue(alpha op(A) op(B) + beta C),   op(A): (m, k), op(B): (k, n)
+//   with f32 alpha and beta (host pointers), compute type CUBLAS_COMPUTE_32F,
+//   A and B both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F and C = D of the same
+//   type or CUDA_R_32F (16-bit inputs). Products are summed in double and D is
+//   rounded to its type once; with beta = 0, C is not read; C == D (in place,
+//   same layout) is allowed. Epilogues, following cublasLt.h and NVIDIA's
+//   nvmath-python docs ("F(alpha a @ b + beta c), where F is the epilog"; the
+//   bias is added "before applying final postprocessing"):
+//     CUBLASLT_EPILOGUE_DEFAULT        D = alpha AB + beta C
+//     CUBLASLT_EPILOGUE_BIAS           D = alpha AB + beta C + bias   (bias: (m), broadcast along columns)
+//     CUBLASLT_EPILOGUE_GELU_AUX_BIAS  aux = alpha AB + beta C + bias (stored at EPILOGUE_AUX_LD in the aux type),
+//                                      D = gelu_tanh(aux before its rounding) (math/activations.hpp)
+//   with the bias and aux types defaulting to D's. Other epilogues, attributes,
+//   operations and types return CUBLAS_STATUS_NOT_SUPPORTED where they are set.
+//   cublasLtMatmulAlgoGetHeuristic checks that the layouts fit the operations
+//   (ld >= rows; the aux ld >= m and a multiple of 8, as cuBLASLt requires)
+//   and returns one algorithm (no workspace) that remembers the preference's
+//   minimum alignments: cublasLtMatmul checks the pointers against them and
+//   returns CUBLAS_STATUS_INVALID_VALUE for a misaligned or inconsistent call.
+#if defined(__CUDACC__)
+#error "runtime_emulator.hpp is for g++ builds; nvcc links the real CUDA runtime and cuBLASLt"
+#endif
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <headroom/math/activations.hpp>
+
+namespace headroom::cuda_emulator {
+
+// What cudaMalloc / cudaHostAlloc did: successful calls and the bytes they
+// hold now (as requested, before rounding up to 256).
+struct RuntimeStats {
+  std::int64_t device_allocations = 0;  // cudaMalloc calls
+  std::int64_t pinned_allocations = 0;  // cudaHostAlloc calls
+  std::int64_t device_bytes = 0;        // live cudaMalloc bytes
+  std::int64_t pinned_bytes = 0;        // live cudaHostAlloc bytes
+};
+inline RuntimeStats& runtime_stats() {
+  static RuntimeStats stats;
+  return stats;
+}
+
+namespace runtime_detail {
+
+inline constexpr std::size_t allocation_alignment = 256;
+inline constexpr unsigned char uninitialized_byte = 0xFF;
+
+// Live blocks, base address -> bytes requested.
+using Blocks = std::map<std::uintptr_t, std::size_t>;
+inline Blocks& device_blocks() {
+  static Blocks blocks;
+  return blocks;
+}
+inline Blocks& pinned_blocks() {
+  static Blocks blocks;
+  return blocks;
+}
+
+// The objects behind the opaque handles that this header hands out, each
+// kind with its set of live ones.
+struct Stream {};
+struct Event {};
+template <class T>
+std::set<const T*>& live() {
+  static std::set<const T*> objects;
+  return objects;
+}
+template <class T, class Handle>
+T* find(Handle h) {
+  T* p = reinterpret_cast<T*>(h);
+  return live<T>().count(p) != 0 ? p : nullptr;
+}
+template <class T, class Handle>
+void create(Handle* out, const T& value) {
+  T* p = new T(value);
+  live<T>().insert(p);
+  *out = reinterpret_cast<Handle>(p);
+}
+template <class T, class Handle>
+bool destroy(Handle h) {
+  T* p = find<T>(h);
+  if (p == nullptr) return false;
+  live<T>().erase(p);
+  delete p;
+  return true;
+}
+
+inline cudaError_t& last_error() {
+  static cudaError_t error = cudaSuccess;
+  return error;
+}
+inline cudaError_t fail(cudaError_t e) {
+  last_error() = e;
+  return e;
+}
+
+inline bool inside(const Blocks& blocks, const void* p, std::size_t bytes) {
+  const auto v = reinterpret_cast<std::uintptr_t>(p);
+  auto it = blocks.upper_bound(v);
+  if (it == blocks.begin()) return false;
+  --it;
+  return v - it->first <= it->second && bytes <= it->second - (v - it->first);
+}
+// [p, p + bytes) lies inside one block a kernel or a copy engine may touch.
+inline bool device_accessible(const void* p, std::size_t bytes) {
+  return inside(device_blocks(), p, bytes) || inside(pinned_blocks(), p, bytes);
+}
+
+inline bool valid_stream(cudaStream_t s) {
+  return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread || find<Stream>(s) != nullptr;
+}
+
+inline cudaError_t allocate(Blocks& blocks, void** out, std::size_t bytes, std::int64_t& calls, std::int64_t& live_bytes) {
+  if (out == nullptr) return fail(cudaErrorInvalidValue);
+  *out = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const std::size_t rounded = (bytes + allocation_alignment - 1) / allocation_alignment * allocation_alignment;
+  void* p = std::aligned_alloc(allocation_alignment, rounded);
+  if (p == nullptr) return fail(cudaErrorMemoryAllocation);
+  std::memset(p, uninitialized_byte, rounded);
+  blocks.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
+  ++calls;
+  live_bytes += static_cast<std::int64_t>(bytes);
+  *out = p;
+  return cudaSuccess;
+}
+
+inline cudaError_t release(Blocks& blocks, void* p, std::int64_t& live_bytes) {
+  if (p == nullptr) return cudaSuccess;
+  const auto it = blocks.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == blocks.end()) return fail(cudaErrorInvalidValue);
+  live_bytes -= static_cast<std::int64_t>(it->second);
+  blocks.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+inline cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind) {
+  if (count == 0) return cudaSuccess;
+  bool dst_on_device = false, src_on_device = false;
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+    case cudaMemcpyDefault: break;
+    case cudaMemcpyHostToDevice: dst_on_device = true; break;
+    case cudaMemcpyDeviceToHost: src_on_device = true; break;
+    case cudaMemcpyDeviceToDevice: dst_on_device = src_on_device = true; break;
+    default: return fail(cudaErrorInvalidMemcpyDirection);
+  }
+  if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
+  if ((dst_on_device && !device_accessible(dst, count)) || (src_on_device && !device_accessible(src, count)))
+    return fail(cudaErrorInvalidValue);
+  const auto d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+  if (d < s + count && s < d + count) return fail(cudaErrorInvalidValue);
+  std::memmove(dst, src, count);  // no overlap (checked above), but g++'s -Wrestrict cannot tell
+  return cudaSuccess;
+}
+
+inline cudaError_t set(void* dst, int value, std::size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (!device_accessible(dst, count)) return fail(cudaErrorInvalidValue);
+  std::memset(dst, value & 0xFF, count);
+  return cudaSuccess;
+}
+
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* description;
+};
+// The errors this header returns, and those runtime.cuh names.
+inline constexpr ErrorText error_texts[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid stream or event handle"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", "the CUDA driver is older than the runtime"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorStubLibrary, "cudaErrorStubLibrary", "the CUDA driver is a stub library"},
+};
+inline const ErrorText* error_text(cudaError_t e) {
+  for (const ErrorText& t : error_texts)
+    if (t.code == e) return &t;
+  return nullptr;
+}
+
+}  // namespace runtime_detail
+
+namespace blaslt_detail {
+
+struct Context {};
+struct Layout {
+  cudaDataType_t type;
+  std::uint64_t rows, cols;
+  std::int64_t ld;
+};
+struct MatmulDesc {
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  std::int32_t bias_type = -1;  // -1: D's type
+  void* aux = nullptr;
+  std::int64_t aux_ld = 0;
+  std::int32_t aux_type = -1;  // -1: D's type
+};
+struct Preference {
+  std::uint32_t min_alignment[4] = {256, 256, 256, 256};  // A, B, C, D (cuBLASLt's defaults)
+};
+
+// cublasLtMatmulAlgo_t::data of the one algorithm: a tag, then the minimum
+// alignments of A, B, C and D the preference promised.
+inline constexpr std::uint64_t algo_tag = 0x68656164726f6f6dULL;  // "headroom"
+
+inline bool supported_type(std::int64_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
+inline std::size_t element_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+inline double load(cudaDataType_t t, const void* base, std::int64_t i) {
+  switch (t) {
+    case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case CUDA_R_16F: return __half2float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+inline void store(cudaDataType_t t, void* base, std::int64_t i, double v) {
+  switch (t) {
+    case CUDA_R_16BF: static_cast<__nv_bfloat16*>(base)[i] = __double2bfloat16(v); break;
+    case CUDA_R_16F: static_cast<__half*>(base)[i] = __double2half(v); break;
+    default: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+  }
+}
+
+template <class T>
+cublasStatus_t read_attribute(const void* buf, std::size_t bytes, T& out) {
+  if (buf == nullptr || bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&out, buf, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline bool has_bias(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+
+// A product whose descriptor and layouts agree, with its sizes.
+struct Problem {
+  std::int64_t m = 0, n = 0, k = 0;
+  cudaDataType_t bias_type{}, aux_type{};
+};
+
+inline cublasStatus_t describe(const MatmulDesc& op, const Layout& a, const Layout& b, const Layout& c, const Layout& d, Problem& p) {
+  const bool ta = op.trans_a == CUBLAS_OP_T, tb = op.trans_b == CUBLAS_OP_T;
+  p.m = static_cast<std::int64_t>(d.rows);
+  p.n = static_cast<std::int64_t>(d.cols);
+  p.k = static_cast<std::int64_t>(ta ? a.rows : a.cols);
+  const bool shapes = (ta ? a.cols : a.rows) == d.rows && (tb ? b.rows : b.cols) == d.cols &&
+                      (tb ? b.cols : b.rows) == static_cast<std::uint64_t>(p.k) && c.rows == d.rows && c.cols == d.cols;
+  auto ld_fits = [](const Layout& l) { return l.ld >= 1 && static_cast<std::uint64_t>(l.ld) >= l.rows; };
+  if (!shapes || !ld_fits(a) || !ld_fits(b) || !ld_fits(c) || !ld_fits(d)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (a.type != b.type || c.type != d.type || (d.type != a.type && d.type != CUDA_R_32F)) return CUBLAS_STATUS_INVALID_VALUE;
+  p.bias_type = op.bias_type < 0 ? d.type : static_cast<cudaDataType_t>(op.bias_type);
+  p.aux_type = op.aux_type < 0 ? d.type : static_cast<cudaDataType_t>(op.aux_type);
+  if (op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && (op.aux_ld < p.m || op.aux_ld % 8 != 0)) return CUBLAS_STATUS_INVALID_VALUE;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline bool aligned(const void* p, std::uint64_t alignment) {
+  return alignment == 0 || reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
+}
+
+}  // namespace blaslt_detail
+}  // namespace headroom::cuda_emulator
+
+// ---------------------------------------------------------------------------
+// The CUDA runtime
+// ---------------------------------------------------------------------------
+extern "C" {
+
+inline cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (count == nullptr) return fail(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaGetLastError(void) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  const cudaError_t e = last_error();
+  last_error() = cudaSuccess;
+  return e;
+}
+
+inline const char* CUDARTAPI cudaGetErrorName(cudaError_t error) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  const ErrorText* t = error_text(error);
+  return t != nullptr ? t->name : "unrecognized error code";
+}
+
+inline const char* CUDARTAPI cudaGetErrorString(cudaError_t error) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  const ErrorText* t = error_text(error);
+  return t != nullptr ? t->description : "unrecognized error code";
+}
+
+inline cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
+  using namespace headroom::cuda_emulator;
+  RuntimeStats& s = runtime_stats();
+  return runtime_detail::allocate(runtime_detail::device_blocks(), devPtr, size, s.device_allocations, s.device_bytes);
+}
+
+inline cudaError_t CUDARTAPI cudaFree(void* devPtr) {
+  using namespace headroom::cuda_emulator;
+  return runtime_detail::release(runtime_detail::device_blocks(), devPtr, runtime_stats().device_bytes);
+}
+
+inline cudaError_t CUDARTAPI cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  using namespace headroom::cuda_emulator;
+  if ((flags & ~unsigned{cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined}) != 0)
+    return runtime_detail::fail(cudaErrorInvalidValue);
+  RuntimeStats& s = runtime_stats();
+  return runtime_detail::allocate(runtime_detail::pinned_blocks(), pHost, size, s.pinned_allocations, s.pinned_bytes);
+}
+
+inline cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
+  using namespace headroom::cuda_emulator;
+  return runtime_detail::release(runtime_detail::pinned_blocks(), ptr, runtime_stats().pinned_bytes);
+}
+
+inline cudaError_t CUDARTAPI cudaMemset(void* devPtr, int value, size_t count) {
+  return headroom::cuda_emulator::runtime_detail::set(devPtr, value, count);
+}
+
+inline cudaError_t CUDARTAPI cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return set(devPtr, value, count);
+}
+
+inline cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  return headroom::cuda_emulator::runtime_detail::copy(dst, src, count, kind);
+}
+
+inline cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return copy(dst, src, count, kind);
+}
+
+inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+inline cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (pStream == nullptr || (flags & ~unsigned{cudaStreamNonBlocking}) != 0) return fail(cudaErrorInvalidValue);
+  create(pStream, Stream{});
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  return destroy<Stream>(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+inline cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  return valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+inline cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (!valid_stream(stream) || find<Event>(event) == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if ((flags & ~unsigned{cudaEventWaitExternal}) != 0) return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (event == nullptr || (flags & ~unsigned{cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess}) != 0)
+    return fail(cudaErrorInvalidValue);
+  create(event, Event{});
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  return valid_stream(stream) && find<Event>(event) != nullptr ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+inline cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  return destroy<Event>(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+// ---------------------------------------------------------------------------
+// cuBLASLt
+// ---------------------------------------------------------------------------
+
+inline cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t* lightHandle) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  if (lightHandle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  headroom::cuda_emulator::runtime_detail::create(lightHandle, Context{});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtDestroy(cublasLtHandle_t lightHandle) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  return headroom::cuda_emulator::runtime_detail::destroy<Context>(lightHandle) ? CUBLAS_STATUS_SUCCESS
+                                                                                : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows,
+                                                              uint64_t cols, int64_t ld) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  if (matLayout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!supported_type(type)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  headroom::cuda_emulator::runtime_detail::create(matLayout, Layout{type, rows, cols, ld});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  if (matLayout == nullptr) return CUBLAS_STATUS_SUCCESS;
+  return headroom::cuda_emulator::runtime_detail::destroy<Layout>(matLayout) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
+                                                            cudaDataType_t scaleType) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  if (matmulDesc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (computeType != CUBLAS_COMPUTE_32F || scaleType != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  headroom::cuda_emulator::runtime_detail::create(matmulDesc, MatmulDesc{});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  if (matmulDesc == nullptr) return CUBLAS_STATUS_SUCCESS;
+  return headroom::cuda_emulator::runtime_detail::destroy<MatmulDesc>(matmulDesc) ? CUBLAS_STATUS_SUCCESS
+                                                                                  : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                                                  const void* buf, size_t sizeInBytes) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  MatmulDesc* op = headroom::cuda_emulator::runtime_detail::find<MatmulDesc>(matmulDesc);
+  if (op == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+      std::int32_t v = 0;
+      if (read_attribute(buf, sizeInBytes, v) != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_INVALID_VALUE;
+      if (v != CUBLAS_OP_N && v != CUBLAS_OP_T) return CUBLAS_STATUS_NOT_SUPPORTED;
+      (attr == CUBLASLT_MATMUL_DESC_TRANSA ? op->trans_a : op->trans_b) = static_cast<cublasOperation_t>(v);
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      std::uint32_t v = 0;
+      if (read_attribute(buf, sizeInBytes, v) != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_INVALID_VALUE;
+      if (v != CUBLASLT_EPILOGUE_DEFAULT && v != CUBLASLT_EPILOGUE_BIAS && v != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+      op->epilogue = static_cast<cublasLtEpilogue_t>(v);
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return read_attribute(buf, sizeInBytes, op->bias);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return read_attribute(buf, sizeInBytes, op->aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return read_attribute(buf, sizeInBytes, op->aux_ld);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: {
+      std::int32_t v = 0;
+      if (read_attribute(buf, sizeInBytes, v) != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_INVALID_VALUE;
+      if (v != -1 && !supported_type(v)) return CUBLAS_STATUS_NOT_SUPPORTED;
+      (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE ? op->bias_type : op->aux_type) = v;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  headroom::cuda_emulator::runtime_detail::create(pref, Preference{});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  if (pref == nullptr) return CUBLAS_STATUS_SUCCESS;
+  return headroom::cuda_emulator::runtime_detail::destroy<Preference>(pref) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                                        cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                                        size_t sizeInBytes) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  Preference* p = headroom::cuda_emulator::runtime_detail::find<Preference>(pref);
+  if (p == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: {  // the emulated algorithm needs none
+      std::uint64_t bytes = 0;
+      return read_attribute(buf, sizeInBytes, bytes);
+    }
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+      return read_attribute(buf, sizeInBytes, p->min_alignment[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES]);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
+                                                                  cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                                                  cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                                                  cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                                                                  cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                                                  int* returnAlgoCount) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  using headroom::cuda_emulator::runtime_detail::find;
+  if (find<Context>(lightHandle) == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (returnAlgoCount == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *returnAlgoCount = 0;
+  const MatmulDesc* op = find<MatmulDesc>(operationDesc);
+  const Layout *a = find<Layout>(Adesc), *b = find<Layout>(Bdesc), *c = find<Layout>(Cdesc), *d = find<Layout>(Ddesc);
+  const Preference* pref = find<Preference>(preference);
+  if (op == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr || pref == nullptr || requestedAlgoCount <= 0 ||
+      heuristicResultsArray == nullptr)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  Problem problem;
+  if (const cublasStatus_t s = describe(*op, *a, *b, *c, *d, problem); s != CUBLAS_STATUS_SUCCESS) return s;
+  cublasLtMatmulHeuristicResult_t& r = heuristicResultsArray[0];
+  r = cublasLtMatmulHeuristicResult_t{};
+  r.algo.data[0] = algo_tag;
+  for (int i = 0; i < 4; ++i) r.algo.data[1 + i] = pref->min_alignment[i];
+  r.workspaceSize = 0;
+  r.state = CUBLAS_STATUS_SUCCESS;
+  r.wavesCount = 1.0f;
+  *returnAlgoCount = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
+                                                  const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
+                                                  cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
+                                                  cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
+                                                  const cublasLtMatmulAlgo_t* algo, void* /*workspace: none needed*/,
+                                                  size_t /*workspaceSizeInBytes*/, cudaStream_t stream) {
+  using namespace headroom::cuda_emulator::blaslt_detail;
+  using headroom::cuda_emulator::runtime_detail::find;
+  if (find<Context>(lightHandle) == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const MatmulDesc* op = find<MatmulDesc>(computeDesc);
+  const Layout *la = find<Layout>(Adesc), *lb = find<Layout>(Bdesc), *lc = find<Layout>(Cdesc), *ld = find<Layout>(Ddesc);
+  if (op == nullptr || la == nullptr || lb == nullptr || lc == nullptr || ld == nullptr || alpha == nullptr || beta == nullptr ||
+      !headroom::cuda_emulator::runtime_detail::valid_stream(stream))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  Problem p;
+  if (const cublasStatus_t s = describe(*op, *la, *lb, *lc, *ld, p); s != CUBLAS_STATUS_SUCCESS) return s;
+  float alpha_value = 0, beta_value = 0;
+  std::memcpy(&alpha_value, alpha, sizeof(float));
+  std::memcpy(&beta_value, beta, sizeof(float));
+  const bool read_c = beta_value != 0.0f;
+  const bool bias = has_bias(op->epilogue), gelu = op->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  // pointers: present, naturally aligned, as aligned as the algorithm was promised
+  const std::uint64_t* promised = algo != nullptr ? algo->data + 1 : nullptr;
+  if (algo != nullptr && algo->data[0] != algo_tag) return CUBLAS_STATUS_INVALID_VALUE;
+  auto usable = [&](const void* ptr, cudaDataType_t type, int which) {
+    return ptr != nullptr && aligned(ptr, element_bytes(type)) && (which < 0 || promised == nullptr || aligned(ptr, promised[which]));
+  };
+  if (!usable(D, ld->type, 3) || (p.k > 0 && (!usable(A, la->type, 0) || !usable(B, lb->type, 1))) ||
+      (read_c && !usable(C, lc->type, 2)) || (bias && !usable(op->bias, p.bias_type, -1)) || (gelu && !usable(op->aux, p.aux_type, -1)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (C == D && lc->ld != ld->ld) return CUBLAS_STATUS_INVALID_VALUE;  // in place needs one layout
+
+  const std::int64_t m = p.m, n = p.n, k = p.k;
+  const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
+  // op(A) row by row and op(B) column by column, as doubles: a_rows (m, k), b_cols (n, k)
+  std::vector<double> a_rows(static_cast<std::size_t>(m * k)), b_cols(static_cast<std::size_t>(n * k));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t q = 0; q < k; ++q) a_rows[i * k + q] = load(la->type, A, ta ? q + i * la->ld : i + q * la->ld);
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t q = 0; q < k; ++q) b_cols[j * k + q] = load(lb->type, B, tb ? j + q * lb->ld : q + j * lb->ld);
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t i = 0; i < m; ++i) {
+      double sum = 0;
+      for (std::int64_t q = 0; q < k; ++q) sum += a_rows[i * k + q] * b_cols[j * k + q];
+      double v = static_cast<double>(alpha_value) * sum;
+      if (read_c) v += static_cast<double>(beta_value) * load(lc->type, C, i + j * lc->ld);
+      if (bias) v += load(p.bias_type, op->bias, i);
+      if (gelu) {
+        store(p.aux_type, op->aux, i + j * op->aux_ld, v);
+        v = headroom::math::gelu_tanh(v);
+      }
+      store(ld->type, D, i + j * ld->ld, v);
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
