@@ -1,0 +1,316 @@
+#pragma once
+// The CUDA engine's optimizer step, the counterpart of host/kernels/optimizer.hpp:
+// the global gradient norm with its clip scale, and AdamW, AdamW8bit and SGD,
+// each one multi-tensor pass over a list of parameters (separate buffers of
+// one arena) per call. Element math: math/optim.hpp, in f32.
+//
+// A parameter is a ParamRef: its weight and gradient in the storage type S,
+// its f32 master weights (null when S = float: the weight is then its own
+// master, or when the run keeps no master copy: the weight is updated through
+// f32), and its optimizer state (layouts as on the host):
+//   AdamW      [m f32 x n][v f32 x n]
+//   AdamW8bit  [m absmax f32 x blocks][v absmax f32 x blocks][m codes u8 x n][v codes u8 x n], blocks of 256
+//   SGD        [momentum buffer f32 x n] (null without momentum)
+// The launchers pack up to 80 parameters into a TensorList passed by value
+// as a kernel parameter (under 4 KB, safe with any driver); a block finds its
+// parameter by binary search over the entries' first chunk. Longer lists take
+// several launches.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "../../math/dynamic_map.hpp"
+#include "../../math/optim.hpp"
+#include "../device.cuh"
+#include "pointwise.cuh"
+
+namespace headroom::cuda {
+
+struct ParamRef {
+  void* weight;         // (n) S
+  float* master;        // (n) f32, or null
+  const void* grad;     // (n) S
+  std::byte* state;     // the optimizer's state (see above), or null
+  std::int64_t n;
+};
+
+inline constexpr int reduction_slots = 2048;  // squared_norm's partial sums (the plan reserves reduction_slots + 8 floats)
+
+// ---- the by-value parameter list -----------------------------------------------------------------------------------
+
+struct TensorEntry {
+  void* weight;
+  float* master;
+  const void* grad;
+  std::byte* state;
+  std::int64_t n;
+  std::int64_t first_chunk;  // the entry's chunks are [first_chunk, next entry's first_chunk)
+};
+
+template <int Max>
+struct TensorList {
+  TensorEntry entries[Max];
+  int count;
+  std::int64_t chunks;  // over all entries
+
+  // The entry that holds `chunk` (< chunks): the last with first_chunk <= chunk.
+  __device__ const TensorEntry& find(std::int64_t chunk) const {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (entries[mid].first_chunk <= chunk) lo = mid;
+      else hi = mid - 1;
+    }
+    return entries[lo];
+  }
+};
+
+inline constexpr int tensor_list_entries = 80;
+using ParamList = TensorList<tensor_list_entries>;
+static_assert(sizeof(ParamList) <= 4096, "ParamList: keep kernel parameters under 4 KB");
+
+inline constexpr int optimizer_threads = 256;
+inline constexpr int optimizer_pack = 8;  // elements per thread and pack
+inline constexpr std::int64_t optimizer_chunk = optimizer_threads * optimizer_pack;
+
+namespace optimizer_detail {
+
+// Calls launch_list(list, index) for successive lists of at most tensor_list_entries of
+// `params` (entries with n == 0 skipped), each element chunk `chunk` elements.
+template <class Launch>
+void for_each_list(std::span<const ParamRef> params, std::int64_t chunk, Launch&& launch_list) {
+  ParamList list{};
+  int index = 0;
+  for (const ParamRef& p : params) {
+    if (p.n <= 0) continue;
+    if (list.count == tensor_list_entries) {
+      launch_list(list, index++);
+      list = ParamList{};
+    }
+    list.entries[list.count++] = {p.weight, p.master, p.grad, p.state, p.n, list.chunks};
+    list.chunks += ceil_div(p.n, chunk);
+  }
+  if (list.count > 0) launch_list(list, index);
+}
+
+// Calls f(i, Width<K>) for the elements [begin, end) of a chunk: packs of
+// optimizer_pack (thread t: [begin + 8 t, begin + 8 t + 8)) when `vectorized`,
+// then one element at a time for the rest.
+template <class F>
+__device__ __forceinline__ void chunk_elements(std::int64_t begin, std::int64_t end, bool vectorized, F&& f) {
+  std::int64_t tail = begin;
+  if (vectorized) {
+    tail = begin + (end - begin) / optimizer_pack * optimizer_pack;
+    for (std::int64_t i = begin + threadIdx.x * optimizer_pack; i < tail; i += optimizer_threads * optimizer_pack)
+      f(i, packs::Width<optimizer_pack>{});
+  }
+  for (std::int64_t i = tail + threadIdx.x; i < end; i += optimizer_threads) f(i, packs::Width<1>{});
+}
+
+}  // namespace optimizer_detail
+
+// ---- gradient norm and clip scale ----------------------------------------------------------------------------------
+
+// partials[b] (+)= sum of g^2 over the chunks b, b + gridDim.x, ... of the list (in order)
+template <class S>
+__global__ __launch_bounds__(optimizer_threads) void squared_norm_kernel(const ParamList list, float* __restrict__ partials,
+                                                                         bool accumulate) {
+  __shared__ float reduce[warp_size];
+  float acc = 0.0f;
+  for (std::int64_t c = blockIdx.x; c < list.chunks; c += gridDim.x) {
+    const TensorEntry& e = list.find(c);
+    const S* g = static_cast<const S*>(e.grad);
+    const std::int64_t begin = (c - e.first_chunk) * optimizer_chunk;
+    const std::int64_t end = begin + optimizer_chunk < e.n ? begin + optimizer_chunk : e.n;
+    optimizer_detail::chunk_elements(begin, end, packs::aligned(g), [&](std::int64_t i, auto width) {
+      float v[decltype(width)::value];
+      packs::load(g + i, v);
+      for (float x : v) acc += x * x;
+    });
+  }
+  acc = block_sum<optimizer_threads>(acc, reduce);
+  if (threadIdx.x == 0) partials[blockIdx.x] = accumulate ? partials[blockIdx.x] + acc : acc;
+}
+
+// out[0] = sqrt(sum of partials: (slots)), out[1] = the clip scale (1 when off or under the limit)
+template <int Threads>
+__global__ __launch_bounds__(Threads) void clip_scale_kernel(const float* __restrict__ partials, int slots,
+                                                             float* __restrict__ out, float clip_norm) {
+  __shared__ float reduce[warp_size];
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < slots; i += Threads) s += partials[i];
+  s = block_sum<Threads>(s, reduce);
+  if (threadIdx.x == 0) {
+    const float norm = sqrtf(s);
+    out[0] = norm;
+    out[1] = clip_norm > 0.0f && norm > clip_norm ? clip_norm / (norm + 1e-6f) : 1.0f;
+  }
+}
+
+// The global gradient norm over params' gradients, and the clip scale
+// (host Trainer::update's rule): out_norm_and_scale (2) = norm, scale.
+// partials: (reduction_slots). Deterministic: min(reduction_slots, chunks)
+// blocks, block b summing chunks b, b + blocks, ... in order (a parameter
+// list longer than one launch adds launch after launch into the same slots),
+// then one block sums the partial sums.
+template <class S>
+void squared_norm(std::span<const ParamRef> params, float* partials, float* out_norm_and_scale, float clip_norm,
+                  cudaStream_t stream) {
+  std::int64_t chunks = 0;
+  for (const ParamRef& p : params)
+    if (p.n > 0) chunks += ceil_div(p.n, optimizer_chunk);
+  const int blocks = static_cast<int>(chunks < reduction_slots ? chunks : reduction_slots);
+  optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int index) {
+    launch(squared_norm_kernel<S>, dim3(blocks), dim3(optimizer_threads), stream, list, partials, index > 0);
+  });
+  launch(clip_scale_kernel<optimizer_threads>, dim3(1), dim3(optimizer_threads), stream, partials, blocks, out_norm_and_scale,
+         clip_norm);
+}
+
+// ---- AdamW ---------------------------------------------------------------------------------------------------------
+
+// One block per chunk of 2048 elements.
+template <class S>
+__global__ __launch_bounds__(optimizer_threads) void adamw_kernel(const ParamList list, const math::AdamWStep<float> step,
+                                                                  const float* __restrict__ grad_scale) {
+  const TensorEntry& e = list.find(blockIdx.x);
+  const float scale = grad_scale != nullptr ? *grad_scale : 1.0f;
+  S* weight = static_cast<S*>(e.weight);
+  const S* grad = static_cast<const S*>(e.grad);
+  float* m = reinterpret_cast<float*>(e.state);
+  float* v = m + e.n;
+  const std::int64_t begin = (blockIdx.x - e.first_chunk) * optimizer_chunk;
+  const std::int64_t end = begin + optimizer_chunk < e.n ? begin + optimizer_chunk : e.n;
+  const bool vectorized = packs::all_aligned(weight, e.master, grad, m, v);
+  optimizer_detail::chunk_elements(begin, end, vectorized, [&](std::int64_t i, auto width) {
+    constexpr int K = decltype(width)::value;
+    float p[K], g[K], mi[K], vi[K];
+    if (e.master != nullptr) packs::load(e.master + i, p);
+    else packs::load(weight + i, p);
+    packs::load(grad + i, g);
+    packs::load(m + i, mi);
+    packs::load(v + i, vi);
+#pragma unroll
+    for (int k = 0; k < K; ++k) math::adamw_update(p[k], mi[k], vi[k], g[k] * scale, step);
+    if (e.master != nullptr) packs::store(e.master + i, p);
+    packs::store(weight + i, p);
+    packs::store(m + i, mi);
+    packs::store(v + i, vi);
+  });
+}
+
+// One AdamW step over params (state [m f32 x n][v f32 x n]): the master (or
+// f32 weight) updated in f32, the weight = master rounded to S.
+// grad_scale: (1) on the device (squared_norm's clip scale), null = 1.
+template <class S>
+void adamw_update(std::span<const ParamRef> params, const math::AdamWStep<float>& step, const float* grad_scale,
+                  cudaStream_t stream) {
+  optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int) {
+    launch(adamw_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, step, grad_scale);
+  });
+}
+
+// ---- AdamW8bit -----------------------------------------------------------------------------------------------------
+
+// One block of 256 threads per quantization block of 256 elements (thread i:
+// element i), the per-element math of math::adamw8bit_update_block: the
+// new moments' absmaxes by block_max (a max is exact in any order), then the
+// update and the requantization with dynamic_quantize_value.
+template <class S>
+__global__ __launch_bounds__(math::adam8bit_block) void adamw8bit_kernel(const ParamList list, const float* __restrict__ maps,
+                                                                         const math::AdamWStep<float> step,
+                                                                         const float* __restrict__ grad_scale) {
+  static_assert(math::adam8bit_block == 256 && math::dynamic_map_size == 256,
+                "adamw8bit_kernel: a thread per element and per map entry");
+  __shared__ float map_m[math::dynamic_map_size], map_v[math::dynamic_map_size], reduce[warp_size];
+  map_m[threadIdx.x] = maps[threadIdx.x];
+  map_v[threadIdx.x] = maps[math::dynamic_map_size + threadIdx.x];
+  __syncthreads();
+
+  const TensorEntry& e = list.find(blockIdx.x);
+  const std::int64_t block = blockIdx.x - e.first_chunk, blocks = ceil_div(e.n, math::adam8bit_block);
+  float* m_absmax = reinterpret_cast<float*>(e.state);
+  float* v_absmax = m_absmax + blocks;
+  std::uint8_t* m_codes = reinterpret_cast<std::uint8_t*>(v_absmax + blocks);
+  std::uint8_t* v_codes = m_codes + e.n;
+  S* weight = static_cast<S*>(e.weight);
+  const std::int64_t i = block * math::adam8bit_block + threadIdx.x;
+  const bool active = i < e.n;
+
+  float m = 0.0f, v = 0.0f, g = 0.0f;
+  if (active) {
+    m = map_m[m_codes[i]] * m_absmax[block];
+    v = map_v[v_codes[i]] * v_absmax[block];
+    g = to_float(static_cast<const S*>(e.grad)[i]) * (grad_scale != nullptr ? *grad_scale : 1.0f);
+    math::adam_moments(m, v, g, step);
+  }
+  const float m_amax = block_max<math::adam8bit_block>(m < 0.0f ? -m : m, reduce);
+  const float v_amax = block_max<math::adam8bit_block>(v, reduce);
+  if (active) {
+    const float m_inv = m_amax > 0.0f ? 1.0f / m_amax : 0.0f;
+    const float v_inv = v_amax > 0.0f ? 1.0f / v_amax : 0.0f;
+    const float p = math::adamw_param(e.master != nullptr ? e.master[i] : to_float(weight[i]), m, v, step);
+    if (e.master != nullptr) e.master[i] = p;
+    weight[i] = from_float<S>(p);
+    m_codes[i] = math::dynamic_quantize_value(m * m_inv, map_m);
+    v_codes[i] = math::dynamic_quantize_value(v * v_inv, map_v);
+  }
+  if (threadIdx.x == 0) {
+    m_absmax[block] = m_amax;
+    v_absmax[block] = v_amax;
+  }
+}
+
+// One AdamW8bit step over params. maps: (512) the signed map (for m) then the
+// unsigned map (for v). Produces what math::adamw8bit_update_block produces
+// for each block (bit for bit where the compiler contracts no differently).
+template <class S>
+void adamw8bit_update(std::span<const ParamRef> params, const float* maps, const math::AdamWStep<float>& step,
+                      const float* grad_scale, cudaStream_t stream) {
+  optimizer_detail::for_each_list(params, math::adam8bit_block, [&](const ParamList& list, int) {
+    launch(adamw8bit_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(math::adam8bit_block), stream, list, maps, step,
+           grad_scale);
+  });
+}
+
+// ---- SGD -----------------------------------------------------------------------------------------------------------
+
+template <class S>
+__global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList list, float lr, float momentum,
+                                                                float weight_decay, const float* __restrict__ grad_scale) {
+  const TensorEntry& e = list.find(blockIdx.x);
+  const float scale = grad_scale != nullptr ? *grad_scale : 1.0f;
+  S* weight = static_cast<S*>(e.weight);
+  const S* grad = static_cast<const S*>(e.grad);
+  float* buf = momentum != 0.0f ? reinterpret_cast<float*>(e.state) : nullptr;
+  const std::int64_t begin = (blockIdx.x - e.first_chunk) * optimizer_chunk;
+  const std::int64_t end = begin + optimizer_chunk < e.n ? begin + optimizer_chunk : e.n;
+  const bool vectorized = packs::all_aligned(weight, e.master, grad, buf);
+  optimizer_detail::chunk_elements(begin, end, vectorized, [&](std::int64_t i, auto width) {
+    constexpr int K = decltype(width)::value;
+    float p[K], g[K], b[K];
+    if (e.master != nullptr) packs::load(e.master + i, p);
+    else packs::load(weight + i, p);
+    packs::load(grad + i, g);
+    if (buf != nullptr) packs::load(buf + i, b);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      math::sgd_update(p[k], buf != nullptr ? &b[k] : nullptr, g[k] * scale, lr, momentum, weight_decay);
+    if (e.master != nullptr) packs::store(e.master + i, p);
+    packs::store(weight + i, p);
+    if (buf != nullptr) packs::store(buf + i, b);
+  });
+}
+
+// One SGD step over params: state = the momentum buffer f32 (null and unused when momentum == 0).
+template <class S>
+void sgd_update(std::span<const ParamRef> params, float lr, float momentum, float weight_decay, const float* grad_scale,
+                cudaStream_t stream) {
+  optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int) {
+    launch(sgd_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, lr, momentum,
+           weight_decay, grad_scale);
+  });
+}
+
+}  // namespace headroom::cuda
