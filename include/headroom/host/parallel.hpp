@@ -26,7 +26,7 @@ constexpr Range share(std::int64_t n, int workers, int w) {
 
 // Runs f(worker, workers) on a team of at most `workers` threads.
 template <class F>
-void team(int workers, F&& f) {
+void team([[maybe_unused]] int workers, F&& f) {
 #ifdef _OPENMP
   if (workers > 1) {
 #pragma omp parallel num_threads(workers)

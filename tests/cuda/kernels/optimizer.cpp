@@ -92,11 +92,13 @@ void check_weights(const Param<S>& prm) {
   if constexpr (!std::is_same_v<S, float>) CHECK(worst_ratio(prm.got_weight(), prm.p, 1e-7, 1.0 / 128) <= 1.0);
 }
 
-// m, v: the same f32 formula (a clip scale that differs in its last bits
-// moves them by that much): 1e-5 relative, 1e-10 absolute (v ~ g^2 ~ 1e-3..1e-9).
+// m, v: the same f32 formula (a clip scale that differs in its last bits, or
+// a compiler contracting b1 m + (1 - b1) g into an FMA on one side only,
+// moves them by an ulp of their terms): 1e-5 relative, and 2e-8 absolute for
+// m, whose terms are ~0.05 (ulp 3.7e-9) but which can cancel to near zero.
 template <class S>
 void check_state(const Param<S>& prm) {
-  CHECK(worst_ratio(prm.device_state.download(), prm.state, 1e-10, 1e-5) <= 1.0);
+  CHECK(worst_ratio(prm.device_state.download(), prm.state, 2e-8, 1e-5) <= 1.0);
 }
 
 // The host Trainer::update rule: norm over all gradients in double, then the clip scale.
