@@ -38,8 +38,12 @@ constexpr int64_t count(const P& p, std::string_view name) {
 
 // One cuBLASLt workspace of 32 MiB instead of the host's GEMM panels.
 static_assert(count(cuda, "cublaslt workspace", 32 * 1024 * 1024) == 1 && count(cuda, "gemm panels") == 0);
-// The gradient-norm partials: (2048 + 8) f32 = 8,224 B.
-static_assert(count(cuda, "reductions", 8224) == 1 && count(host, "reductions") == 0);
+// The gradient-norm partials and the update's control block: (2048 + 16) f32 = 8,256 B.
+static_assert(count(cuda, "reductions", 8256) == 1 && count(host, "reductions") == 0);
+// Pinned host staging (the offload tier): 128 tokens and 128 targets (4 B
+// each) and 2 x 16 floats of step inputs and results = 1,152 B.
+static_assert(count(cuda, "host staging", 1152) == 1 && cuda.peak_bytes(Tier::offload) == 1280);
+static_assert(host.peak_bytes(Tier::offload) == 0);
 // LM head: one chunk of bf16 logits, 32 x 512 x 2 = 32,768 B, plus the loss of
 // each of the 128 tokens in f32 (512 B).
 static_assert(count(cuda, "scratch", 32 * 512 * 2 + 128 * 4) == 1);
@@ -57,6 +61,6 @@ constexpr auto cq = plan<CudaQ>();
 constexpr auto hq = plan<HostQ>();
 static_assert(cq.bytes(Role::weights) == hq.bytes(Role::weights) && cq.bytes(Role::quant_scales) == hq.bytes(Role::quant_scales));
 static_assert(count(cq, "scratch", 128 * 16 * 2) == 2 * 4);  // q_proj and v_proj of 4 layers
-static_assert(cq.peak_bytes() < hq.peak_bytes() + 32 * 1024 * 1024 + 8448);
+static_assert(cq.peak_bytes(Tier::device) < hq.peak_bytes(Tier::device) + 32 * 1024 * 1024 + 8448);
 
 }  // namespace

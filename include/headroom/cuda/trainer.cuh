@@ -21,9 +21,15 @@
 // buffers) and f32 accumulation in every GEMM and reduction; Precision<F32>
 // is all f32 (for comparisons with the host engine).
 //
-// Per step the host waits for the device twice: after backward (to read the
-// loss: a non-finite loss stops the step before any update, as on the host)
-// and after the update (to read the gradient norm).
+// A step is enqueued without any host synchronization: the batch and the
+// step's hyperparameters go through pinned staging (the plan's offload
+// tier) and a control block on the device (cuda::UpdateControl), the loss is
+// summed on the device, and a non-finite loss sets a flag that makes every
+// update kernel return; the host waits once, at the end, to read the loss
+// and the gradient norm (and throws non_finite_loss with the weights
+// untouched). That makes the whole step capturable: with
+// TrainOptions::cuda_graph the second step is captured into a CUDA graph and
+// every later step is one cudaGraphLaunch (see docs/cuda.md for what it buys).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -91,6 +97,8 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   ~Trainer() {
+    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
     cudaStreamSynchronize(compute_);
     cudaStreamSynchronize(copy_);
     for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
@@ -100,20 +108,26 @@ class Trainer {
   }
 
   // ---- training -------------------------------------------------------------------------------------
+  // One optimizer step: `accumulate` micro-batches of (batch, seq) token ids
+  // and next-token targets, then the update. The host waits for the device
+  // once, at the end, to read the loss and the gradient norm.
   StepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_step);
     const int step_no = step_ + 1;
-    if (config.accumulate > 1) zero_grads();
-    double loss = 0;
-    for (int k = 0; k < config.accumulate; ++k)
-      loss += micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
-                          targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no) /
-              config.accumulate;
+    stage(tokens, targets, step_no);
+    if (!opt_.cuda_graph || step_ == 0) {
+      enqueue_step();  // the first step also describes every GEMM (Blas) before a capture
+    } else {
+      if (graph_exec_ == nullptr) capture_step();
+      check(cudaGraphLaunch(graph_exec_, compute_), "cudaGraphLaunch");
+    }
+    const UpdateControl r = results();
+    if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);
     StepStats s;
     s.step = step_no;
-    s.loss = loss;
+    s.loss = r.loss;
     s.lr = lr_at(step_no);
-    if (!config.update_in_backward) s.grad_norm = update(step_no);
+    s.grad_norm = config.update_in_backward ? 0.0 : r.norm;
     step_ = step_no;
     return s;
   }
@@ -123,18 +137,26 @@ class Trainer {
   double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
     check_batch(tokens, targets, tokens_per_micro_batch);
+    stage(tokens, targets, step_ + 1);
+    upload_control();
     if (config.accumulate > 1) zero_grads();
-    return micro_batch(tokens, targets, step_ + 1);
+    micro_batch(0, true);
+    return results().loss * config.accumulate;
   }
 
   // Mean loss of one micro-batch; no gradient, no update.
   double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_micro_batch);
-    load_batch(tokens, targets);
+    stage(tokens, targets, step_ + 1);
+    upload_control();
+    load_batch(0);
     for (int g = 1; g < sched.loss_step; ++g) run_step(g);
     loss_step(sched.steps[sched.loss_step], false);
-    return read_loss() / tokens_per_micro_batch;
+    return results().loss * config.accumulate;
   }
+
+  // Whether steps replay one captured CUDA graph (TrainOptions::cuda_graph; from the second step).
+  bool graph_captured() const { return graph_exec_ != nullptr; }
 
   double lr_at(int step) const { return trainers::lr_at(opt_, step); }
 
@@ -206,8 +228,8 @@ class Trainer {
   std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
   std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
   int step_ = 0;
-  float host_loss_ = 0;
-  float host_norm_[2] = {};
+  cudaGraph_t graph_{};
+  cudaGraphExec_t graph_exec_{};
 
   template <class U = S>
   U* ptr(const Slot& s) const {
@@ -241,40 +263,103 @@ class Trainer {
     trainers::check_batch("cuda::Trainer", config, vocab_size(), tokens, targets, n);
   }
 
-  void load_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
-    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.tokens), tokens.data(), tokens.size_bytes(), cudaMemcpyHostToDevice, compute_),
+  // ---- the step's staging (pinned host memory of the plan's offload tier) ------------------------------
+  //   [tokens i32 x accumulate N][targets i32 x accumulate N][UpdateControl in][UpdateControl out]
+  std::int32_t* staged_tokens() const { return offload_.at<std::int32_t>(sched.staging.offset); }
+  std::int32_t* staged_targets() const { return staged_tokens() + tokens_per_step; }
+  UpdateControl* staged_control_in() const {
+    return offload_.at<UpdateControl>(sched.staging.offset + 2 * tokens_per_step * 4);
+  }
+  UpdateControl* staged_control_out() const {
+    return offload_.at<UpdateControl>(sched.staging.offset + 2 * tokens_per_step * 4 + CudaWorkspace::control_floats * 4);
+  }
+  UpdateControl* control() const { return reinterpret_cast<UpdateControl*>(reductions() + reduction_slots); }
+
+  // The host's part of a step: the batch and the step's hyperparameters into
+  // the pinned staging, from where the (possibly captured) step copies them.
+  void stage(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
+    std::memcpy(staged_tokens(), tokens.data(), tokens.size_bytes());
+    std::memcpy(staged_targets(), targets.data(), targets.size_bytes());
+    UpdateControl c{};
+    c.grad_scale = 1.0f;
+    using O = typename R::optimizer;
+    const double lr = lr_at(step_no);
+    if constexpr (O::desc.kind == OptimKind::sgd) {
+      c.sgd_lr = static_cast<float>(lr);
+      c.sgd_momentum = static_cast<float>(O::momentum::value);
+      c.sgd_weight_decay = static_cast<float>(O::weight_decay::value);
+    } else {
+      const math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
+                                      1e-8f, static_cast<float>(O::weight_decay::value)};
+      c.adamw = math::adamw_step(h, step_no);
+    }
+    *staged_control_in() = c;
+  }
+  void upload_control() {
+    check(cudaMemcpyAsync(control(), staged_control_in(), sizeof(UpdateControl), cudaMemcpyHostToDevice, compute_), "upload control");
+  }
+  // Waits for the step and reads its results (loss, norm, skip).
+  UpdateControl results() {
+    check(cudaMemcpyAsync(staged_control_out(), control(), sizeof(UpdateControl), cudaMemcpyDeviceToHost, compute_), "read results");
+    check(cudaStreamSynchronize(compute_), "step");
+    return *staged_control_out();
+  }
+  void load_batch(int k) {
+    const std::size_t bytes = static_cast<std::size_t>(tokens_per_micro_batch) * 4;
+    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.tokens), staged_tokens() + k * tokens_per_micro_batch, bytes, cudaMemcpyHostToDevice,
+                          compute_),
           "upload tokens");
-    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.targets), targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, compute_),
+    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.targets), staged_targets() + k * tokens_per_micro_batch, bytes,
+                          cudaMemcpyHostToDevice, compute_),
           "upload targets");
   }
 
-  double read_loss() {
-    check(cudaMemcpyAsync(&host_loss_, ptr<float>(sched.loss), sizeof(float), cudaMemcpyDeviceToHost, compute_), "read the loss");
-    check(cudaStreamSynchronize(compute_), "step");
-    return host_loss_;
+  // Everything a step does on the device, in stream order, with no host
+  // synchronization: what a CUDA graph captures.
+  void enqueue_step() {
+    upload_control();
+    if (config.accumulate > 1) zero_grads();
+    for (int k = 0; k < config.accumulate; ++k) micro_batch(k, true);
+    if (!config.update_in_backward) {
+      squared_norm<S>(trainable_, reductions(), control(), static_cast<float>(opt_.clip_norm), compute_);
+      apply_update(trainable_, opt_.clip_norm > 0);
+    }
   }
 
-  // Runs every event of one micro-batch up to the update; returns its mean loss.
-  double micro_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
-    load_batch(tokens, targets);
+  // Captures enqueue_step() into a graph on the compute stream (the copy
+  // stream joins through its events).
+  void capture_step() {
+    check(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      enqueue_step();
+    } catch (...) {
+      cudaGraph_t broken{};
+      cudaStreamEndCapture(compute_, &broken);
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      throw;
+    }
+    check(cudaStreamEndCapture(compute_, &graph_), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&graph_exec_, graph_, 0), "cudaGraphInstantiate");
+  }
+
+  // Every event of micro-batch k up to the update (the loss adds its share to the control block).
+  void micro_batch(int k, bool gradients) {
+    load_batch(k);
     const int end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
     for (int g = 1; g < end; ++g) {
       const Step& st = sched.steps[g];
       wait_for_copies(g);
       if (st.kind == EventKind::loss) {
-        loss_step(st, true);
+        loss_step(st, gradients);
         continue;
       }
       run_step(g);
       if (config.update_in_backward && st.update_end > st.update_begin) {
         const std::span<const ParamRef> ready(in_backward_.data() + st.update_begin, st.update_end - st.update_begin);
-        apply_update(ready, step_no, nullptr);
+        apply_update(ready, false);
       }
     }
     wait_for_copies(end);
-    const double loss = read_loss() / tokens_per_micro_batch;
-    if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
-    return loss;
   }
 
   void zero_grads() {
@@ -470,6 +555,7 @@ class Trainer {
                       (st.grad_first[0] && c0 == 0) ? 0.0f : 1.0f, dw, d, compute_);
     }
     sum_rows(row_loss, n, ptr<float>(sched.loss), compute_);
+    finish_loss(ptr<float>(sched.loss), 1.0f / static_cast<float>(n * config.accumulate), control(), compute_);
   }
 
   void backward(const Step& st) {
@@ -569,29 +655,13 @@ class Trainer {
   }
 
   // ---- the update -------------------------------------------------------------------------------------------
-  // Returns the global gradient norm before clipping.
-  double update(int step_no) {
-    float* red = reductions();
-    float* norm_and_scale = red + reduction_slots;
-    squared_norm<S>(trainable_, red, norm_and_scale, static_cast<float>(opt_.clip_norm), compute_);
-    apply_update(trainable_, step_no, opt_.clip_norm > 0 ? norm_and_scale + 1 : nullptr);
-    check(cudaMemcpyAsync(host_norm_, norm_and_scale, sizeof(host_norm_), cudaMemcpyDeviceToHost, compute_), "read the norm");
-    check(cudaStreamSynchronize(compute_), "update");
-    return host_norm_[0];
-  }
-
-  void apply_update(std::span<const ParamRef> params, int step_no, const float* grad_scale) {
+  // The optimizer over params, reading the step's hyperparameters, the clip
+  // scale (when clip) and the skip flag from the control block.
+  void apply_update(std::span<const ParamRef> params, bool clip) {
     using O = typename R::optimizer;
-    const double lr = lr_at(step_no);
-    if constexpr (O::desc.kind == OptimKind::sgd) {
-      sgd_update<S>(params, static_cast<float>(lr), static_cast<float>(O::momentum::value), static_cast<float>(O::weight_decay::value),
-                    grad_scale, compute_);
-    } else {
-      math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value), 1e-8f,
-                                static_cast<float>(O::weight_decay::value)};
-      if constexpr (O::desc.kind == OptimKind::adamw) adamw_update<S>(params, math::adamw_step(h, step_no), grad_scale, compute_);
-      else adamw8bit_update<S>(params, device_.at<float>(sched.optim_table), math::adamw_step(h, step_no), grad_scale, compute_);
-    }
+    if constexpr (O::desc.kind == OptimKind::sgd) sgd_update<S>(params, control(), clip, compute_);
+    else if constexpr (O::desc.kind == OptimKind::adamw) adamw_update<S>(params, control(), clip, compute_);
+    else adamw8bit_update<S>(params, device_.at<float>(sched.optim_table), control(), clip, compute_);
   }
 
   // ---- set-up -----------------------------------------------------------------------------------------------

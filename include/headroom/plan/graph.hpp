@@ -35,7 +35,14 @@ enum class Engine : std::uint8_t { host, cuda };
 struct CudaWorkspace {
   static constexpr std::int64_t gemm_bytes = std::int64_t{32} << 20;  // one cuBLASLt workspace (32 MiB, NVIDIA's size for Hopper)
   static constexpr std::int64_t reduction_slots = 2048;                // gradient-norm partial sums, f32
-  static constexpr std::int64_t reduction_bytes = (reduction_slots + 8) * 4;  // + norm, clip scale, loss sum
+  static constexpr std::int64_t control_floats = 16;                   // the update's control block (cuda::UpdateControl)
+  static constexpr std::int64_t reduction_bytes = (reduction_slots + control_floats) * 4;
+  // Pinned host memory a step reads and writes through (the offload tier):
+  // every micro-batch's tokens and targets, the step's hyperparameters and
+  // its results (a CUDA graph replays copies from and to fixed addresses).
+  static constexpr std::int64_t staging_bytes(std::int64_t tokens_per_step) {
+    return 2 * tokens_per_step * 4 + 2 * control_floats * 4;
+  }
 };
 
 // Everything about a run that fixes memory and is not the model itself.
@@ -266,7 +273,8 @@ class Builder {
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
   int tied_weight = none;  // the embedding table an LM head may share
   int quant_table = none, optim_table = none;
-  int reductions = none;   // CUDA: gradient-norm partials, norm, clip scale (CudaWorkspace)
+  int reductions = none;   // CUDA: gradient-norm partials and the update's control block (CudaWorkspace)
+  int staging = none;      // CUDA: the step's pinned host staging (offload tier)
 
   constexpr explicit Builder(RunConfig c) : cfg(c) {
     nodes.push_back(Node{"model", "Model", none, none, none, 1});
@@ -440,6 +448,9 @@ class Builder {
     if (cfg.cuda()) {
       reductions = persistent("reductions", Role::scratch, CudaWorkspace::reduction_bytes, none);
       tensors[reductions].node = 0;
+      staging = persistent("host staging", Role::batch_io, CudaWorkspace::staging_bytes(cfg.tokens() * cfg.accumulate), none);
+      tensors[staging].tier = Tier::offload;
+      tensors[staging].node = 0;
     }
     grad_of_.assign(tensors.size() * 2 + 64, none);
     remap_.assign(tensors.size() * 2 + 64, none);

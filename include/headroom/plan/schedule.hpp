@@ -84,7 +84,8 @@ struct Schedule {
   std::int64_t peak[tier_count]{};
   Slot tokens{}, targets{}, loss{};
   Slot gemm_panels{};             // the workers' GEMM packing panels (CUDA: the cuBLASLt workspace)
-  Slot reductions{};              // CUDA: gradient-norm partials, norm and clip scale
+  Slot reductions{};              // CUDA: gradient-norm partials and the update's control block
+  Slot staging{};                 // CUDA: pinned host staging of the step (offload tier)
   std::int64_t quant_table = -1;  // NF4 code values (+ the dynamic map for double quantization)
   std::int64_t optim_table = -1;  // AdamW8bit's two dynamic maps
   int loss_step = -1, update_step = -1;
@@ -284,6 +285,7 @@ constexpr auto schedule() {
   s.loss = index.slot(b.loss, 0, s.loss_step);
   s.gemm_panels = index.slot_of_tensor(b.gemm_workspace, 0, -1);
   s.reductions = index.slot_of_tensor(b.reductions, 0, -1);
+  s.staging = index.slot_of_tensor(b.staging, 0, -1);
   s.quant_table = index.slot_of_tensor(b.quant_table, 0, -1).offset;
   s.optim_table = index.slot_of_tensor(b.optim_table, 0, -1).offset;
 

@@ -24,6 +24,7 @@ struct TrainOptions {
   int total_steps = 0;           // cosine decay over this many steps; 0: constant after warmup
   double clip_norm = 1.0;        // global gradient-norm clipping; 0: off
   std::filesystem::path offload_dir{};  // host: folder of the offload tier's file; empty = the system's temp folder
+  bool cuda_graph = false;       // cuda: capture the whole step in a CUDA graph (at the second step) and replay it
 };
 
 struct StepStats {

@@ -50,6 +50,9 @@
 //   An exception thrown by a kernel aborts the launch and leaves run() as is.
 //   Launch shapes a GPU rejects throw std::invalid_argument (options()).
 //
+// Stream capture: while runtime_emulator.hpp captures a stream into a CUDA
+// graph, run() records launches instead of running them (launch_recorder()).
+//
 // What it does NOT check: races between blocks or within a block that its
 // fiber order happens to satisfy, timing, memory coalescing, bank conflicts,
 // real tensor-core numerics (rounding, accumulation order), shared-memory
@@ -77,6 +80,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -274,13 +278,17 @@ class Scheduler {
   static Scheduler& instance();
   std::uint64_t launches() const noexcept { return launches_.load(); }
 
+  // Throws what run_grid would throw before running anything: a launch shape
+  // a GPU rejects, a launch while another runs.
+  void check_launch(dim3 grid, dim3 block) const {
+    check_shape(grid, block);
+    if (active_) throw_nested_launch();
+  }
+
   // Runs `invoke(bound)` as every thread of every block of the grid.
   void run_grid(dim3 grid, dim3 block, void (*invoke)(void*), void* bound) {
     check_shape(grid, block);
-    if (active_.exchange(true))
-      throw std::logic_error(
-          "headroom::cuda_emulator: a launch while another runs (a kernel cannot launch kernels; one launch at a time per "
-          "process)");
+    if (active_.exchange(true)) throw_nested_launch();
     struct Deactivate {
       std::atomic<bool>& active;
       ~Deactivate() { active = false; }
@@ -373,6 +381,12 @@ class Scheduler {
       s.error_ = std::current_exception();
     }
     s.exit_running();
+  }
+
+  [[noreturn]] static void throw_nested_launch() {
+    throw std::logic_error(
+        "headroom::cuda_emulator: a launch while another runs (a kernel cannot launch kernels; one launch at a time per "
+        "process)");
   }
 
   void check_shape(dim3 grid, dim3 block) const {
@@ -520,7 +534,10 @@ class Scheduler {
   }
 
   static std::string dims(dim3 d) {
-    return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+    // appended, not "(" + ...: g++ 12 -O3 warns falsely (-Wrestrict) about operator+(const char*, string&&)
+    std::string s = "(";
+    s += std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+    return s;
   }
   std::string where() const {
     const uint3 b = builtins.block_idx;
@@ -592,18 +609,42 @@ T from_f32(float x) {
 
 }  // namespace detail
 
+// The one link to stream capture, which runtime_emulator.hpp owns: while a
+// capture is active (cudaStreamBeginCapture ... cudaStreamEndCapture), it
+// sets launch_recorder(), and run() hands the recorder a closure instead of
+// running the kernel. The closure holds copies of the kernel, the launch
+// shape and the arguments, and runs the kernel each time a graph replays it.
+// run() does not know the stream (cuda::launch does not pass it on), so every
+// launch made during a capture is recorded in it.
+using LaunchRecorder = void (*)(std::function<void()> launch);
+inline LaunchRecorder& launch_recorder() noexcept {
+  static LaunchRecorder recorder = nullptr;
+  return recorder;
+}
+
 // Runs kernel<<<grid, block>>>(args...) on the CPU and returns when it has
 // finished. Throws what the kernel threw, std::logic_error for a kernel bug
 // the emulator detects, std::invalid_argument for a launch shape a GPU rejects.
+// During a stream capture it only checks the launch and records it (above).
 template <class... Params, class... Args>
 void run(void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "cuda_emulator::run: one argument per kernel parameter");
   using Bound = detail::BoundKernel<void (*)(Params...), std::tuple<Params...>>;
+  if (const LaunchRecorder record = launch_recorder()) {
+    detail::scheduler().check_launch(grid, block);
+    record([kernel, grid, block, params = std::tuple<Params...>(std::forward<Args>(args)...)] {
+      Bound bound{kernel, params};
+      detail::scheduler().run_grid(grid, block, &Bound::invoke, &bound);
+    });
+    return;
+  }
   Bound bound{kernel, std::tuple<Params...>(std::forward<Args>(args)...)};
   detail::scheduler().run_grid(grid, block, &Bound::invoke, &bound);
 }
 
-// Launches started so far in this process (for tests that count launches).
+// Launches started so far in this process (for tests that count launches):
+// direct ones and the kernels that graph launches replay; a launch recorded
+// by a capture counts each time it is replayed, not when it is recorded.
 inline std::uint64_t launch_count() noexcept { return detail::scheduler().launches(); }
 
 }  // namespace headroom::cuda_emulator

@@ -27,6 +27,53 @@
 //     overlapping copies, unknown streams, events and pointers to free are
 //     errors. Failures set the error that cudaGetLastError returns and clears.
 //
+// Stream capture and graphs (cudaStreamBeginCapture ... cudaGraphLaunch)
+//   - Between cudaStreamBeginCapture(s) and cudaStreamEndCapture(s), the
+//     asynchronous operations issued to s, or to a stream that joined the
+//     capture by waiting (cudaStreamWaitEvent) on an event recorded in a
+//     capturing stream, are recorded instead of run: cudaMemcpyAsync,
+//     cudaMemsetAsync, cublasLtMatmul and kernel launches (cuda_emulator.hpp's
+//     run() hands them to this header's recorder; it does not know the
+//     stream, so every launch during a capture is recorded, as an operation
+//     of the origin stream s). Arguments are checked when recorded.
+//     cublasLtMatmul records alpha and beta by value (host pointer mode) and a
+//     snapshot of the descriptor's attributes and the layouts.
+//     cudaEventRecord and cudaStreamWaitEvent are ordering only: no operation,
+//     but they give the dependencies (a fork and a join) that
+//     cudaStreamEndCapture checks.
+//   - Async operations on streams outside the capture run at once, as
+//     before; on the legacy default stream (nullptr) they fail with
+//     cudaErrorStreamCaptureImplicit when a capturing stream is blocking
+//     (created without cudaStreamNonBlocking), as CUDA does.
+//   - Refused during a capture with cudaErrorStreamCaptureUnsupported, which
+//     invalidates it (cudaStreamCaptureModeGlobal's rules, whatever the mode):
+//     cudaMemcpy, cudaMemset, cudaDeviceSynchronize, cudaStreamSynchronize
+//     and cudaStreamDestroy of a capturing stream, cudaGraphLaunch into a
+//     capturing stream, cudaMalloc, cudaFree, cudaHostAlloc and cudaFreeHost
+//     (CUDA allows allocation in relaxed mode; headroom must not allocate in a
+//     step), and, stricter than CUDA, a recorded copy whose host side is not
+//     cudaHostAlloc memory (a graph reads its host buffers at every replay).
+//     Operations on an invalidated capture fail with
+//     cudaErrorStreamCaptureInvalidated and are dropped (a dropped kernel
+//     launch sets the error cudaGetLastError returns).
+//   - cudaStreamEndCapture ends the capture for all its streams. It returns
+//     cudaErrorStreamCaptureInvalidated (and a null graph) after a refused
+//     call, cudaErrorStreamCaptureUnjoined when some recorded operation is
+//     not ordered before the origin stream's end (a fork not joined back),
+//     otherwise a graph of the recorded operations in issue order.
+//   - cudaGraphInstantiate (flags 0) copies the operations; cudaGraphLaunch
+//     runs them in issue order at the call, reading memory then (a recorded
+//     host-to-device copy reads its pinned source at each launch). A copy or
+//     memset whose memory (device or pinned) was freed since fails at launch
+//     with cudaErrorInvalidValue, ending it; kernels and matmuls are not
+//     checked. A kernel's exception leaves cudaGraphLaunch.
+//   - One capture at a time (a second, on another stream, is
+//     cudaErrorNotSupported; cudaErrorIllegalState for a stream already
+//     capturing); capture on the legacy stream is cudaErrorStreamCaptureUnsupported.
+//   - runtime_stats() counts captured operations, graph launches and the
+//     operations they replayed; cuda_emulator::launch_count() counts the
+//     kernels that ran, replayed ones included (not recorded ones).
+//
 // cuBLASLt: cublasLtMatmul computes, column-major as cuBLASLt defines it,
 //     D (m, n) = epilogue(alpha op(A) op(B) + beta C),   op(A): (m, k), op(B): (k, n)
 //   with f32 alpha and beta (host pointers), compute type CUBLAS_COMPUTE_32F,
@@ -60,21 +107,29 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <headroom/math/activations.hpp>
 
+#include "cuda_emulator.hpp"  // launch_recorder(): kernel launches during a capture
+
 namespace headroom::cuda_emulator {
 
 // What cudaMalloc / cudaHostAlloc did: successful calls and the bytes they
-// hold now (as requested, before rounding up to 256).
+// hold now (as requested, before rounding up to 256); what stream capture
+// recorded and graph launches replayed.
 struct RuntimeStats {
-  std::int64_t device_allocations = 0;  // cudaMalloc calls
-  std::int64_t pinned_allocations = 0;  // cudaHostAlloc calls
-  std::int64_t device_bytes = 0;        // live cudaMalloc bytes
-  std::int64_t pinned_bytes = 0;        // live cudaHostAlloc bytes
+  std::int64_t device_allocations = 0;   // cudaMalloc calls
+  std::int64_t pinned_allocations = 0;   // cudaHostAlloc calls
+  std::int64_t device_bytes = 0;         // live cudaMalloc bytes
+  std::int64_t pinned_bytes = 0;         // live cudaHostAlloc bytes
+  std::int64_t captured_operations = 0;  // kernel launches, copies, memsets, matmuls recorded by captures
+  std::int64_t graph_launches = 0;       // cudaGraphLaunch calls that started their graph
+  std::int64_t replayed_operations = 0;  // operations those launches ran
 };
 inline RuntimeStats& runtime_stats() {
   static RuntimeStats stats;
@@ -99,8 +154,13 @@ inline Blocks& pinned_blocks() {
 
 // The objects behind the opaque handles that this header hands out, each
 // kind with its set of live ones.
-struct Stream {};
-struct Event {};
+struct Stream {
+  unsigned flags = cudaStreamDefault;
+};
+struct Event {
+  std::uint64_t capture = 0;       // the capture it was last recorded in (0: none)
+  std::vector<std::size_t> after;  // the operations of that capture it follows
+};
 template <class T>
 std::set<const T*>& live() {
   static std::set<const T*> objects;
@@ -112,8 +172,8 @@ T* find(Handle h) {
   return live<T>().count(p) != 0 ? p : nullptr;
 }
 template <class T, class Handle>
-void create(Handle* out, const T& value) {
-  T* p = new T(value);
+void create(Handle* out, T value) {
+  T* p = new T(std::move(value));
   live<T>().insert(p);
   *out = reinterpret_cast<Handle>(p);
 }
@@ -176,7 +236,8 @@ inline cudaError_t release(Blocks& blocks, void* p, std::int64_t& live_bytes) {
   return cudaSuccess;
 }
 
-inline cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind) {
+// The error a copy of `count` bytes would meet (a copy of none meets none).
+inline cudaError_t check_copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind) {
   if (count == 0) return cudaSuccess;
   bool dst_on_device = false, src_on_device = false;
   switch (kind) {
@@ -192,15 +253,129 @@ inline cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcp
     return fail(cudaErrorInvalidValue);
   const auto d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
   if (d < s + count && s < d + count) return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+
+inline cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind) {
+  if (const cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess || count == 0) return e;
   std::memmove(dst, src, count);  // no overlap (checked above), but g++'s -Wrestrict cannot tell
   return cudaSuccess;
 }
 
+inline cudaError_t check_set(void* dst, std::size_t count) {
+  return count == 0 || device_accessible(dst, count) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
 inline cudaError_t set(void* dst, int value, std::size_t count) {
-  if (count == 0) return cudaSuccess;
-  if (!device_accessible(dst, count)) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = check_set(dst, count); e != cudaSuccess || count == 0) return e;
   std::memset(dst, value & 0xFF, count);
   return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// Stream capture
+// ---------------------------------------------------------------------------
+
+// A recorded operation: run() does it and returns the error it met.
+struct Operation {
+  std::function<cudaError_t()> run;
+  std::vector<std::size_t> after;  // the operations of its capture it follows (indices)
+};
+// cudaGraph_t and cudaGraphExec_t: the operations, in issue order.
+struct Graph {
+  std::vector<std::function<cudaError_t()>> operations;
+};
+struct GraphExec {
+  std::vector<std::function<cudaError_t()>> operations;
+};
+
+// The active capture (id 0: none).
+struct Capture {
+  std::uint64_t id = 0;
+  cudaStream_t origin = nullptr;
+  bool invalidated = false;
+  std::vector<Operation> operations;
+  // The streams in the capture -> the operations their next operation follows.
+  std::map<cudaStream_t, std::vector<std::size_t>> streams;
+};
+inline Capture& capture() {
+  static Capture c;
+  return c;
+}
+
+inline bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
+// Synchronizes with the legacy stream: every stream not created non-blocking.
+inline bool is_blocking(cudaStream_t s) {
+  const Stream* stream = find<Stream>(s);
+  return stream == nullptr || (stream->flags & cudaStreamNonBlocking) == 0;
+}
+inline bool capture_has_blocking_stream() {
+  for (const auto& [stream, after] : capture().streams)
+    if (is_blocking(stream)) return true;
+  return false;
+}
+
+inline cudaError_t invalidate(cudaError_t e) {
+  capture().invalidated = true;
+  return fail(e);
+}
+// For the calls CUDA refuses while a capture is active (they synchronize or allocate).
+inline cudaError_t refuse_in_capture() { return capture().id != 0 ? invalidate(cudaErrorStreamCaptureUnsupported) : cudaSuccess; }
+
+// Where an asynchronous operation on `stream` goes: recorded (`record` set),
+// run now, or refused with the error returned.
+inline cudaError_t route(cudaStream_t stream, bool& record) {
+  record = false;
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  const Capture& c = capture();
+  if (c.id == 0) return cudaSuccess;
+  if (c.streams.count(stream) != 0) {
+    if (c.invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+    record = true;
+    return cudaSuccess;
+  }
+  if (is_legacy(stream) && capture_has_blocking_stream()) return invalidate(cudaErrorStreamCaptureImplicit);
+  return cudaSuccess;
+}
+
+// Appends an operation of `stream` (which is in the capture): it follows the
+// stream's previous operation and what the stream waited for since.
+inline void record(cudaStream_t stream, std::function<cudaError_t()> run) {
+  Capture& c = capture();
+  std::vector<std::size_t>& next_follows = c.streams[stream];
+  c.operations.push_back(Operation{std::move(run), next_follows});
+  next_follows.assign(1, c.operations.size() - 1);
+  ++runtime_stats().captured_operations;
+}
+
+// cuda_emulator::launch_recorder() during a capture.
+inline void record_launch(std::function<void()> launch) {
+  Capture& c = capture();
+  if (c.invalidated) {
+    fail(cudaErrorStreamCaptureInvalidated);
+    return;
+  }
+  record(c.origin, [launch = std::move(launch)] {
+    launch();
+    return cudaSuccess;
+  });
+}
+
+// True when every recorded operation comes before the origin stream's end:
+// every fork was joined back.
+inline bool all_joined(const Capture& c) {
+  std::vector<bool> reached(c.operations.size(), false);
+  std::vector<std::size_t> pending = c.streams.at(c.origin);
+  while (!pending.empty()) {
+    const std::size_t i = pending.back();
+    pending.pop_back();
+    if (reached[i]) continue;
+    reached[i] = true;
+    pending.insert(pending.end(), c.operations[i].after.begin(), c.operations[i].after.end());
+  }
+  for (const bool r : reached)
+    if (!r) return false;
+  return true;
 }
 
 struct ErrorText {
@@ -218,6 +393,15 @@ inline constexpr ErrorText error_texts[] = {
     {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", "the CUDA driver is older than the runtime"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorStubLibrary, "cudaErrorStubLibrary", "the CUDA driver is a stub library"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
+    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
+    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation", "dependency created on uncaptured work in another stream"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
 };
 inline const ErrorText* error_text(cudaError_t e) {
   for (const ErrorText& t : error_texts)
@@ -305,6 +489,44 @@ inline bool aligned(const void* p, std::uint64_t alignment) {
   return alignment == 0 || reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
 }
 
+// One checked cublasLtMatmul call with everything it read on the host: the
+// descriptor's attributes and the layouts as they were, alpha and beta by
+// value. A capture records a copy, so the descriptor may change (Blas sets the
+// bias and aux pointers before each call) without changing what was recorded.
+struct Matmul {
+  MatmulDesc op;
+  Layout la, lb, lc, ld;
+  Problem p;
+  float alpha = 0, beta = 0;
+  const void *A = nullptr, *B = nullptr, *C = nullptr;
+  void* D = nullptr;
+
+  void run() const {
+    const std::int64_t m = p.m, n = p.n, k = p.k;
+    const bool ta = op.trans_a == CUBLAS_OP_T, tb = op.trans_b == CUBLAS_OP_T;
+    const bool read_c = beta != 0.0f, bias = has_bias(op.epilogue), gelu = op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    // op(A) row by row and op(B) column by column, as doubles: a_rows (m, k), b_cols (n, k)
+    std::vector<double> a_rows(static_cast<std::size_t>(m * k)), b_cols(static_cast<std::size_t>(n * k));
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t q = 0; q < k; ++q) a_rows[i * k + q] = load(la.type, A, ta ? q + i * la.ld : i + q * la.ld);
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t q = 0; q < k; ++q) b_cols[j * k + q] = load(lb.type, B, tb ? j + q * lb.ld : q + j * lb.ld);
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t i = 0; i < m; ++i) {
+        double sum = 0;
+        for (std::int64_t q = 0; q < k; ++q) sum += a_rows[i * k + q] * b_cols[j * k + q];
+        double v = static_cast<double>(alpha) * sum;
+        if (read_c) v += static_cast<double>(beta) * load(lc.type, C, i + j * lc.ld);
+        if (bias) v += load(p.bias_type, op.bias, i);
+        if (gelu) {
+          store(p.aux_type, op.aux, i + j * op.aux_ld, v);
+          v = headroom::math::gelu_tanh(v);
+        }
+        store(ld.type, D, i + j * ld.ld, v);
+      }
+  }
+};
+
 }  // namespace blaslt_detail
 }  // namespace headroom::cuda_emulator
 
@@ -341,17 +563,20 @@ inline const char* CUDARTAPI cudaGetErrorString(cudaError_t error) {
 
 inline cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
   using namespace headroom::cuda_emulator;
+  if (const cudaError_t e = runtime_detail::refuse_in_capture(); e != cudaSuccess) return e;
   RuntimeStats& s = runtime_stats();
   return runtime_detail::allocate(runtime_detail::device_blocks(), devPtr, size, s.device_allocations, s.device_bytes);
 }
 
 inline cudaError_t CUDARTAPI cudaFree(void* devPtr) {
   using namespace headroom::cuda_emulator;
+  if (const cudaError_t e = runtime_detail::refuse_in_capture(); e != cudaSuccess) return e;
   return runtime_detail::release(runtime_detail::device_blocks(), devPtr, runtime_stats().device_bytes);
 }
 
 inline cudaError_t CUDARTAPI cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   using namespace headroom::cuda_emulator;
+  if (const cudaError_t e = runtime_detail::refuse_in_capture(); e != cudaSuccess) return e;
   if ((flags & ~unsigned{cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined}) != 0)
     return runtime_detail::fail(cudaErrorInvalidValue);
   RuntimeStats& s = runtime_stats();
@@ -360,53 +585,90 @@ inline cudaError_t CUDARTAPI cudaHostAlloc(void** pHost, size_t size, unsigned i
 
 inline cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
   using namespace headroom::cuda_emulator;
+  if (const cudaError_t e = runtime_detail::refuse_in_capture(); e != cudaSuccess) return e;
   return runtime_detail::release(runtime_detail::pinned_blocks(), ptr, runtime_stats().pinned_bytes);
 }
 
 inline cudaError_t CUDARTAPI cudaMemset(void* devPtr, int value, size_t count) {
-  return headroom::cuda_emulator::runtime_detail::set(devPtr, value, count);
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (const cudaError_t e = refuse_in_capture(); e != cudaSuccess) return e;
+  return set(devPtr, value, count);
 }
 
 inline cudaError_t CUDARTAPI cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   using namespace headroom::cuda_emulator::runtime_detail;
-  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return set(devPtr, value, count);
+  bool record_it = false;
+  if (const cudaError_t e = route(stream, record_it); e != cudaSuccess) return e;
+  if (!record_it) return set(devPtr, value, count);
+  if (const cudaError_t e = check_set(devPtr, count); e != cudaSuccess) return e;
+  record(stream, [devPtr, value, count] { return set(devPtr, value, count); });
+  return cudaSuccess;
 }
 
 inline cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
-  return headroom::cuda_emulator::runtime_detail::copy(dst, src, count, kind);
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (const cudaError_t e = refuse_in_capture(); e != cudaSuccess) return e;
+  return copy(dst, src, count, kind);
 }
 
 inline cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
   using namespace headroom::cuda_emulator::runtime_detail;
-  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return copy(dst, src, count, kind);
+  bool record_it = false;
+  if (const cudaError_t e = route(stream, record_it); e != cudaSuccess) return e;
+  if (!record_it) return copy(dst, src, count, kind);
+  if (const cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return e;
+  // both sides in live cudaMalloc / cudaHostAlloc blocks, now and at every replay
+  auto allocated = [dst, src, count] { return count == 0 || (device_accessible(dst, count) && device_accessible(src, count)); };
+  if (!allocated()) return invalidate(cudaErrorStreamCaptureUnsupported);  // pageable host memory
+  record(stream, [dst, src, count, kind, allocated] { return allocated() ? copy(dst, src, count, kind) : fail(cudaErrorInvalidValue); });
+  return cudaSuccess;
 }
 
-inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
+inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return headroom::cuda_emulator::runtime_detail::refuse_in_capture(); }
 
 inline cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
   using namespace headroom::cuda_emulator::runtime_detail;
   if (pStream == nullptr || (flags & ~unsigned{cudaStreamNonBlocking}) != 0) return fail(cudaErrorInvalidValue);
-  create(pStream, Stream{});
+  create(pStream, Stream{flags});
   return cudaSuccess;
 }
 
 inline cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
   using namespace headroom::cuda_emulator::runtime_detail;
-  return destroy<Stream>(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (find<Stream>(stream) == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (capture().streams.count(stream) != 0) return invalidate(cudaErrorStreamCaptureUnsupported);
+  destroy<Stream>(stream);
+  return cudaSuccess;
 }
 
 inline cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
   using namespace headroom::cuda_emulator::runtime_detail;
-  return valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (capture().streams.count(stream) != 0) return invalidate(cudaErrorStreamCaptureUnsupported);
+  bool capturing = false;
+  return route(stream, capturing);  // the legacy stream against a blocking capture
 }
 
 inline cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
   using namespace headroom::cuda_emulator::runtime_detail;
-  if (!valid_stream(stream) || find<Event>(event) == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  const Event* e = find<Event>(event);
+  if (!valid_stream(stream) || e == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if ((flags & ~unsigned{cudaEventWaitExternal}) != 0) return fail(cudaErrorInvalidValue);
-  return cudaSuccess;
+  Capture& c = capture();
+  const auto in_capture = c.streams.find(stream);
+  if (c.id != 0 && e->capture == c.id) {  // a fork or a join: the stream is (now) in the capture
+    if (c.invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+    if (is_legacy(stream)) return invalidate(cudaErrorStreamCaptureImplicit);
+    std::vector<std::size_t>& next_follows = c.streams[stream];
+    next_follows.insert(next_follows.end(), e->after.begin(), e->after.end());
+    return cudaSuccess;
+  }
+  if (in_capture != c.streams.end()) {  // a capturing stream waits for work outside the capture
+    if (c.invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+    return (flags & cudaEventWaitExternal) != 0 ? cudaSuccess : invalidate(cudaErrorStreamCaptureIsolation);
+  }
+  bool capturing = false;
+  return route(stream, capturing);
 }
 
 inline cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -419,12 +681,106 @@ inline cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsign
 
 inline cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   using namespace headroom::cuda_emulator::runtime_detail;
-  return valid_stream(stream) && find<Event>(event) != nullptr ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  Event* e = find<Event>(event);
+  if (!valid_stream(stream) || e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  bool record_it = false;
+  if (const cudaError_t error = route(stream, record_it); error != cudaSuccess) return error;
+  e->capture = record_it ? capture().id : 0;
+  e->after = record_it ? capture().streams[stream] : std::vector<std::size_t>{};
+  return cudaSuccess;
 }
 
 inline cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
   using namespace headroom::cuda_emulator::runtime_detail;
   return destroy<Event>(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+// ---------------------------------------------------------------------------
+// Stream capture and graphs
+// ---------------------------------------------------------------------------
+
+inline cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal && mode != cudaStreamCaptureModeRelaxed)
+    return fail(cudaErrorInvalidValue);
+  if (is_legacy(stream)) return fail(cudaErrorStreamCaptureUnsupported);
+  Capture& c = capture();
+  if (c.streams.count(stream) != 0) return fail(cudaErrorIllegalState);
+  if (c.id != 0) return fail(cudaErrorNotSupported);  // the emulator has one capture at a time
+  static std::uint64_t captures_begun = 0;
+  c.id = ++captures_begun;
+  c.origin = stream;
+  c.streams[stream] = {};
+  headroom::cuda_emulator::launch_recorder() = &record_launch;
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (pGraph == nullptr) return fail(cudaErrorInvalidValue);
+  Capture& c = capture();
+  if (c.streams.count(stream) == 0) return fail(cudaErrorIllegalState);
+  if (stream != c.origin) return fail(cudaErrorStreamCaptureUnmatched);
+  *pGraph = nullptr;
+  const bool invalidated = c.invalidated, joined = all_joined(c);
+  Graph graph;
+  for (Operation& op : c.operations) graph.operations.push_back(std::move(op.run));
+  c = Capture{};
+  headroom::cuda_emulator::launch_recorder() = nullptr;
+  if (invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  if (!joined) return fail(cudaErrorStreamCaptureUnjoined);
+  create(pGraph, std::move(graph));
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* pCaptureStatus) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (pCaptureStatus == nullptr) return fail(cudaErrorInvalidValue);
+  const Capture& c = capture();
+  *pCaptureStatus = cudaStreamCaptureStatusNone;
+  if (c.streams.count(stream) != 0) {
+    *pCaptureStatus = c.invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+  } else if (c.id != 0 && is_legacy(stream) && capture_has_blocking_stream()) {
+    return fail(cudaErrorStreamCaptureImplicit);  // CUDA does not invalidate the capture here
+  }
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph, unsigned long long flags) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  const Graph* g = find<Graph>(graph);
+  if (pGraphExec == nullptr || g == nullptr || flags != 0) return fail(cudaErrorInvalidValue);  // no flags emulated
+  create(pGraphExec, GraphExec{g->operations});
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  using namespace headroom::cuda_emulator;
+  using namespace headroom::cuda_emulator::runtime_detail;
+  const GraphExec* exec = find<GraphExec>(graphExec);
+  if (exec == nullptr) return fail(cudaErrorInvalidValue);
+  bool record_it = false;
+  if (const cudaError_t e = route(stream, record_it); e != cudaSuccess) return e;
+  if (record_it) return invalidate(cudaErrorStreamCaptureUnsupported);  // no child graphs
+  ++runtime_stats().graph_launches;
+  for (const std::function<cudaError_t()>& run : exec->operations) {
+    ++runtime_stats().replayed_operations;
+    if (const cudaError_t e = run(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  return destroy<GraphExec>(graphExec) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+inline cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  return destroy<Graph>(graph) ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
 // ---------------------------------------------------------------------------
@@ -607,27 +963,17 @@ inline cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, 
     return CUBLAS_STATUS_INVALID_VALUE;
   if (C == D && lc->ld != ld->ld) return CUBLAS_STATUS_INVALID_VALUE;  // in place needs one layout
 
-  const std::int64_t m = p.m, n = p.n, k = p.k;
-  const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
-  // op(A) row by row and op(B) column by column, as doubles: a_rows (m, k), b_cols (n, k)
-  std::vector<double> a_rows(static_cast<std::size_t>(m * k)), b_cols(static_cast<std::size_t>(n * k));
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t q = 0; q < k; ++q) a_rows[i * k + q] = load(la->type, A, ta ? q + i * la->ld : i + q * la->ld);
-  for (std::int64_t j = 0; j < n; ++j)
-    for (std::int64_t q = 0; q < k; ++q) b_cols[j * k + q] = load(lb->type, B, tb ? j + q * lb->ld : q + j * lb->ld);
-  for (std::int64_t j = 0; j < n; ++j)
-    for (std::int64_t i = 0; i < m; ++i) {
-      double sum = 0;
-      for (std::int64_t q = 0; q < k; ++q) sum += a_rows[i * k + q] * b_cols[j * k + q];
-      double v = static_cast<double>(alpha_value) * sum;
-      if (read_c) v += static_cast<double>(beta_value) * load(lc->type, C, i + j * lc->ld);
-      if (bias) v += load(p.bias_type, op->bias, i);
-      if (gelu) {
-        store(p.aux_type, op->aux, i + j * op->aux_ld, v);
-        v = headroom::math::gelu_tanh(v);
-      }
-      store(ld->type, D, i + j * ld->ld, v);
-    }
+  const Matmul product{*op, *la, *lb, *lc, *ld, p, alpha_value, beta_value, A, B, C, D};
+  bool record_it = false;
+  if (headroom::cuda_emulator::runtime_detail::route(stream, record_it) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (!record_it) {
+    product.run();
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  headroom::cuda_emulator::runtime_detail::record(stream, [product] {
+    product.run();
+    return cudaSuccess;
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

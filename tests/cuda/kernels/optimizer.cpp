@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -110,6 +111,14 @@ void host_norm(const std::deque<Param<S>>& params, double clip, double& norm, fl
   scale = clip > 0 && norm > clip ? static_cast<float>(clip / (norm + 1e-6)) : 1.0f;
 }
 
+// The control block an update reads, with the step's AdamW hyperparameters.
+cuda::UpdateControl control_for(const math::AdamWStep<float>& st) {
+  cuda::UpdateControl c{};
+  c.grad_scale = 1.0f;
+  c.adamw = st;
+  return c;
+}
+
 TEMPLATE_TEST_CASE("squared_norm: global norm and clip scale, deterministic", "[optimizer]", float, cuda::bf16) {
   using S = TestType;
   const std::deque<Param<S>> params = make_params<S>(lengths, 10, [](i64, std::size_t) { return std::vector<float>{}; });
@@ -119,20 +128,23 @@ TEMPLATE_TEST_CASE("squared_norm: global norm and clip scale, deterministic", "[
   host_norm(params, 0.0, norm, unused);
   for (const double clip : {0.0, norm * 2, norm / 3}) {  // off, inactive, active
     INFO("clip = " << clip << ", norm = " << norm);
-    Buffer<float> partials(cuda::reduction_slots + 8), out(2), again(2);
+    Buffer<float> partials(cuda::reduction_slots);
+    Buffer<cuda::UpdateControl> out(1), again(1);
     cuda::squared_norm<S>(list, partials.get(), out.get(), static_cast<float>(clip), nullptr);
     cuda::squared_norm<S>(list, partials.get(), again.get(), static_cast<float>(clip), nullptr);
     double want_norm = 0;
     float want_scale = 0;
     host_norm(params, clip, want_norm, want_scale);
-    const std::vector<float> got = out.download();
+    const cuda::UpdateControl c = out.download()[0], c2 = again.download()[0];
+    const std::vector<float> got = {c.norm, c.grad_scale};
     // f32 sums of ~5800 squares (per-thread, then trees) against the
     // host's double: relative error ~1e-6 of the sum; 1e-5 on the norm and scale.
     CHECK(worst_ratio({got[0]}, {static_cast<float>(want_norm)}, 0.0, 1e-5) <= 1.0);
     CHECK(worst_ratio({got[1]}, {want_scale}, 0.0, 1e-5) <= 1.0);
     if (clip == norm / 3) CHECK(got[1] < 0.5f);
     else CHECK(got[1] == 1.0f);
-    CHECK(std::memcmp(got.data(), again.download().data(), 2 * sizeof(float)) == 0);  // bit for bit
+    CHECK(std::memcmp(&c.norm, &c2.norm, sizeof(float)) == 0);  // bit for bit
+    CHECK(std::memcmp(&c.grad_scale, &c2.grad_scale, sizeof(float)) == 0);
   }
 }
 
@@ -148,12 +160,14 @@ TEMPLATE_TEST_CASE("adamw_update: several parameters, clip scale from squared_no
     const double clip_norm = clip ? norm / 4 : 0.0;
     host_norm(params, clip_norm, norm, scale);
 
-    Buffer<float> partials(cuda::reduction_slots + 8), out(2);
+    Buffer<float> partials(cuda::reduction_slots);
+    Buffer<cuda::UpdateControl> control(1);
     const math::AdamWHyper<float> hyper{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
     for (int step = 3; step <= 4; ++step) {  // two steps: the updated state feeds the second
       const math::AdamWStep<float> st = math::adamw_step(hyper, step);
-      cuda::squared_norm<S>(list, partials.get(), out.get(), static_cast<float>(clip_norm), nullptr);
-      cuda::adamw_update<S>(list, st, out.get() + 1, nullptr);
+      control.upload({control_for(st)});
+      cuda::squared_norm<S>(list, partials.get(), control.get(), static_cast<float>(clip_norm), nullptr);
+      cuda::adamw_update<S>(list, control.get(), clip, nullptr);
       for (Param<S>& p : params) host::adamw_pass<float>(p.p.data(), p.g.data(), p.state.data(), p.n, st, scale, 1);
     }
     for (const Param<S>& p : params) {
@@ -164,22 +178,23 @@ TEMPLATE_TEST_CASE("adamw_update: several parameters, clip scale from squared_no
   }
 }
 
-TEMPLATE_TEST_CASE("adamw_update: a list longer than one launch, grad_scale null", "[optimizer]", float, cuda::bf16) {
+TEMPLATE_TEST_CASE("adamw_update: a list longer than one launch, no clipping", "[optimizer]", float, cuda::bf16) {
   using S = TestType;
   std::vector<i64> ns;
   for (int k = 0; k < cuda::tensor_list_entries + 5; ++k) ns.push_back(1 + 3 * k);
   std::deque<Param<S>> params = make_params<S>(ns, 100, [](i64 n, std::size_t k) { return adamw_state(n, 300 + k); });
   const std::vector<cuda::ParamRef> list = refs(params);
 
-  Buffer<float> partials(cuda::reduction_slots + 8), out(2);
-  cuda::squared_norm<S>(list, partials.get(), out.get(), 0.0f, nullptr);
+  const math::AdamWStep<float> st = math::adamw_step(math::AdamWHyper<float>{}, 1);
+  Buffer<float> partials(cuda::reduction_slots);
+  Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{control_for(st)});
+  cuda::squared_norm<S>(list, partials.get(), control.get(), 0.0f, nullptr);
   double norm = 0;
   float scale = 1;
   host_norm(params, 0.0, norm, scale);
-  CHECK(worst_ratio({out.download()[0]}, {static_cast<float>(norm)}, 0.0, 1e-5) <= 1.0);
+  CHECK(worst_ratio({control.download()[0].norm}, {static_cast<float>(norm)}, 0.0, 1e-5) <= 1.0);
 
-  const math::AdamWStep<float> st = math::adamw_step(math::AdamWHyper<float>{}, 1);
-  cuda::adamw_update<S>(list, st, nullptr, nullptr);
+  cuda::adamw_update<S>(list, control.get(), false, nullptr);
   for (Param<S>& p : params) {
     host::adamw_pass<float>(p.p.data(), p.g.data(), p.state.data(), p.n, st, 1.0f, 1);
     INFO("n = " << p.n);
@@ -217,14 +232,18 @@ TEMPLATE_TEST_CASE("adamw8bit_update: codes and absmaxes as math::adamw8bit_upda
     host_norm(params, 0.0, norm, scale);
     const double clip_norm = clip ? norm / 4 : 0.0;
 
-    Buffer<float> partials(cuda::reduction_slots + 8), out(2);
-    cuda::squared_norm<S>(list, partials.get(), out.get(), static_cast<float>(clip_norm), nullptr);
-    // The host gets the device's scale, so both sides run on the same bits.
-    const float device_scale = out.download()[1];
     const math::AdamWHyper<float> hyper{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
+    Buffer<float> partials(cuda::reduction_slots);
+    Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{control_for(math::adamw_step(hyper, 5))});
+    cuda::squared_norm<S>(list, partials.get(), control.get(), static_cast<float>(clip_norm), nullptr);
+    // The host gets the device's scale, so both sides run on the same bits.
+    cuda::UpdateControl c = control.download()[0];
+    const float device_scale = clip ? c.grad_scale : 1.0f;
     for (int step = 5; step <= 6; ++step) {
       const math::AdamWStep<float> st = math::adamw_step(hyper, step);
-      cuda::adamw8bit_update<S>(list, device_maps.get(), st, out.get() + 1, nullptr);
+      c.adamw = st;
+      control.upload({c});
+      cuda::adamw8bit_update<S>(list, device_maps.get(), control.get(), clip, nullptr);
       for (Param<S>& p : params)
         host::adamw8bit_pass<float>(p.p.data(), p.g.data(), reinterpret_cast<std::uint8_t*>(p.state.data()), p.n, maps.data(), st,
                                     device_scale, 1);
@@ -268,8 +287,14 @@ TEMPLATE_TEST_CASE("sgd_update: with and without momentum", "[optimizer]", float
     });
     const std::vector<cuda::ParamRef> list = refs(params);
     const float lr = 0.05f, weight_decay = 0.01f;
+    cuda::UpdateControl c{};
+    c.grad_scale = 1.0f;
+    c.sgd_lr = lr;
+    c.sgd_momentum = momentum;
+    c.sgd_weight_decay = weight_decay;
+    Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
     for (int step = 0; step < 2; ++step) {
-      cuda::sgd_update<S>(list, lr, momentum, weight_decay, nullptr, nullptr);
+      cuda::sgd_update<S>(list, control.get(), false, nullptr);
       for (Param<S>& p : params)
         host::sgd_pass<float>(p.p.data(), p.g.data(), p.state.empty() ? nullptr : p.state.data(), p.n, lr, momentum,
                               weight_decay, 1.0f, 1);
@@ -283,3 +308,34 @@ TEMPLATE_TEST_CASE("sgd_update: with and without momentum", "[optimizer]", float
 }
 
 }  // namespace
+
+// A step whose loss is not finite updates nothing: finish_loss sets the skip
+// flag, and every update kernel returns at once.
+TEMPLATE_TEST_CASE("finish_loss: the step's loss, and a non-finite loss skips every update", "[optimizer]", float, cuda::bf16) {
+  using S = TestType;
+  std::vector<float> maps(512);
+  math::make_dynamic_map(true, maps.data());
+  math::make_dynamic_map(false, maps.data() + 256);
+  Buffer<float> device_maps(maps);
+  for (const float summed : {12.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    INFO("summed loss = " << summed);
+    std::deque<Param<S>> params = make_params<S>(lengths, 80, [](i64 n, std::size_t k) { return adamw_state(n, 90 + k); });
+    const std::vector<cuda::ParamRef> list = refs(params);
+    cuda::UpdateControl c = control_for(math::adamw_step(math::AdamWHyper<float>{}, 1));
+    c.sgd_lr = 0.1f;
+    Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
+    Buffer<float> loss(std::vector<float>{summed});
+    cuda::finish_loss(loss.get(), 0.25f, control.get(), nullptr);
+    cuda::finish_loss(loss.get(), 0.25f, control.get(), nullptr);  // a second micro-batch
+    const cuda::UpdateControl got = control.download()[0];
+    const bool finite = std::isfinite(summed);
+    CHECK((got.skip != 0.0f) == !finite);
+    if (finite) CHECK(got.loss == 6.0f);
+    cuda::adamw_update<S>(list, control.get(), false, nullptr);
+    cuda::sgd_update<S>(list, control.get(), false, nullptr);
+    for (const Param<S>& p : params) {  // p.p: the initial weights (the host side did not step)
+      if (finite) CHECK(p.got_master() != p.p);
+      else CHECK(p.got_master() == p.p);
+    }
+  }
+}

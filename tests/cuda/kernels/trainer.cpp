@@ -152,3 +152,64 @@ TEST_CASE("cuda::Trainer rejects a bad batch with the host's message", "[trainer
 }
 
 }  // namespace
+
+namespace {
+
+// A step replayed from a captured CUDA graph computes what the same step
+// enqueued kernel by kernel computes (the batch and the hyperparameters
+// reach the graph through the pinned staging and the control block).
+TEST_CASE("cuda::Trainer: steps replayed from a CUDA graph match eager steps", "[trainer][graph]") {
+  using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>, Apply<Checkpointed<>, EveryBlock>>;
+  using C = Train<M, Batch<2>, Seq<16>, Accumulate<2>, OnCuda>;
+  TrainOptions o = options();
+  o.warmup_steps = 2;  // a learning rate that changes from step to step
+  cuda::Trainer<C> eager(o);
+  o.cuda_graph = true;
+  cuda::Trainer<C> graph(o);
+  const Curve a = train_steps(eager, 4, models::tiny_llama.vocab);
+  const std::int64_t allocations = cuda::AllocationCounter::device + cuda::AllocationCounter::pinned;
+  const Curve b = train_steps(graph, 4, models::tiny_llama.vocab);
+  CHECK(graph.graph_captured());
+  CHECK(!eager.graph_captured());
+  CHECK(cuda::AllocationCounter::device + cuda::AllocationCounter::pinned == allocations);
+  for (int i = 0; i < 4; ++i) {
+    INFO("step " << i + 1 << ": eager " << a.loss[i] << " graph " << b.loss[i]);
+    // the same kernels in the same order; float atomics (embedding backward)
+    // may add in another order on a GPU
+    CHECK(std::fabs(a.loss[i] - b.loss[i]) <= 1e-6 * a.loss[i]);
+    CHECK(std::fabs(a.norm[i] - b.norm[i]) <= 1e-5 * a.norm[i]);
+  }
+}
+
+// A loss that is not finite stops the step before any update, as on the
+// host: the exception names the step, and the weights stay those of the
+// step before.
+TEST_CASE("cuda::Trainer: a non-finite loss updates nothing", "[trainer]") {
+  using C = Train<models::GPT2<small_gpt2>, Batch<1>, Seq<8>, SGD<Ratio<0>>, OnCuda>;
+  for (const bool graph : {false, true}) {
+    INFO("cuda_graph = " << graph);
+    TrainOptions o = options();
+    o.lr = 1e12;  // diverges within a few steps
+    o.clip_norm = 0;
+    o.cuda_graph = graph;
+    cuda::Trainer<C> c(o);
+    const ParamSlot* w = cuda::Trainer<C>::find("h.0.mlp.c_fc.weight");
+    REQUIRE(w != nullptr);
+    bool thrown = false;
+    for (int i = 0; i < 12 && !thrown; ++i) {
+      const std::vector<float> before = c.download_weight(*w);
+      const int done = c.steps_done();
+      try {
+        train_steps(c, 1, small_gpt2.vocab);
+      } catch (const non_finite_loss& e) {
+        thrown = true;
+        CHECK(e.step() == done + 1);
+        CHECK(c.steps_done() == done);
+        CHECK(c.download_weight(*w) == before);
+      }
+    }
+    CHECK(thrown);
+  }
+}
+
+}  // namespace

@@ -22,6 +22,7 @@
 
 #include "../../math/dynamic_map.hpp"
 #include "../../math/optim.hpp"
+#include "../../plan/graph.hpp"
 #include "../device.cuh"
 #include "pointwise.cuh"
 
@@ -35,7 +36,26 @@ struct ParamRef {
   std::int64_t n;
 };
 
-inline constexpr int reduction_slots = 2048;  // squared_norm's partial sums (the plan reserves reduction_slots + 8 floats)
+inline constexpr int reduction_slots = 2048;  // squared_norm's partial sums
+static_assert(reduction_slots == CudaWorkspace::reduction_slots, "optimizer.cuh: the plan's reductions buffer holds the partial sums");
+
+// What the update kernels read from the device instead of kernel arguments,
+// so one captured CUDA graph serves every step: the step's hyperparameters
+// (copied in at the start of the step), the clip scale and gradient norm
+// (written by squared_norm), the loss of the step (summed by finish_loss)
+// and a skip flag (set by finish_loss when a loss is not finite: every
+// update kernel then returns at once and the weights stay those of the last
+// step). It lives in the plan's reductions buffer, after the partial sums.
+struct UpdateControl {
+  float grad_scale;              // clip scale (1: no clipping)
+  float norm;                    // global gradient norm before clipping
+  float loss;                    // mean loss of the step, summed over its micro-batches
+  float skip;                    // nonzero: a loss was not finite; no update runs
+  math::AdamWStep<float> adamw;  // AdamW / AdamW8bit: lr, betas, eps, weight decay, bias corrections
+  float sgd_lr, sgd_momentum, sgd_weight_decay;
+};
+static_assert(sizeof(UpdateControl) <= CudaWorkspace::control_floats * sizeof(float),
+              "optimizer.cuh: UpdateControl must fit the plan's control block");
 
 // ---- the by-value parameter list -----------------------------------------------------------------------------------
 
@@ -133,29 +153,29 @@ __global__ __launch_bounds__(optimizer_threads) void squared_norm_kernel(const P
   if (threadIdx.x == 0) partials[blockIdx.x] = accumulate ? partials[blockIdx.x] + acc : acc;
 }
 
-// out[0] = sqrt(sum of partials: (slots)), out[1] = the clip scale (1 when off or under the limit)
+// control->norm = sqrt(sum of partials: (slots)), control->grad_scale = the clip scale (1 when off or under the limit)
 template <int Threads>
 __global__ __launch_bounds__(Threads) void clip_scale_kernel(const float* __restrict__ partials, int slots,
-                                                             float* __restrict__ out, float clip_norm) {
+                                                             UpdateControl* __restrict__ control, float clip_norm) {
   __shared__ float reduce[warp_size];
   float s = 0.0f;
   for (int i = threadIdx.x; i < slots; i += Threads) s += partials[i];
   s = block_sum<Threads>(s, reduce);
   if (threadIdx.x == 0) {
     const float norm = sqrtf(s);
-    out[0] = norm;
-    out[1] = clip_norm > 0.0f && norm > clip_norm ? clip_norm / (norm + 1e-6f) : 1.0f;
+    control->norm = norm;
+    control->grad_scale = clip_norm > 0.0f && norm > clip_norm ? clip_norm / (norm + 1e-6f) : 1.0f;
   }
 }
 
 // The global gradient norm over params' gradients, and the clip scale
-// (host Trainer::update's rule): out_norm_and_scale (2) = norm, scale.
+// (host Trainer::update's rule), into control->norm and control->grad_scale.
 // partials: (reduction_slots). Deterministic: min(reduction_slots, chunks)
 // blocks, block b summing chunks b, b + blocks, ... in order (a parameter
 // list longer than one launch adds launch after launch into the same slots),
 // then one block sums the partial sums.
 template <class S>
-void squared_norm(std::span<const ParamRef> params, float* partials, float* out_norm_and_scale, float clip_norm,
+void squared_norm(std::span<const ParamRef> params, float* partials, UpdateControl* control, float clip_norm,
                   cudaStream_t stream) {
   std::int64_t chunks = 0;
   for (const ParamRef& p : params)
@@ -164,18 +184,19 @@ void squared_norm(std::span<const ParamRef> params, float* partials, float* out_
   optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int index) {
     launch(squared_norm_kernel<S>, dim3(blocks), dim3(optimizer_threads), stream, list, partials, index > 0);
   });
-  launch(clip_scale_kernel<optimizer_threads>, dim3(1), dim3(optimizer_threads), stream, partials, blocks, out_norm_and_scale,
-         clip_norm);
+  launch(clip_scale_kernel<optimizer_threads>, dim3(1), dim3(optimizer_threads), stream, partials, blocks, control, clip_norm);
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------------------------------
 
 // One block per chunk of 2048 elements.
 template <class S>
-__global__ __launch_bounds__(optimizer_threads) void adamw_kernel(const ParamList list, const math::AdamWStep<float> step,
-                                                                  const float* __restrict__ grad_scale) {
+__global__ __launch_bounds__(optimizer_threads) void adamw_kernel(const ParamList list, const UpdateControl* __restrict__ control,
+                                                                  bool clip) {
+  if (control->skip != 0.0f) return;
+  const math::AdamWStep<float> step = control->adamw;
   const TensorEntry& e = list.find(blockIdx.x);
-  const float scale = grad_scale != nullptr ? *grad_scale : 1.0f;
+  const float scale = clip ? control->grad_scale : 1.0f;
   S* weight = static_cast<S*>(e.weight);
   const S* grad = static_cast<const S*>(e.grad);
   float* m = reinterpret_cast<float*>(e.state);
@@ -201,13 +222,13 @@ __global__ __launch_bounds__(optimizer_threads) void adamw_kernel(const ParamLis
 }
 
 // One AdamW step over params (state [m f32 x n][v f32 x n]): the master (or
-// f32 weight) updated in f32, the weight = master rounded to S.
-// grad_scale: (1) on the device (squared_norm's clip scale), null = 1.
+// f32 weight) updated in f32, the weight = master rounded to S. The step's
+// hyperparameters are control->adamw; clip: scale the gradients by
+// control->grad_scale (squared_norm's). Nothing happens when control->skip is set.
 template <class S>
-void adamw_update(std::span<const ParamRef> params, const math::AdamWStep<float>& step, const float* grad_scale,
-                  cudaStream_t stream) {
+void adamw_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream) {
   optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int) {
-    launch(adamw_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, step, grad_scale);
+    launch(adamw_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
   });
 }
 
@@ -219,10 +240,11 @@ void adamw_update(std::span<const ParamRef> params, const math::AdamWStep<float>
 // update and the requantization with dynamic_quantize_value.
 template <class S>
 __global__ __launch_bounds__(math::adam8bit_block) void adamw8bit_kernel(const ParamList list, const float* __restrict__ maps,
-                                                                         const math::AdamWStep<float> step,
-                                                                         const float* __restrict__ grad_scale) {
+                                                                         const UpdateControl* __restrict__ control, bool clip) {
   static_assert(math::adam8bit_block == 256 && math::dynamic_map_size == 256,
                 "adamw8bit_kernel: a thread per element and per map entry");
+  if (control->skip != 0.0f) return;
+  const math::AdamWStep<float> step = control->adamw;
   __shared__ float map_m[math::dynamic_map_size], map_v[math::dynamic_map_size], reduce[warp_size];
   map_m[threadIdx.x] = maps[threadIdx.x];
   map_v[threadIdx.x] = maps[math::dynamic_map_size + threadIdx.x];
@@ -242,7 +264,7 @@ __global__ __launch_bounds__(math::adam8bit_block) void adamw8bit_kernel(const P
   if (active) {
     m = map_m[m_codes[i]] * m_absmax[block];
     v = map_v[v_codes[i]] * v_absmax[block];
-    g = to_float(static_cast<const S*>(e.grad)[i]) * (grad_scale != nullptr ? *grad_scale : 1.0f);
+    g = to_float(static_cast<const S*>(e.grad)[i]) * (clip ? control->grad_scale : 1.0f);
     math::adam_moments(m, v, g, step);
   }
   const float m_amax = block_max<math::adam8bit_block>(m < 0.0f ? -m : m, reduce);
@@ -266,21 +288,23 @@ __global__ __launch_bounds__(math::adam8bit_block) void adamw8bit_kernel(const P
 // unsigned map (for v). Produces what math::adamw8bit_update_block produces
 // for each block (bit for bit where the compiler contracts no differently).
 template <class S>
-void adamw8bit_update(std::span<const ParamRef> params, const float* maps, const math::AdamWStep<float>& step,
-                      const float* grad_scale, cudaStream_t stream) {
+void adamw8bit_update(std::span<const ParamRef> params, const float* maps, const UpdateControl* control, bool clip,
+                      cudaStream_t stream) {
   optimizer_detail::for_each_list(params, math::adam8bit_block, [&](const ParamList& list, int) {
-    launch(adamw8bit_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(math::adam8bit_block), stream, list, maps, step,
-           grad_scale);
+    launch(adamw8bit_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(math::adam8bit_block), stream, list, maps, control,
+           clip);
   });
 }
 
 // ---- SGD -----------------------------------------------------------------------------------------------------------
 
 template <class S>
-__global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList list, float lr, float momentum,
-                                                                float weight_decay, const float* __restrict__ grad_scale) {
+__global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList list, const UpdateControl* __restrict__ control,
+                                                                bool clip) {
+  if (control->skip != 0.0f) return;
+  const float lr = control->sgd_lr, momentum = control->sgd_momentum, weight_decay = control->sgd_weight_decay;
   const TensorEntry& e = list.find(blockIdx.x);
-  const float scale = grad_scale != nullptr ? *grad_scale : 1.0f;
+  const float scale = clip ? control->grad_scale : 1.0f;
   S* weight = static_cast<S*>(e.weight);
   const S* grad = static_cast<const S*>(e.grad);
   float* buf = momentum != 0.0f ? reinterpret_cast<float*>(e.state) : nullptr;
@@ -303,14 +327,28 @@ __global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList 
   });
 }
 
-// One SGD step over params: state = the momentum buffer f32 (null and unused when momentum == 0).
+// One SGD step over params (control->sgd_*): state = the momentum buffer f32
+// (null and unused when momentum == 0).
 template <class S>
-void sgd_update(std::span<const ParamRef> params, float lr, float momentum, float weight_decay, const float* grad_scale,
-                cudaStream_t stream) {
+void sgd_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream) {
   optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int) {
-    launch(sgd_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, lr, momentum,
-           weight_decay, grad_scale);
+    launch(sgd_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
   });
+}
+
+// ---- the step's loss ----------------------------------------------------------------------------------------------
+
+// control->loss += *summed_loss * scale (one micro-batch's mean, over the
+// step's micro-batches); control->skip = 1 when that loss is not finite.
+// (A template so that the header-only kernel has one definition across translation units.)
+template <int = 0>
+__global__ void finish_loss_kernel(const float* __restrict__ summed_loss, float scale, UpdateControl* __restrict__ control) {
+  const float l = *summed_loss * scale;
+  control->loss += l;
+  if (!(l - l == 0.0f)) control->skip = 1.0f;  // NaN or infinite
+}
+inline void finish_loss(const float* summed_loss, float scale, UpdateControl* control, cudaStream_t stream) {
+  launch(finish_loss_kernel<>, dim3(1), dim3(1), stream, summed_loss, scale, control);
 }
 
 }  // namespace headroom::cuda
