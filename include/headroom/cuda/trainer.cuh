@@ -187,6 +187,19 @@ class Trainer {
     if (half && p.master >= 0) return download<float>(device_.at<float>(p.master), p.elements());
     return download_as_float(device_.at<S>(p.weight), p.elements());
   }
+  // Any parameter's values as f32: a quantized one dequantized on the host
+  // (what the kernels compute: code x absmax in f32).
+  std::vector<float> download_dense(const ParamSlot& p) const {
+    if (p.quant.kind == QuantKind::none) return download_weight(p);
+    std::vector<std::uint8_t> codes = download<std::uint8_t>(device_.at<std::uint8_t>(p.weight), p.quant.code_bytes(p.elements()));
+    std::vector<std::uint8_t> scales = download<std::uint8_t>(device_.at<std::uint8_t>(p.scales), p.quant.scale_bytes(p.elements()));
+    std::vector<float> table(16 + 256);
+    host::fill_quant_table(table.data(), p.quant.double_quant);
+    const math::QuantView w{p.quant, codes.data(), scales.data(), table.data(), p.rows, p.cols};
+    std::vector<float> v(static_cast<std::size_t>(p.elements()));
+    host::dequantize_rows<float>(w, 0, p.rows, v.data());
+    return v;
+  }
   std::vector<float> download_grad(const ParamSlot& p) const {
     if (p.grad < 0) return {};
     return download_as_float(device_.at<S>(p.grad), p.elements());

@@ -138,19 +138,30 @@ std::vector<HfParam> hf_params() {
 
 namespace detail::hf {
 
+// An engine whose arena is in host memory (host::Trainer: weight(p) is a
+// pointer to the values); otherwise (cuda::Trainer) values are copied with
+// download_dense(p) and upload_weight(p, values).
+template <class Trainer>
+concept HostArena = requires(const Trainer& t, const ParamSlot& p) { t.weight(p); };
+
 // A parameter's values in the trainer's (rows, cols) layout as double:
 // dense values converted, quantized ones dequantized (exactly: code * absmax
 // is computed in float, as the kernels do).
 template <class Trainer>
 std::vector<double> dense_values(const Trainer& t, const ParamSlot& p) {
-  std::vector<double> v(static_cast<std::size_t>(p.elements()));
-  if (p.quant.kind == QuantKind::none) {
-    const auto* w = t.weight(p);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(w[i]);
+  if constexpr (!HostArena<Trainer>) {
+    const std::vector<float> f = t.download_dense(p);
+    return std::vector<double>(f.begin(), f.end());
   } else {
-    host::dequantize_rows<double>(t.quant(p), 0, p.rows, v.data());
+    std::vector<double> v(static_cast<std::size_t>(p.elements()));
+    if (p.quant.kind == QuantKind::none) {
+      const auto* w = t.weight(p);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(w[i]);
+    } else {
+      host::dequantize_rows<double>(t.quant(p), 0, p.rows, v.data());
+    }
+    return v;
   }
-  return v;
 }
 
 // (rows, cols) -> (cols, rows)
@@ -165,7 +176,6 @@ void transpose(const U* in, V* out, std::int64_t rows, std::int64_t cols) {
 // (in the trainer's (rows, cols) layout, in double) before they are written.
 template <class Trainer, class Wants, class Apply>
 void write_base(const Trainer& t, const std::filesystem::path& path, Wants&& wants, Apply&& apply) {
-  using T = typename Trainer::T;
   const std::vector<HfParam> params = hf_params<Trainer>();
   std::vector<std::vector<float>> staged;
   staged.reserve(params.size());
@@ -174,10 +184,12 @@ void write_base(const Trainer& t, const std::filesystem::path& path, Wants&& wan
   for (const HfParam& h : params) {
     const ParamSlot& p = *h.slot;
     const bool change = wants(p);
-    if constexpr (std::is_same_v<T, float>) {
-      if (!h.transposed && p.quant.kind == QuantKind::none && !change) {  // straight from the arena
-        views.push_back(TensorView{h.name, DType::F32, h.shape, t.weight(p)});
-        continue;
+    if constexpr (HostArena<Trainer>) {
+      if constexpr (std::is_same_v<typename Trainer::T, float>) {
+        if (!h.transposed && p.quant.kind == QuantKind::none && !change) {  // straight from the arena
+          views.push_back(TensorView{h.name, DType::F32, h.shape, t.weight(p)});
+          continue;
+        }
       }
     }
     std::vector<double> v = dense_values(t, p);
@@ -211,7 +223,6 @@ void save_pretrained(const Trainer& t, const std::filesystem::path& path) {
 // values. Adapters, optimizer state and the step count are left as they are.
 template <class Trainer>
 void load_pretrained(Trainer& t, const std::filesystem::path& path) {
-  using T = typename Trainer::T;
   namespace st = detail::safetensors;
   const SafetensorsFile file(path);
   const std::vector<HfParam> params = hf_params<Trainer>();
@@ -258,15 +269,18 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
     const ParamSlot& p = *h.slot;
     const TensorInfo& ti = *found[i];
     const auto n = static_cast<std::size_t>(p.elements());
-    if (p.quant.kind == QuantKind::none && !h.transposed) {
-      read_converted<T>(file, ti, std::span<T>(t.weight(p), n));
-      continue;
-    }
-    if (p.quant.kind == QuantKind::none) {  // transposed: file (cols, rows) -> (rows, cols)
-      std::vector<T> v(n);
-      read_converted<T>(file, ti, std::span<T>(v));
-      detail::hf::transpose(v.data(), t.weight(p), p.cols, p.rows);
-      continue;
+    if constexpr (detail::hf::HostArena<Trainer>) {
+      using T = typename Trainer::T;
+      if (p.quant.kind == QuantKind::none && !h.transposed) {  // straight into the arena
+        read_converted<T>(file, ti, std::span<T>(t.weight(p), n));
+        continue;
+      }
+      if (p.quant.kind == QuantKind::none) {  // transposed: file (cols, rows) -> (rows, cols)
+        std::vector<T> v(n);
+        read_converted<T>(file, ti, std::span<T>(v));
+        detail::hf::transpose(v.data(), t.weight(p), p.cols, p.rows);
+        continue;
+      }
     }
     std::vector<float> v(n);
     read_converted<float>(file, ti, std::span<float>(v));
@@ -275,7 +289,8 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
       detail::hf::transpose(v.data(), w.data(), p.cols, p.rows);
       v.swap(w);
     }
-    t.set_quantized(p, v);
+    if constexpr (detail::hf::HostArena<Trainer>) t.set_quantized(p, v);
+    else t.upload_weight(p, v);  // the engine converts (or quantizes) and copies
   }
 }
 

@@ -7,11 +7,13 @@
 #include "../support/kernel_test.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
+#include <headroom/io/hf_names.hpp>
 
 namespace {
 
@@ -210,6 +212,43 @@ TEST_CASE("cuda::Trainer: a non-finite loss updates nothing", "[trainer]") {
     }
     CHECK(thrown);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Hugging Face checkpoints move between the engines: a model saved by the
+// host trainer and loaded into the CUDA trainer (quantizing its NF4
+// projections as it loads) trains with the host's losses, and what the CUDA
+// trainer saves loads back into a host trainer unchanged.
+TEST_CASE("cuda::Trainer loads and saves Hugging Face checkpoints like host::Trainer", "[trainer][io]") {
+  using M = models::Llama<models::tiny_llama, Apply<Quantized<NF4, LoRA<4>>, On<q_proj, v_proj>>>;
+  using H = Train<M, Batch<2>, Seq<16>>;
+  using C = Train<M, Batch<2>, Seq<16>, OnCuda>;
+  const auto dir = std::filesystem::temp_directory_path() / "headroom_cuda_io_test";
+  std::filesystem::create_directories(dir);
+  TrainOptions other = options();
+  other.seed = 7;  // different initial weights, replaced by the file's
+  host::Trainer<H> h(other);
+  io::save_pretrained(h, dir / "base.safetensors");
+  cuda::Trainer<C> c(options());
+  io::load_pretrained(c, dir / "base.safetensors");
+  io::save_pretrained(c, dir / "from_cuda.safetensors");
+  host::Trainer<H> back(options());
+  io::load_pretrained(back, dir / "from_cuda.safetensors");
+  for (std::size_t k = 0; k < host::Trainer<H>::param_count; ++k) {
+    const ParamSlot& p = host::Trainer<H>::param(k);
+    if (io::is_adapter_param(p.name)) continue;
+    INFO(host::Trainer<H>::path_of(p));
+    // NF4 codes re-quantized from their own dequantized values are the same codes
+    CHECK(io::detail::hf::dense_values(back, p) == io::detail::hf::dense_values(h, p));
+  }
+  // `back` and `c` share base weights (the file's) and adapters (seed 99)
+  const Curve a = train_steps(back, 2, models::tiny_llama.vocab);
+  const Curve b = train_steps(c, 2, models::tiny_llama.vocab);
+  for (int i = 0; i < 2; ++i) CHECK(std::fabs(a.loss[i] - b.loss[i]) <= 1e-4 * a.loss[i]);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
