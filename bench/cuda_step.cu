@@ -2,11 +2,14 @@
 // for one configuration, as one JSON line (bench/gpu runs it next to
 // bench/cuda_torch.py, the same models in PyTorch eager and torch.compile).
 //
-//   cuda_step CONFIG [--steps N] [--warmup N]
+//   cuda_step CONFIG [--steps N] [--warmup N] [--graph 0|1]
 //   CONFIG: smoke        tiny Llama, f32 (seconds; checks the build)
 //           gpt2_124m    GPT-2 124M, bf16, AdamW, B16 T1024, LM head in 4096-token chunks
 //           llama_qlora  Llama-3.2-1B shape, NF4 + LoRA r16 on all seven projections,
 //                        checkpointed blocks, AdamW8bit, bf16, B8 T1024
+//
+// --graph 1 (the default) replays the step from a captured CUDA graph
+// (TrainOptions::cuda_graph); --graph 0 enqueues it kernel by kernel.
 //
 // MFU = the plan's model FLOPs per step (forward + backward; recompute not
 // counted, as PaLM defines it) / step time / 989.4 TFLOP/s (H100/H200 SXM
@@ -36,11 +39,11 @@ using LlamaRun = Train<LlamaQ, Batch<8>, Seq<1024>, Precision<BF16>, AdamW8bit, 
 using SmokeRun = Train<models::Llama<models::tiny_llama>, Batch<4>, Seq<64>, OnCuda>;
 
 template <class R>
-int run(const char* name, int steps, int warmup) {
+int run(const char* name, int steps, int warmup, bool graph) {
   using Tr = cuda::Trainer<R>;
   std::size_t free0 = 0, total = 0;
   cuda::check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
-  Tr t({.seed = 1, .lr = 1e-4, .clip_norm = 1.0});
+  Tr t({.seed = 1, .lr = 1e-4, .clip_norm = 1.0, .cuda_graph = graph});
   std::size_t free1 = 0;
   cuda::check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
   constexpr std::int64_t n = Tr::tokens_per_step, vocab = Tr::vocab_size();
@@ -61,10 +64,10 @@ int run(const char* name, int steps, int warmup) {
   constexpr auto p = Tr::plan;
   const double model_flops = static_cast<double>(p.flops_fwd + p.flops_bwd) * R::accumulate;
   const double step_s = secs / steps;
-  std::printf("{\"engine\": \"headroom\", \"config\": \"%s\", \"tokens_per_step\": %lld, \"steps\": %d, \"step_ms\": %.3f, "
+  std::printf("{\"engine\": \"%s\", \"config\": \"%s\", \"tokens_per_step\": %lld, \"steps\": %d, \"step_ms\": %.3f, "
               "\"tokens_per_s\": %.1f, \"model_tflop_per_step\": %.4f, \"mfu\": %.4f, \"arena_bytes\": %lld, "
               "\"offload_bytes\": %lld, \"process_device_bytes\": %lld, \"gemm_products\": %d, \"losses\": [",
-              name, static_cast<long long>(n), steps, 1e3 * step_s, n / step_s, model_flops / 1e12,
+              graph ? "headroom_graph" : "headroom", name, static_cast<long long>(n), steps, 1e3 * step_s, n / step_s, model_flops / 1e12,
               model_flops / step_s / peak_bf16_flops, static_cast<long long>(t.arena_bytes(Tier::device)),
               static_cast<long long>(t.arena_bytes(Tier::offload)), static_cast<long long>(total - free1), t.blas().products());
   for (std::size_t i = 0; i < losses.size(); ++i) std::printf("%s%.6f", i ? ", " : "", losses[i]);
@@ -77,22 +80,24 @@ int run(const char* name, int steps, int warmup) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: cuda_step smoke|gpt2_124m|llama_qlora [--steps N] [--warmup N]\n");
+    std::fprintf(stderr, "usage: cuda_step smoke|gpt2_124m|llama_qlora [--steps N] [--warmup N] [--graph 0|1]\n");
     return 2;
   }
   int steps = 10, warmup = 3;
+  bool graph = true;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
     else if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--graph") == 0) graph = std::atoi(argv[i + 1]) != 0;
   }
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "cuda_step: no CUDA device\n");
     return 77;
   }
   const std::string config = argv[1];
-  if (config == "smoke") return run<SmokeRun>("smoke", steps, warmup);
-  if (config == "gpt2_124m") return run<GPT2Run>("gpt2_124m", steps, warmup);
-  if (config == "llama_qlora") return run<LlamaRun>("llama_qlora", steps, warmup);
+  if (config == "smoke") return run<SmokeRun>("smoke", steps, warmup, graph);
+  if (config == "gpt2_124m") return run<GPT2Run>("gpt2_124m", steps, warmup, graph);
+  if (config == "llama_qlora") return run<LlamaRun>("llama_qlora", steps, warmup, graph);
   std::fprintf(stderr, "cuda_step: unknown config %s\n", config.c_str());
   return 2;
 }
