@@ -74,42 +74,44 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
-// Sum over a block of Threads threads (a multiple of 32, at most 1024);
-// every thread gets the result. `shared`: (32) floats of shared memory, free
-// for reuse after the call returns.
-template <int Threads>
-__device__ inline float block_sum(float v, float* shared) {
-  static_assert(Threads % warp_size == 0 && Threads <= 1024, "block_sum: Threads must be a multiple of 32, at most 1024");
+namespace device_detail {
+struct WarpSum {
+  __device__ float operator()(float v) const { return warp_sum(v); }
+};
+struct WarpMax {
+  __device__ float operator()(float v) const { return warp_max(v); }
+};
+// Reduces v over a 1-D block of Threads threads: within each warp, then the
+// warps' results by the first warp. identity: what an absent warp adds.
+template <int Threads, class WarpReduce>
+__device__ inline float block_reduce(float v, float* shared, float identity, WarpReduce reduce) {
+  static_assert(Threads % warp_size == 0 && Threads <= 1024, "block_sum / block_max: Threads must be a multiple of 32, at most 1024");
   constexpr int warps = Threads / warp_size;
-  v = warp_sum(v);
+  v = reduce(v);
   if constexpr (warps == 1) {
     return v;
   } else {
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
     if (lane == 0) shared[warp] = v;
     __syncthreads();
-    float t = lane < warps ? shared[lane] : 0.0f;
-    t = warp_sum(t);
+    float t = lane < warps ? shared[lane] : identity;
+    t = reduce(t);
     __syncthreads();
     return t;
   }
 }
+}  // namespace device_detail
+
+// Sum / max over a 1-D block of Threads threads (a multiple of 32, at most
+// 1024); every thread gets the result. `shared`: (32) floats of shared
+// memory, free for reuse after the call returns.
+template <int Threads>
+__device__ inline float block_sum(float v, float* shared) {
+  return device_detail::block_reduce<Threads>(v, shared, 0.0f, device_detail::WarpSum{});
+}
 template <int Threads>
 __device__ inline float block_max(float v, float* shared) {
-  static_assert(Threads % warp_size == 0 && Threads <= 1024, "block_max: Threads must be a multiple of 32, at most 1024");
-  constexpr int warps = Threads / warp_size;
-  v = warp_max(v);
-  if constexpr (warps == 1) {
-    return v;
-  } else {
-    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    float t = lane < warps ? shared[lane] : -3.402823466e38f;
-    t = warp_max(t);
-    __syncthreads();
-    return t;
-  }
+  return device_detail::block_reduce<Threads>(v, shared, -3.402823466e38f, device_detail::WarpMax{});
 }
 
 inline constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }

@@ -51,45 +51,30 @@ struct AllocationCounter {
   static inline std::int64_t device = 0, pinned = 0;
 };
 
-// One tier of a plan: `bytes` of device memory (or pinned host memory), 256-byte
-// aligned (cudaMalloc guarantees at least that), zeroed once.
-class DeviceArena {
+// One tier of a plan in one allocation of `bytes`: device memory
+// (cudaMalloc, zeroed once) for the device tier, pinned host memory
+// (cudaHostAlloc) for the offload tier. 256-byte aligned (both guarantee at least that).
+template <bool Pinned>
+class TierArena {
  public:
-  explicit DeviceArena(std::int64_t bytes) : bytes_(bytes) {
-    if (bytes_ > 0) {
-      check(cudaMalloc(&base_, static_cast<std::size_t>(bytes_)), "cudaMalloc of the device arena");
-      ++AllocationCounter::device;
-      check(cudaMemset(base_, 0, static_cast<std::size_t>(bytes_)), "cudaMemset of the device arena");
-    }
-  }
-  DeviceArena(const DeviceArena&) = delete;
-  DeviceArena& operator=(const DeviceArena&) = delete;
-  ~DeviceArena() {
-    if (base_ != nullptr) cudaFree(base_);
-  }
-  std::int64_t bytes() const { return bytes_; }
-  template <class T>
-  T* at(std::int64_t offset) const {
-    return reinterpret_cast<T*>(static_cast<std::byte*>(base_) + offset);
-  }
-
- private:
-  std::int64_t bytes_;
-  void* base_ = nullptr;
-};
-
-class PinnedArena {
- public:
-  explicit PinnedArena(std::int64_t bytes) : bytes_(bytes) {
-    if (bytes_ > 0) {
-      check(cudaHostAlloc(&base_, static_cast<std::size_t>(bytes_), cudaHostAllocDefault), "cudaHostAlloc of the offload arena");
+  explicit TierArena(std::int64_t bytes) : bytes_(bytes) {
+    if (bytes_ <= 0) return;
+    const auto n = static_cast<std::size_t>(bytes_);
+    if constexpr (Pinned) {
+      check(cudaHostAlloc(&base_, n, cudaHostAllocDefault), "cudaHostAlloc of the offload arena");
       ++AllocationCounter::pinned;
+    } else {
+      check(cudaMalloc(&base_, n), "cudaMalloc of the device arena");
+      ++AllocationCounter::device;
+      check(cudaMemset(base_, 0, n), "cudaMemset of the device arena");
     }
   }
-  PinnedArena(const PinnedArena&) = delete;
-  PinnedArena& operator=(const PinnedArena&) = delete;
-  ~PinnedArena() {
-    if (base_ != nullptr) cudaFreeHost(base_);
+  TierArena(const TierArena&) = delete;
+  TierArena& operator=(const TierArena&) = delete;
+  ~TierArena() {
+    if (base_ == nullptr) return;
+    if constexpr (Pinned) cudaFreeHost(base_);
+    else cudaFree(base_);
   }
   std::int64_t bytes() const { return bytes_; }
   template <class T>
@@ -101,5 +86,7 @@ class PinnedArena {
   std::int64_t bytes_;
   void* base_ = nullptr;
 };
+using DeviceArena = TierArena<false>;
+using PinnedArena = TierArena<true>;
 
 }  // namespace headroom::cuda

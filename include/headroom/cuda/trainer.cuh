@@ -169,18 +169,10 @@ class Trainer {
 
   // ---- parameters -------------------------------------------------------------------------------------
   static constexpr std::size_t param_count = sched.params.size();
-  static constexpr std::int64_t vocab_size() {
-    for (const Step& s : sched.steps)
-      if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
-    return 0;
-  }
+  static constexpr std::int64_t vocab_size() { return trainers::vocab_size(sched); }
   static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
-  static std::string path_of(const ParamSlot& p) { return trainers::node_path(plan, p.node, p.instance) + "." + std::string(p.name); }
-  static const ParamSlot* find(std::string_view path) {
-    for (const ParamSlot& p : sched.params)
-      if (path_of(p) == path) return &p;
-    return nullptr;
-  }
+  static std::string path_of(const ParamSlot& p) { return trainers::path_of(plan, p); }
+  static const ParamSlot* find(std::string_view path) { return trainers::find_param(plan, sched, path); }
   // A dense parameter's values as f32 (the master copy of a 16-bit run).
   std::vector<float> download_weight(const ParamSlot& p) const {
     if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_weight: " + path_of(p) + " is quantized");

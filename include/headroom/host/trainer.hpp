@@ -155,11 +155,7 @@ class Trainer {
   // ---- parameters ----------------------------------------------------------------------------------------
   static constexpr std::size_t param_count = sched.params.size();
   // The model's vocabulary (the LM head's rows).
-  static constexpr std::int64_t vocab_size() {
-    for (const Step& s : sched.steps)
-      if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
-    return 0;
-  }
+  static constexpr std::int64_t vocab_size() { return trainers::vocab_size(sched); }
 
   static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
   // A dense parameter's values (row-major rows x cols), or null for a quantized one.
@@ -171,14 +167,10 @@ class Trainer {
                      sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
   }
   // The parameter's dotted path in the model: "layers.3.self_attn.q_proj.lora_A".
-  static std::string path_of(const ParamSlot& p) { return node_path(p.node, p.instance) + "." + std::string(p.name); }
+  static std::string path_of(const ParamSlot& p) { return trainers::path_of(plan, p); }
   static std::string node_path(int node, int instance) { return trainers::node_path(plan, node, instance); }
   // The parameter at a dotted path ("layers.0.self_attn.q_proj.lora_B"), or null.
-  static const ParamSlot* find(std::string_view path) {
-    for (const ParamSlot& p : sched.params)
-      if (path_of(p) == path) return &p;
-    return nullptr;
-  }
+  static const ParamSlot* find(std::string_view path) { return trainers::find_param(plan, sched, path); }
   // Quantizes dense values into a quantized parameter: x (rows, cols) f32.
   void set_quantized(const ParamSlot& p, std::span<const float> x) {
     const QuantView w = quant(p);

@@ -94,6 +94,28 @@ std::string node_path(const Plan& plan, int node, int instance) {
   return s;
 }
 
+// The dotted path of a parameter: "layers.3.self_attn.q_proj.lora_A".
+template <class Plan, class Param>
+std::string path_of(const Plan& plan, const Param& p) {
+  return node_path(plan, p.node, p.instance) + "." + std::string(p.name);
+}
+
+// The parameter of a schedule at a dotted path, or null.
+template <class Plan, class Schedule>
+const auto* find_param(const Plan& plan, const Schedule& sched, std::string_view path) {
+  for (const auto& p : sched.params)
+    if (path_of(plan, p) == path) return &p;
+  return static_cast<decltype(&sched.params[0])>(nullptr);
+}
+
+// The model's vocabulary: the LM head's rows (0 without one).
+template <class Schedule>
+constexpr std::int64_t vocab_size(const Schedule& sched) {
+  for (const auto& s : sched.steps)
+    if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
+  return 0;
+}
+
 // Counter-based random numbers: the value of element i of a parameter never
 // depends on threads or order (splitmix64).
 constexpr std::uint64_t mix(std::uint64_t z) {
