@@ -47,6 +47,11 @@ static_assert(host.peak_bytes(Tier::offload) == 0);
 // LM head: one chunk of bf16 logits, 32 x 512 x 2 = 32,768 B, plus the loss of
 // each of the 128 tokens in f32 (512 B).
 static_assert(count(cuda, "scratch", 32 * 512 * 2 + 128 * 4) == 1);
+// The losses start 256-byte aligned after the logits: 31 tokens of a
+// 385-word vocabulary in bf16 are 23,870 B, rounded up to 24,064 B.
+static_assert(CudaWorkspace::lm_head_logits_bytes(31, 385, 2) == 24064);
+using OddCuda = Train<models::GPT2<models::GPT2Config{385, 64, 1, 4, 64}>, Batch<1>, Seq<31>, Precision<BF16>, OnCuda>;
+static_assert(count(plan<OddCuda>(), "scratch", 24064 + 31 * 4) == 1);
 // Attention backward: delta (B, H, T) f32 = 2 x 4 x 64 x 4 = 2,048 B per layer;
 // the forward needs no scratch (the host's RoPE table and tiles are gone).
 static_assert(count(cuda, "scratch", 2 * 4 * 64 * 4) == 2);

@@ -30,6 +30,7 @@
 // untouched). That makes the whole step capturable: with
 // TrainOptions::cuda_graph the second step is captured into a CUDA graph and
 // every later step is one cudaGraphLaunch (see docs/cuda.md for what it buys).
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -73,6 +74,8 @@ class Trainer {
   static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
   static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
                 "cuda::Trainer: the schedule and the plan must pack the same arena");
+  // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
+  static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
 
   explicit Trainer(TrainOptions o = {})
       : opt_(o),
@@ -140,7 +143,7 @@ class Trainer {
     stage(tokens, targets, step_ + 1);
     upload_control();
     if (config.accumulate > 1) zero_grads();
-    micro_batch(0, true);
+    micro_batch(0);
     return results().loss * config.accumulate;
   }
 
@@ -150,8 +153,14 @@ class Trainer {
     stage(tokens, targets, step_ + 1);
     upload_control();
     load_batch(0);
-    for (int g = 1; g < sched.loss_step; ++g) run_step(g);
+    for (int g = 1; g < sched.loss_step; ++g) {
+      wait_for_copies(g);
+      run_step(g);
+    }
+    wait_for_copies(sched.loss_step);
     loss_step(sched.steps[sched.loss_step], false);
+    // the forward's offload copies are joined before the next step reuses their bytes
+    for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g);
     return results().loss * config.accumulate;
   }
 
@@ -185,9 +194,7 @@ class Trainer {
     if (p.quant.kind == QuantKind::none) return download_weight(p);
     std::vector<std::uint8_t> codes = download<std::uint8_t>(device_.at<std::uint8_t>(p.weight), p.quant.code_bytes(p.elements()));
     std::vector<std::uint8_t> scales = download<std::uint8_t>(device_.at<std::uint8_t>(p.scales), p.quant.scale_bytes(p.elements()));
-    std::vector<float> table(16 + 256);
-    host::fill_quant_table(table.data(), p.quant.double_quant);
-    const math::QuantView w{p.quant, codes.data(), scales.data(), table.data(), p.rows, p.cols};
+    const math::QuantView w = host_view(p, codes, scales);
     std::vector<float> v(static_cast<std::size_t>(p.elements()));
     host::dequantize_rows<float>(w, 0, p.rows, v.data());
     return v;
@@ -233,6 +240,7 @@ class Trainer {
   std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
   std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
   int step_ = 0;
+  std::array<float, 16 + 256> host_tables_{};  // NF4 codes + the dynamic map, for quantizing on the host
   cudaGraph_t graph_{};
   cudaGraphExec_t graph_exec_{};
 
@@ -324,7 +332,7 @@ class Trainer {
   void enqueue_step() {
     upload_control();
     if (config.accumulate > 1) zero_grads();
-    for (int k = 0; k < config.accumulate; ++k) micro_batch(k, true);
+    for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
     if (!config.update_in_backward) {
       squared_norm<S>(trainable_, reductions(), control(), static_cast<float>(opt_.clip_norm), compute_);
       apply_update(trainable_, opt_.clip_norm > 0);
@@ -348,14 +356,13 @@ class Trainer {
   }
 
   // Every event of micro-batch k up to the update (the loss adds its share to the control block).
-  void micro_batch(int k, bool gradients) {
+  void micro_batch(int k) {
     load_batch(k);
-    const int end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
-    for (int g = 1; g < end; ++g) {
+    for (int g = 1; g < micro_batch_end; ++g) {
       const Step& st = sched.steps[g];
       wait_for_copies(g);
       if (st.kind == EventKind::loss) {
-        loss_step(st, gradients);
+        loss_step(st, true);
         continue;
       }
       run_step(g);
@@ -364,7 +371,7 @@ class Trainer {
         apply_update(ready, false);
       }
     }
-    wait_for_copies(end);
+    wait_for_copies(micro_batch_end);
   }
 
   void zero_grads() {
@@ -391,32 +398,32 @@ class Trainer {
   }
   // For each copy step, the first later step that reads or writes any device
   // bytes it copies (an offload's source may be reused; a prefetch's
-  // destination is read by a backward): the compute stream waits there.
+  // destination is read by a backward): the compute stream waits there, or at
+  // the end of the micro-batch when no step does. Copies keep their order on
+  // the copy stream, so they need no waits among themselves.
   void plan_copy_waits() {
-    const int n = static_cast<int>(sched.steps.size());
-    std::vector<std::vector<int>> at(static_cast<std::size_t>(n) + 1);
-    for (int g = 0; g < n; ++g) {
+    constexpr int end = micro_batch_end;
+    std::vector<std::vector<int>> at(static_cast<std::size_t>(end) + 1);
+    for (int g = 0; g < end; ++g) {
       const Step& st = sched.steps[g];
       if (st.kind != EventKind::offload && st.kind != EventKind::prefetch) continue;
-      int first = n;  // none: before the update / end of the micro-batch
-      for (int h = g + 1; h < n && first == n; ++h)
+      auto touched_at = [&](int h) {
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
-          const std::int64_t dev = st.kind == EventKind::offload ? cp.from : cp.to;
-          if (touches(sched.steps[h], dev, cp.bytes) || sched.steps[h].kind == EventKind::offload ||
-              sched.steps[h].kind == EventKind::prefetch) {
-            first = h;  // (copy steps also keep their order)
-            break;
-          }
+          if (touches(sched.steps[h], st.kind == EventKind::offload ? cp.from : cp.to, cp.bytes)) return true;
         }
+        return false;
+      };
+      int first = g + 1;
+      while (first < end && !touched_at(first)) ++first;
       at[static_cast<std::size_t>(first)].push_back(g);
     }
-    wait_begin_.assign(static_cast<std::size_t>(n) + 2, 0);
-    for (int g = 0; g <= n; ++g) {
+    wait_begin_.assign(static_cast<std::size_t>(end) + 2, 0);
+    for (int g = 0; g <= end; ++g) {
       wait_begin_[g] = static_cast<int>(waits_.size());
       for (int c : at[static_cast<std::size_t>(g)]) waits_.push_back(c);
     }
-    wait_begin_[n + 1] = static_cast<int>(waits_.size());
+    wait_begin_[end + 1] = static_cast<int>(waits_.size());
   }
   void wait_for_copies(int g) {
     for (int i = wait_begin_[g]; i < wait_begin_[g + 1]; ++i)
@@ -547,7 +554,8 @@ class Trainer {
     S* dh = grads ? ptr(st.d_in[0]) : nullptr;
     S* dw = grads ? param_grad(st.param[0]) : nullptr;
     S* logits = ptr(st.scratch);  // (chunk, V)
-    float* row_loss = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(logits) + chunk * vocab * sizeof(S));  // (N)
+    float* row_loss = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(logits) +
+                                               CudaWorkspace::lm_head_logits_bytes(chunk, vocab, sizeof(S)));  // (N)
     for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
       const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
       blas_.gemm<S>(Trans::no, Trans::yes, rows, vocab, d, 1.0f, h + c0 * d, d, w, d, 0.0f, logits, vocab, compute_);
@@ -685,12 +693,12 @@ class Trainer {
   }
 
   void fill_tables() {
+    host::fill_quant_table(host_tables_.data(), true);
     if (sched.quant_table >= 0) {
       bool dq = false;
       for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
-      std::vector<float> table(16 + 256);
-      host::fill_quant_table(table.data(), dq);
-      check(cudaMemcpy(device_.at<float>(sched.quant_table), table.data(), (dq ? 16 + 256 : 16) * sizeof(float), cudaMemcpyHostToDevice),
+      check(cudaMemcpy(device_.at<float>(sched.quant_table), host_tables_.data(), (dq ? 16 + 256 : 16) * sizeof(float),
+                       cudaMemcpyHostToDevice),
             "upload code tables");
     }
     if (sched.optim_table >= 0) {
@@ -702,16 +710,16 @@ class Trainer {
     }
   }
 
+  // A quantized parameter in host buffers (codes and scales of its size), over the host copy of the code tables.
+  math::QuantView host_view(const ParamSlot& p, std::vector<std::uint8_t>& codes, std::vector<std::uint8_t>& scales) const {
+    return math::QuantView{p.quant, codes.data(), scales.data(), const_cast<float*>(host_tables_.data()), p.rows, p.cols};
+  }
+
   // Quantizes on the host (host/quant.hpp) and uploads codes and scales.
   void upload_quantized(const ParamSlot& p, std::span<const float> x) {
-    const std::int64_t code_bytes = p.quant.code_bytes(p.elements()), scale_bytes = p.quant.scale_bytes(p.elements());
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(code_bytes)), scales(static_cast<std::size_t>(scale_bytes));
-    std::vector<float> table(16 + 256);
-    host::fill_quant_table(table.data(), p.quant.double_quant);
-    const math::QuantView w{p.quant, codes.data(), scales.data(), table.data(), p.rows, p.cols};
-    std::vector<float> staging(static_cast<std::size_t>(w.blocks()));
-    host::quantize_rows(w, 0, p.rows, x.data(), staging.data());
-    host::finish_double_quant(w, staging.data());
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(p.quant.code_bytes(p.elements())));
+    std::vector<std::uint8_t> scales(static_cast<std::size_t>(p.quant.scale_bytes(p.elements())));
+    host::quantize_matrix(host_view(p, codes, scales), x.data());
     check(cudaMemcpy(device_.at<std::uint8_t>(p.weight), codes.data(), codes.size(), cudaMemcpyHostToDevice), "upload codes");
     check(cudaMemcpy(device_.at<std::uint8_t>(p.scales), scales.data(), scales.size(), cudaMemcpyHostToDevice), "upload scales");
   }

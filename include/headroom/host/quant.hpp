@@ -3,6 +3,7 @@
 // math/quant_view.hpp), and panel-at-a-time dequantization.
 // The whole dequantized matrix never exists: kernels ask for rows [r0, r1).
 #include <cstdint>
+#include <vector>
 
 #include "../core/quant_format.hpp"
 #include "../math/blockwise_int.hpp"
@@ -80,6 +81,14 @@ inline void quantize_rows(const QuantView& w, std::int64_t r0, std::int64_t r1, 
 inline void finish_double_quant(const QuantView& w, const float* staging) {
   if (!w.q.double_quant || w.table == nullptr) return;  // (the plan always has the table with double quantization)
   math::double_quantize_absmax(staging, w.blocks(), w.dq_map(), w.dq_codes(), w.absmax2(), w.offset());
+}
+
+// Quantizes a whole matrix from dense values x (rows, cols) f32, double
+// quantization included.
+inline void quantize_matrix(const QuantView& w, const float* x) {
+  std::vector<float> staging(static_cast<std::size_t>(w.blocks()));
+  quantize_rows(w, 0, w.rows, x, staging.data());
+  finish_double_quant(w, staging.data());
 }
 
 }  // namespace headroom::host

@@ -173,10 +173,7 @@ class Trainer {
   static const ParamSlot* find(std::string_view path) { return trainers::find_param(plan, sched, path); }
   // Quantizes dense values into a quantized parameter: x (rows, cols) f32.
   void set_quantized(const ParamSlot& p, std::span<const float> x) {
-    const QuantView w = quant(p);
-    std::vector<float> staging(static_cast<std::size_t>(w.blocks()));
-    quantize_rows(w, 0, p.rows, x.data(), staging.data());
-    finish_double_quant(w, staging.data());
+    quantize_matrix(quant(p), x.data());
   }
   // Zeroes every optimizer state and restarts the step count (after loading weights).
   void reset_optimizer() {

@@ -39,11 +39,11 @@ struct LMHeadLoss {
     op.out[0] = loss;
     op.n_out = 1;
     op.fused_loss = true;
-    // logits / probabilities of one chunk, f32: (chunk, Vocab), plus row max and sum
-    op.scratch_fwd = chunk * (Vocab + 2) * b.cfg.compute_bytes();
+    // host: logits / probabilities of one chunk, f32: (chunk, Vocab), plus row max and sum;
     // CUDA: the logits of one chunk in the storage type (turned into dlogits in
-    // place), and every token's loss in f32 (summed once, in order, at the end)
-    if (b.cfg.cuda()) op.scratch_fwd = chunk * Vocab * b.cfg.act_bytes() + n * 4;
+    // place), then every token's loss in f32 (summed once, in order, at the end)
+    op.scratch_fwd = b.cfg.cuda() ? CudaWorkspace::lm_head_logits_bytes(chunk, Vocab, b.cfg.act_bytes()) + n * 4
+                                  : chunk * (Vocab + 2) * b.cfg.compute_bytes();
     b.gemm(chunk, Vocab, D);  // logits = h W^T
     b.gemm(chunk, D, Vocab);  // dh = dlogits W
     if (pw.trainable) b.gemm(Vocab, D, chunk);  // dW += dlogits^T h

@@ -37,6 +37,11 @@ struct CudaWorkspace {
   static constexpr std::int64_t reduction_slots = 2048;                // gradient-norm partial sums, f32
   static constexpr std::int64_t control_floats = 16;                   // the update's control block (cuda::UpdateControl)
   static constexpr std::int64_t reduction_bytes = (reduction_slots + control_floats) * 4;
+  // The LM head's chunk of logits (chunk, vocab) in the storage type, rounded
+  // up so that the per-token f32 losses after it in the same scratch are aligned.
+  static constexpr std::int64_t lm_head_logits_bytes(std::int64_t chunk, std::int64_t vocab, std::int64_t act_bytes) {
+    return align_up(chunk * vocab * act_bytes, 256);
+  }
   // Pinned host memory a step reads and writes through (the offload tier):
   // every micro-batch's tokens and targets, the step's hyperparameters and
   // its results (a CUDA graph replays copies from and to fixed addresses).

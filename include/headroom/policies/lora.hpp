@@ -54,8 +54,8 @@ struct LoRA {
     op.saved[op.n_saved++] = ax;
     op.grads[op.n_grads++] = pa.grad;
     op.grads[op.n_grads++] = pb.grad;
-    op.scratch_bwd = n * Rank * b.cfg.compute_bytes();  // d(A x): (N, Rank) f32
-    if (b.cfg.cuda()) op.scratch_bwd = n * Rank * b.cfg.act_bytes();  // CUDA: in the storage type, a GEMM operand
+    // d(A x): (N, Rank) in the compute type; on CUDA in the storage type (a GEMM operand)
+    op.scratch_bwd = n * Rank * (b.cfg.cuda() ? b.cfg.act_bytes() : b.cfg.compute_bytes());
     b.gemm(n, Rank, in_features);   // A x;  dx += d(Ax) A
     b.gemm(n, out_features, Rank);  // y += B (A x)
     b.gemm(n, Rank, out_features);  // d(Ax) = dy B
