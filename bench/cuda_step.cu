@@ -13,8 +13,9 @@
 //
 // MFU = the plan's model FLOPs per step (forward + backward; recompute not
 // counted, as PaLM defines it) / step time / 989.4 TFLOP/s (H100/H200 SXM
-// dense bf16). Device memory: the arena (= the plan's peak) and what
-// cudaMemGetInfo says the process holds (arena + CUDA context + cuBLASLt).
+// dense bf16). Device memory: the arena (= the plan's peak) and the device
+// memory in use once the trainer is built (cudaMemGetInfo: arena + CUDA
+// context + cuBLASLt, on a GPU running nothing else).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,11 +42,9 @@ using SmokeRun = Train<models::Llama<models::tiny_llama>, Batch<4>, Seq<64>, OnC
 template <class R>
 int run(const char* name, int steps, int warmup, bool graph) {
   using Tr = cuda::Trainer<R>;
-  std::size_t free0 = 0, total = 0;
-  cuda::check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
   Tr t({.seed = 1, .lr = 1e-4, .clip_norm = 1.0, .cuda_graph = graph});
-  std::size_t free1 = 0;
-  cuda::check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
+  std::size_t free_bytes = 0, total_bytes = 0;
+  cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   constexpr std::int64_t n = Tr::tokens_per_step, vocab = Tr::vocab_size();
   std::vector<std::int32_t> tokens(n), targets(n);
   std::uint32_t s = 12345;
@@ -66,13 +65,12 @@ int run(const char* name, int steps, int warmup, bool graph) {
   const double step_s = secs / steps;
   std::printf("{\"engine\": \"%s\", \"config\": \"%s\", \"tokens_per_step\": %lld, \"steps\": %d, \"step_ms\": %.3f, "
               "\"tokens_per_s\": %.1f, \"model_tflop_per_step\": %.4f, \"mfu\": %.4f, \"arena_bytes\": %lld, "
-              "\"offload_bytes\": %lld, \"process_device_bytes\": %lld, \"gemm_products\": %d, \"losses\": [",
+              "\"offload_bytes\": %lld, \"device_bytes_in_use\": %lld, \"gemm_products\": %d, \"losses\": [",
               graph ? "headroom_graph" : "headroom", name, static_cast<long long>(n), steps, 1e3 * step_s, n / step_s, model_flops / 1e12,
               model_flops / step_s / peak_bf16_flops, static_cast<long long>(t.arena_bytes(Tier::device)),
-              static_cast<long long>(t.arena_bytes(Tier::offload)), static_cast<long long>(total - free1), t.blas().products());
+              static_cast<long long>(t.arena_bytes(Tier::offload)), static_cast<long long>(total_bytes - free_bytes), t.blas().products());
   for (std::size_t i = 0; i < losses.size(); ++i) std::printf("%s%.6f", i ? ", " : "", losses[i]);
   std::printf("]}\n");
-  (void)free0;
   return 0;
 }
 
