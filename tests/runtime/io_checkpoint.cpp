@@ -159,7 +159,8 @@ TEST_CASE("checkpoint: the files hold every parameter as stored, the states, and
   CHECK_THAT(json, Contains("\"model\": \"Llama\""));
   CHECK_THAT(json, Contains("\"optimizer\": \"AdamW8bit\""));
   CHECK_THAT(json, Contains("\"param_count\": " + std::to_string(Tr::param_count)));
-  CHECK_THAT(json, Contains("\"device\": " + std::to_string(Tr::plan.peak_bytes(Tier::device))));
+  CHECK_THAT(json, Contains("\"layers.0.self_attn.q_proj.weight: nf4 block 64 dq, shape (64, 64), frozen\""));
+  CHECK_THAT(json, Contains("\"layers.1.self_attn.q_proj.lora_A: f32, shape (4, 64), state 520 B\""));
   CHECK_THAT(json, Contains("\"extra\": {}"));
   Tr u(options(3));
   CHECK(io::load_checkpoint(u, dir) == "{}");
@@ -183,9 +184,128 @@ TEST_CASE("checkpoint: another run's checkpoint is refused, naming what differs"
   host::Trainer<Run<models::GPT2<gpt2_ck>, AdamW>> gpt2(options(4));
   REQUIRE_THROWS_WITH(io::load_checkpoint(gpt2, dir), Contains("model Llama in the checkpoint, GPT2 in this trainer"));
 
-  host::Trainer<Train<Llama, Batch<1>, Seq<12>, Precision<DType::F32>, AdamW>> batch1(options(4));
-  REQUIRE_THROWS_WITH(io::load_checkpoint(batch1, dir), Contains("plan peak bytes (device)"));
-  CHECK(batch1.steps_done() == 0);
+  // the same model with LoRA on q_proj: the base is frozen there, which the
+  // first parameter already shows
+  using LlamaLoRA = models::Llama<llama_ck, Apply<LoRA<4>, On<q_proj>>>;
+  host::Trainer<Run<LlamaLoRA, AdamW>> lora(options(4));
+  REQUIRE_THROWS_WITH(io::load_checkpoint(lora, dir),
+                      Contains("parameter count 21 in the checkpoint, 25 in this trainer") &&
+                          Contains("parameter 0 'embed_tokens.weight: f32, shape (48, 64), state 24576 B' in the checkpoint, "
+                                   "'embed_tokens.weight: f32, shape (48, 64), frozen' in this trainer"));
+  CHECK(lora.steps_done() == 0);
+
+  // NF4 instead of Int8 on the same projections: same count, other storage
+  using LlamaInt8 = models::Llama<llama_ck, Apply<Quantized<Int8, LoRA<4>>, On<q_proj, v_proj, down_proj>>>;
+  io::save_checkpoint(host::Trainer<Run<LlamaQLoRA, AdamW8bit>>(options(4)), tmp / "qlora");
+  host::Trainer<Run<LlamaInt8, AdamW8bit>> int8(options(4));
+  REQUIRE_THROWS_WITH(io::load_checkpoint(int8, tmp / "qlora"),
+                      Contains("'layers.0.self_attn.q_proj.weight: nf4 block 64 dq, shape (64, 64), frozen' in the checkpoint") &&
+                          Contains("'layers.0.self_attn.q_proj.weight: int8 block 64, shape (64, 64), frozen' in this trainer"));
+}
+
+// What a checkpoint stores does not depend on the batch, Workers<W> or
+// activation checkpointing: a run that differs only there resumes it, and
+// the state it loads is bit-identical to the one saved.
+template <class Saver, class Loader>
+void moves_between(std::uint64_t seed) {
+  TempDir tmp;
+  host::Trainer<Saver> a(options(seed));
+  for (int s = 0; s < 2; ++s) step(a);
+  io::save_checkpoint(a, tmp / "ckpt");
+  host::Trainer<Loader> b(options(seed + 1));
+  io::load_checkpoint(b, tmp / "ckpt");
+  CHECK(b.steps_done() == 2);
+  CHECK(mismatch_at(state_bytes(b), state_bytes(a)) == -1);
+}
+
+TEST_CASE("checkpoint: a run that differs only in scratch or activations resumes it bit-identically", "[io][checkpoint]") {
+  using W1 = Run<Llama, AdamW8bit>;
+  REQUIRE(host::Trainer<W1>::plan.peak_bytes(Tier::device) != host::Trainer<Adam8Run>::plan.peak_bytes(Tier::device));
+  moves_between<Adam8Run, W1>(21);
+  moves_between<W1, Adam8Run>(22);
+  moves_between<AdamRun, Train<Llama, Batch<1>, Seq<12>, Precision<DType::F32>, AdamW>>(23);
+  moves_between<Run<LlamaQLoRA, AdamW8bit>,
+                Run<models::Llama<llama_ck, Apply<Quantized<NF4DQ, LoRA<4>>, On<q_proj, v_proj, down_proj>>,
+                                  Apply<Checkpointed<>, EveryBlock>>,
+                    AdamW8bit, Workers<2>>>(24);
+
+  // Workers<1> and Workers<2> compute the same steps, so the resumed run
+  // continues exactly as the saved one would have.
+  TempDir tmp;
+  host::Trainer<W1> one(options(25));
+  host::Trainer<Adam8Run> straight(options(25));
+  for (int s = 0; s < 3; ++s) REQUIRE(step(one) == step(straight));
+  io::save_checkpoint(one, tmp / "ckpt");
+  host::Trainer<Adam8Run> two(options(26));
+  io::load_checkpoint(two, tmp / "ckpt");
+  for (int s = 0; s < 3; ++s) CHECK(step(two) == step(straight));
+  CHECK(mismatch_at(state_bytes(two), state_bytes(straight)) == -1);
+}
+
+TEST_CASE("checkpoint: a save replaces only a missing path, an empty directory or a checkpoint", "[io][checkpoint]") {
+  TempDir tmp;
+  host::Trainer<AdamRun> t(options(27));
+  step(t);
+  auto refused = [&](const fs::path& target, const std::string& why) {
+    REQUIRE_THROWS_AS(io::save_checkpoint(t, target), io::overwrite_refused);
+    REQUIRE_THROWS_WITH(io::save_checkpoint(t, target), Contains(target.string()) && Contains(why) && Contains("nothing was written"));
+    CHECK_FALSE(fs::exists(target.string() + ".headroom-saving"));
+    CHECK_FALSE(fs::exists(target.string() + ".headroom-old"));
+  };
+
+  SECTION("an output folder of other files is left as it was") {
+    const fs::path out = tmp / "out";
+    fs::create_directories(out / "adapter");
+    headroom::test::write_file(out / "model.safetensors", "weights");
+    headroom::test::write_file(out / "notes.txt", "do not lose me");
+    headroom::test::write_file(out / "adapter" / "adapter_config.json", "{}");
+    refused(out, "holds no headroom checkpoint");
+    CHECK(read_text(out / "model.safetensors") == "weights");
+    CHECK(read_text(out / "notes.txt") == "do not lose me");
+    CHECK(read_text(out / "adapter" / "adapter_config.json") == "{}");
+  }
+  SECTION("a file is not replaced by a checkpoint directory") {
+    const fs::path file = tmp / "model.safetensors";
+    headroom::test::write_file(file, "weights");
+    refused(file, "is not a directory");
+    CHECK(fs::is_regular_file(file));
+    CHECK(read_text(file) == "weights");
+  }
+  SECTION("a folder whose trainer.json is someone else's") {
+    const fs::path other = tmp / "other";
+    fs::create_directories(other);
+    headroom::test::write_file(other / "trainer.json", R"({"format": "something-else"})");
+    refused(other, "holds no headroom checkpoint");
+    CHECK(read_text(other / "trainer.json") == R"({"format": "something-else"})");
+  }
+  SECTION("an empty directory, then the checkpoint itself, are replaced") {
+    const fs::path dir = tmp / "empty";
+    fs::create_directories(dir);
+    io::save_checkpoint(t, dir);
+    step(t);
+    io::save_checkpoint(t, dir);
+    host::Trainer<AdamRun> u(options(28));
+    io::load_checkpoint(u, dir);
+    CHECK(u.steps_done() == 2);
+  }
+}
+
+TEST_CASE("checkpoint: a version 1 checkpoint (signed by the plan's arena bytes) still loads", "[io][checkpoint]") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  host::Trainer<AdamRun> t(options(29));
+  step(t);
+  io::save_checkpoint(t, dir);
+  // rewrite trainer.json as version 1 wrote it
+  std::string json = read_text(dir / "trainer.json");
+  json.replace(json.find("\"version\": 2"), 12, "\"version\": 1");
+  const auto a = json.find(",\n    \"parameters\": [");
+  const auto b = json.find("]}", a);
+  json.replace(a, b + 1 - a, ", \"plan_peak_bytes\": {\"device\": 1, \"offload\": 0}");
+  headroom::test::write_file(dir / "trainer.json", json);
+  host::Trainer<AdamRun> u(options(30));
+  io::load_checkpoint(u, dir);
+  CHECK(mismatch_at(state_bytes(u), state_bytes(t)) == -1);
 }
 
 TEST_CASE("checkpoint: missing, truncated and corrupt files are refused before anything is loaded", "[io][checkpoint]") {

@@ -18,18 +18,29 @@
 //   optimizer.safetensors  "<path>": each trainable parameter's optimizer state,
 //                          raw bytes, U8 (state bytes); "__quant_table__" and
 //                          "__optim_table__": the model's shared code tables, if any
-//   trainer.json           {"format": "headroom-checkpoint", "version": 1,
+//   trainer.json           {"format": "headroom-checkpoint", "version": 2,
 //                           "steps_done": N,
 //                           "signature": {"model", "dtype", "optimizer", "param_count",
-//                                         "plan_peak_bytes": {"device", "offload"}},
+//                                         "parameters": ["<path>: <storage>, shape (r, c)[, master f32],
+//                                                         state <B> B" | "frozen", ...]},
 //                           "files": {"model.safetensors": {"bytes", "hash"}, ...},
 //                           "options": {lr, warmup_steps, ...}   (informational),
 //                           "extra": <the caller's JSON object, verbatim>}
+//
+// The signature is what the checkpoint stores, so a checkpoint moves between
+// runs that differ only in what is not saved (batch, sequence length,
+// Workers<W>, checkpointed or offloaded activations), and a run that stores
+// something else is refused with the first difference named.
 //
 // Gradients are not saved: a step overwrites them before reading them. The
 // learning-rate schedule is a function of the step count and the trainer's
 // options, so the resumed trainer must be built with the same TrainOptions
 // (trainer.json records them but does not enforce them).
+//
+// What a save may replace: a missing path, an empty directory or a headroom
+// checkpoint (a directory whose trainer.json says "headroom-checkpoint").
+// Anything else (a file, a folder of other things) is refused with
+// io::overwrite_refused before anything is touched.
 //
 // Atomic save: the three files are written into the sibling directory
 // "<dir>.headroom-saving", fsync'ed (trainer.json last, renamed into place
@@ -45,7 +56,7 @@
 //
 // load_checkpoint checks, before it writes anything into the trainer, that
 // trainer.json's signature is this trainer's (another model, dtype,
-// optimizer or plan is refused with the differences named), that both files
+// optimizer or parameter layout is refused with the differences named), that both files
 // have the size and hash trainer.json recorded, and that every tensor is
 // present with its dtype and shape. Errors are io::checkpoint_error, or the
 // safetensors reader's io::format_error naming the tensor (checkpoint_error
@@ -81,14 +92,32 @@ struct checkpoint_error : format_error {
   using format_error::format_error;
 };
 
-// What identifies the run a checkpoint belongs to.
+// What identifies the run a checkpoint belongs to: what it stores. Two runs
+// whose parameters have the same paths, shapes and storage and whose
+// optimizer keeps the same state read each other's checkpoints, whatever
+// else differs (batch, sequence length, Workers<W>, checkpointing or
+// offloading of activations: they change scratch and activations, never
+// what is saved).
 struct CheckpointSignature {
   std::string model;      // the model's kind: "Llama", "GPT2", ...
   std::string dtype;      // "f32", "f64"
   std::string optimizer;  // "AdamW", "AdamW8bit", "SGD"
   std::int64_t param_count = 0;
-  std::int64_t peak_device = 0, peak_offload = 0;  // the plan's arena bytes
+  // One line per parameter, in the schedule's order:
+  //   "layers.0.self_attn.q_proj.weight: nf4 block 64 dq, shape (64, 64), master f32, state 8192 B"
+  std::vector<std::string> parameters;
 };
+
+// How a parameter is stored, in words: "f32", "nf4 block 64 dq", "int8 block 64".
+inline std::string storage_name(const QuantDesc& q, std::string_view dense_dtype) {
+  switch (q.kind) {
+    case QuantKind::none: return std::string(dense_dtype);
+    case QuantKind::nf4: return "nf4 block " + std::to_string(q.block) + (q.double_quant ? " dq" : "");
+    case QuantKind::int8: return "int8 block " + std::to_string(q.block);
+    case QuantKind::int4: return "int4 block " + std::to_string(q.block);
+  }
+  return "?";
+}
 
 template <class Trainer>
 CheckpointSignature checkpoint_signature() {
@@ -97,15 +126,24 @@ CheckpointSignature checkpoint_signature() {
   s.dtype = std::is_same_v<typename Trainer::T, double> ? "f64" : "f32";
   s.optimizer = std::string(name_of(Trainer::config.optim.kind));
   s.param_count = static_cast<std::int64_t>(Trainer::param_count);
-  s.peak_device = Trainer::plan.peak_bytes(Tier::device);
-  s.peak_offload = Trainer::plan.peak_bytes(Tier::offload);
+  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+    const ParamSlot& p = Trainer::param(k);
+    std::string line = Trainer::path_of(p) + ": " + storage_name(p.quant, s.dtype) + ", shape (" + std::to_string(p.rows) +
+                       ", " + std::to_string(p.cols) + ")";
+    if (p.master >= 0) line += ", master f32";
+    line += p.state >= 0 ? ", state " + std::to_string(Trainer::config.optim.state_bytes(p.elements())) + " B" : ", frozen";
+    s.parameters.push_back(std::move(line));
+  }
   return s;
 }
 
 namespace detail::checkpoint {
 
 inline constexpr std::string_view format_name = "headroom-checkpoint";
-inline constexpr std::int64_t format_version = 1;
+inline constexpr std::int64_t format_version = 2;
+// Version 1 identified a run by its plan's arena bytes (which change with the
+// batch or Workers<W>); it is still read: its tensors are checked one by one.
+inline constexpr std::int64_t oldest_version = 1;
 inline constexpr const char* model_file = "model.safetensors";
 inline constexpr const char* optimizer_file = "optimizer.safetensors";
 inline constexpr const char* trainer_file = "trainer.json";
@@ -149,6 +187,31 @@ inline std::filesystem::path aside_of(const std::filesystem::path& d) {
 inline bool complete(const std::filesystem::path& d) {
   std::error_code ec;
   return std::filesystem::is_regular_file(d / trainer_file, ec);
+}
+
+// Whether `d` holds a headroom checkpoint: a trainer.json that says so.
+inline bool is_checkpoint(const std::filesystem::path& d) {
+  if (!complete(d)) return false;
+  std::ifstream in(d / trainer_file, std::ios::binary);
+  std::string head(256, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  return head.find("\"format\": \"headroom-checkpoint\"") != std::string::npos;
+}
+
+// save_checkpoint replaces only a missing path, an empty directory or a
+// headroom checkpoint; anything else is refused before anything is touched.
+inline void check_replaceable(const std::filesystem::path& d) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status s = fs::symlink_status(d, ec);
+  if (!fs::exists(s)) return;
+  const std::string head = "save_checkpoint: " + d.string();
+  const std::string tail = "; refusing to replace it (nothing was written). Save to a new path, or remove it first";
+  if (!fs::is_directory(s)) throw overwrite_refused(head + " exists and is not a directory" + tail);
+  if (is_checkpoint(d) || fs::is_empty(d, ec)) return;
+  throw overwrite_refused(head + " is a directory that holds no headroom checkpoint (no trainer.json of format "
+                          "\"headroom-checkpoint\")" + tail);
 }
 
 // 64-bit hash of a file's bytes (a multiply-rotate mix of 8-byte words in
@@ -317,6 +380,7 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
   }
 
   const fs::path d = ck::normalized(dir);
+  ck::check_replaceable(d);
   fs::create_directories(ck::parent_of(d));
   ck::recover(d);
   const fs::path staging = ck::staging_of(d);
@@ -335,8 +399,9 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
     j += "  \"steps_done\": " + std::to_string(t.steps_done()) + ",\n";
     j += "  \"signature\": {\"model\": " + ck::quote(s.model) + ", \"dtype\": " + ck::quote(s.dtype) +
          ", \"optimizer\": " + ck::quote(s.optimizer) + ", \"param_count\": " + std::to_string(s.param_count) +
-         ", \"plan_peak_bytes\": {\"device\": " + std::to_string(s.peak_device) +
-         ", \"offload\": " + std::to_string(s.peak_offload) + "}},\n";
+         ",\n    \"parameters\": [";
+    for (std::size_t k = 0; k < s.parameters.size(); ++k) j += (k ? ",\n      " : "\n      ") + ck::quote(s.parameters[k]);
+    j += "]},\n";
     j += "  \"files\": {";
     for (const char* f : {ck::model_file, ck::optimizer_file}) {
       std::uint64_t bytes = 0;
@@ -351,10 +416,10 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
          ", \"clip_norm\": " + detail::json::number(o.clip_norm) + "},\n";
     j += "  \"extra\": " + extra + "\n}\n";
 
-    // everything durable before trainer.json appears
+    // The two safetensors files are durable already (write_safetensors
+    // fsyncs them and the staging directory); trainer.json is written and
+    // fsync'ed as a temporary, and its rename marks the checkpoint complete.
     ck::write_text(staging / "trainer.json.tmp", j);
-    sync_path(staging / ck::model_file);
-    sync_path(staging / ck::optimizer_file);
     sync_path(staging / "trainer.json.tmp");
     ck::stage(ck::trainer_file);
     fs::rename(staging / "trainer.json.tmp", staging / ck::trainer_file);
@@ -411,13 +476,14 @@ std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
   if (root.kind != js::Value::Kind::Object) ck::fail(tj, "corrupt: not a JSON object");
   if (member(root, "format", js::Value::Kind::String, "").string != ck::format_name)
     ck::fail(tj, "not a headroom checkpoint (\"format\" is not \"headroom-checkpoint\")");
-  if (const auto v = integer(root, "version", ""); v != ck::format_version)
-    ck::fail(tj, "checkpoint format version " + std::to_string(v) + ", this build reads version " + std::to_string(ck::format_version));
+  const std::int64_t version = integer(root, "version", "");
+  if (version < ck::oldest_version || version > ck::format_version)
+    ck::fail(tj, "checkpoint format version " + std::to_string(version) + ", this build reads versions " +
+                     std::to_string(ck::oldest_version) + " to " + std::to_string(ck::format_version));
   const std::int64_t steps = integer(root, "steps_done", "");
   if (steps < 0 || steps > std::numeric_limits<int>::max()) ck::fail(tj, "corrupt: \"steps_done\" out of range");
 
   const js::Value& sig = member(root, "signature", js::Value::Kind::Object, "");
-  const js::Value& peak = member(sig, "plan_peak_bytes", js::Value::Kind::Object, "signature.");
   const CheckpointSignature mine = checkpoint_signature<Trainer>();
   std::string diff;
   auto differs = [&](std::string_view what, const std::string& theirs, const std::string& ours) {
@@ -427,9 +493,16 @@ std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
   differs("dtype", member(sig, "dtype", js::Value::Kind::String, "signature.").string, mine.dtype);
   differs("optimizer", member(sig, "optimizer", js::Value::Kind::String, "signature.").string, mine.optimizer);
   differs("parameter count", std::to_string(integer(sig, "param_count", "signature.")), std::to_string(mine.param_count));
-  differs("plan peak bytes (device)", std::to_string(integer(peak, "device", "signature.plan_peak_bytes.")), std::to_string(mine.peak_device));
-  differs("plan peak bytes (offload)", std::to_string(integer(peak, "offload", "signature.plan_peak_bytes.")),
-          std::to_string(mine.peak_offload));
+  if (version >= 2) {  // the first parameter stored otherwise
+    const auto& theirs = member(sig, "parameters", js::Value::Kind::Array, "signature.").items;
+    for (std::size_t k = 0; k < std::min(theirs.size(), mine.parameters.size()); ++k) {
+      if (theirs[k].kind != js::Value::Kind::String) ck::fail(tj, "corrupt: signature.\"parameters\" holds a non-string");
+      if (theirs[k].string != mine.parameters[k]) {
+        differs("parameter " + std::to_string(k), "'" + theirs[k].string + "'", "'" + mine.parameters[k] + "'");
+        break;
+      }
+    }
+  }
   if (!diff.empty())
     ck::fail(d, "belongs to another run (" + diff + "); save_pretrained / load_pretrained move weights between runs");
 

@@ -114,6 +114,19 @@ namespace detail::peft {
 inline constexpr const char* weights_file = "adapter_model.safetensors";
 inline constexpr const char* config_file = "adapter_config.json";
 
+// Whether `path` is a PEFT adapter config (a JSON object with "peft_type"):
+// what export_adapter may replace.
+inline bool is_adapter_config(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    const detail::json::Value v = detail::json::parse(text);
+    return v.kind == detail::json::Value::Kind::Object && v.get("peft_type") != nullptr;
+  } catch (const std::runtime_error&) {
+    return false;
+  }
+}
+
 // PEFT's target_modules matching: the module's name equals the key or ends with "." + key.
 inline bool key_matches(std::string_view key, std::string_view module) {
   if (module == key) return true;
@@ -196,6 +209,11 @@ void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::str
   using T = typename Trainer::T;
   const std::vector<LoraModule> mods = lora_modules<Trainer>();
   if (mods.empty()) throw std::invalid_argument("export_adapter: this trainer's model has no LoRA adapters");
+  // Nothing is written unless both files may be replaced.
+  if (fs::exists(dir) && !fs::is_directory(dir))
+    throw overwrite_refused("export_adapter: " + dir.string() + " exists and is not a directory (nothing was written)");
+  check_replaceable(dir / pf::weights_file, "export_adapter", "safetensors file", is_safetensors_file);
+  check_replaceable(dir / pf::config_file, "export_adapter", "PEFT adapter config", pf::is_adapter_config);
   fs::create_directories(dir);
 
   std::vector<std::vector<float>> staged;
@@ -248,19 +266,10 @@ void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::str
   j += "  \"layers_to_transform\": null,\n";
   j += "  \"revision\": null\n";
   j += "}\n";
-  const fs::path tmp = dir / (std::string(pf::config_file) + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) pf::fail(tmp, "cannot create the file");
-    out.write(j.data(), static_cast<std::streamsize>(j.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      pf::fail(tmp, "write failed");
-    }
-  }
-  fs::rename(tmp, dir / pf::config_file);
+  const fs::path cfg_path = dir / pf::config_file;
+  write_durably(
+      cfg_path, [&](std::ofstream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
+      [&](const std::string& what) { pf::fail(cfg_path, what); });
 }
 
 // Loads a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)

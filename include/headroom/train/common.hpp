@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../plan/graph.hpp"
@@ -34,18 +35,40 @@ struct StepStats {
   double lr = 0;
 };
 
-// The loss came out NaN or infinite: nothing was updated.
-class non_finite_loss : public std::runtime_error {
+// A step met a NaN or infinite value and was stopped before its update
+// (see non_finite_loss and non_finite_gradient for what each guarantees).
+class non_finite_error : public std::runtime_error {
  public:
-  non_finite_loss(int step, double loss)
-      : std::runtime_error("headroom: the loss at step " + std::to_string(step) + " is " + std::to_string(loss) +
-                           "; the step was stopped before any update (the weights are those of step " +
-                           std::to_string(step - 1) + ")"),
-        step_(step) {}
+  non_finite_error(int step, const std::string& what) : std::runtime_error(what), step_(step) {}
   int step() const { return step_; }
 
  private:
   int step_;
+};
+
+// The loss came out NaN or infinite: nothing was updated.
+class non_finite_loss : public non_finite_error {
+ public:
+  non_finite_loss(int step, double loss)
+      : non_finite_error(step, "headroom: the loss at step " + std::to_string(step) + " is " + std::to_string(loss) +
+                                   "; the step was stopped before any update (the weights are those of step " +
+                                   std::to_string(step - 1) + ")") {}
+};
+
+// The loss was finite but a gradient was not (NaN or infinite): the step was
+// stopped before its update. `parameter()` is the dotted path of the first
+// parameter (in the schedule's parameter order) whose gradient holds a
+// non-finite value.
+class non_finite_gradient : public non_finite_error {
+ public:
+  non_finite_gradient(int step, std::string parameter, const std::string& detail)
+      : non_finite_error(step, "headroom: the gradient of " + parameter + " at step " + std::to_string(step) +
+                                   " is not finite; " + detail),
+        parameter_(std::move(parameter)) {}
+  const std::string& parameter() const { return parameter_; }
+
+ private:
+  std::string parameter_;
 };
 
 namespace trainers {

@@ -1,0 +1,193 @@
+// Durable writes and what a writer may replace (io/durable.hpp): every file
+// a writer puts at a path is fsync'ed before it is renamed into place, and
+// its directory after; a writer replaces only a missing path or a file of its
+// own kind. fsync is interposed here (it records which path each call
+// flushed), so the evidence is the system calls themselves.
+#include <catch2/catch.hpp>
+
+#include "support/fixtures.hpp"
+
+#include <headroom/headroom.hpp>
+#include <headroom/host/trainer.hpp>
+#include <headroom/io/checkpoint.hpp>
+#include <headroom/io/dataset.hpp>
+#include <headroom/io/hf_names.hpp>
+#include <headroom/io/peft.hpp>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+std::mutex fsync_mutex;
+std::vector<std::string>* fsync_log = nullptr;  // set while a test records
+}  // namespace
+
+// Every fsync in this executable passes through here: the path of the
+// descriptor is recorded while a test records, then the real fsync runs.
+extern "C" int fsync(int fd) {
+  using Fn = int (*)(int);
+  static Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "fsync"));
+  {
+    std::lock_guard<std::mutex> lock(fsync_mutex);
+    if (fsync_log) {
+      char buf[4096];
+      const std::string link = "/proc/self/fd/" + std::to_string(fd);
+      const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+      fsync_log->push_back(n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?"));
+    }
+  }
+  return real(fd);
+}
+
+using namespace headroom;
+using Catch::Contains;
+
+namespace {
+namespace fs = std::filesystem;
+using headroom::test::TempDir;
+using headroom::test::write_file;
+
+// Records the paths fsync'ed while it lives.
+struct FsyncRecorder {
+  std::vector<std::string> paths;
+  FsyncRecorder() {
+    std::lock_guard<std::mutex> lock(fsync_mutex);
+    fsync_log = &paths;
+  }
+  ~FsyncRecorder() {
+    std::lock_guard<std::mutex> lock(fsync_mutex);
+    fsync_log = nullptr;
+  }
+  // Index of the first fsync of `p` (canonical), or -1.
+  long index_of(const fs::path& p) const {
+    const std::string want = fs::weakly_canonical(p).string();
+    std::lock_guard<std::mutex> lock(fsync_mutex);
+    const auto it = std::find(paths.begin(), paths.end(), want);
+    return it == paths.end() ? -1 : static_cast<long>(it - paths.begin());
+  }
+  // Index of the last fsync of `p`, or -1.
+  long last_index_of(const fs::path& p) const {
+    const std::string want = fs::weakly_canonical(p).string();
+    std::lock_guard<std::mutex> lock(fsync_mutex);
+    const auto it = std::find(paths.rbegin(), paths.rend(), want);
+    return it == paths.rend() ? -1 : static_cast<long>(paths.rend() - it - 1);
+  }
+};
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+constexpr models::LlamaConfig llama_io{48, 64, 128, 2, 4, 2, 64, false};
+using LoRARun = Train<models::Llama<llama_io, Apply<LoRA<4>, On<q_proj, v_proj>>>, Batch<2>, Seq<12>, Precision<DType::F32>, AdamW>;
+
+const std::vector<float> one_tensor_values = {1, 2, 3, 4};
+std::vector<io::TensorView> one_tensor() { return {io::TensorView{"w", DType::F32, {2, 2}, one_tensor_values.data()}}; }
+
+}  // namespace
+
+TEST_CASE("durable: write_safetensors fsyncs the file before its rename and the directory after", "[io][durable]") {
+  TempDir tmp;
+  const fs::path path = tmp / "model.safetensors";
+  FsyncRecorder rec;
+  io::write_safetensors(path, one_tensor());
+  const long file = rec.index_of(path.string() + ".tmp");  // flushed under its temporary name, before the rename
+  const long dir = rec.last_index_of(tmp.dir);
+  CHECK(file >= 0);
+  CHECK(dir > file);
+  CHECK(io::SafetensorsFile(path).tensors().size() == 1);
+}
+
+TEST_CASE("durable: export_adapter, save_pretrained and save_merged fsync every file and the directory", "[io][durable]") {
+  TempDir tmp;
+  host::Trainer<LoRARun> t({.seed = 3});
+  FsyncRecorder rec;
+  io::export_adapter(t, tmp / "adapter", "base");
+  CHECK(rec.index_of(tmp / "adapter" / "adapter_model.safetensors.tmp") >= 0);
+  CHECK(rec.index_of(tmp / "adapter" / "adapter_config.json.tmp") >= 0);
+  CHECK(rec.last_index_of(tmp / "adapter") > rec.index_of(tmp / "adapter" / "adapter_config.json.tmp"));
+  io::save_pretrained(t, tmp / "model.safetensors");
+  CHECK(rec.index_of(tmp / "model.safetensors.tmp") >= 0);
+  io::save_merged(t, tmp / "merged.safetensors");
+  CHECK(rec.index_of(tmp / "merged.safetensors.tmp") >= 0);
+  CHECK(rec.last_index_of(tmp.dir) > rec.index_of(tmp / "merged.safetensors.tmp"));
+}
+
+TEST_CASE("durable: save_checkpoint fsyncs its files, the staging directory and the parent", "[io][durable]") {
+  TempDir tmp;
+  host::Trainer<LoRARun> t({.seed = 4});
+  FsyncRecorder rec;
+  io::save_checkpoint(t, tmp / "ckpt");
+  const fs::path staging = tmp / "ckpt.headroom-saving";
+  // the files were flushed under the staging directory's name, before the swap
+  CHECK(rec.index_of(staging / "model.safetensors.tmp") >= 0);
+  CHECK(rec.index_of(staging / "optimizer.safetensors.tmp") >= 0);
+  CHECK(rec.index_of(staging / "trainer.json.tmp") >= 0);
+  CHECK(rec.index_of(tmp.dir) >= 0);
+}
+
+TEST_CASE("durable: write_safetensors replaces only a missing path or a safetensors file", "[io][durable]") {
+  TempDir tmp;
+  SECTION("a safetensors file is replaced") {
+    const fs::path path = tmp / "model.safetensors";
+    io::write_safetensors(path, one_tensor());
+    const std::vector<float> other = {9, 9};
+    io::write_safetensors(path, {io::TensorView{"v", DType::F32, {2}, other.data()}});
+    CHECK(io::SafetensorsFile(path).find("v") != nullptr);
+  }
+  SECTION("a text file is left as it was") {
+    const fs::path notes = tmp / "notes.txt";
+    write_file(notes, "do not lose me");
+    REQUIRE_THROWS_AS(io::write_safetensors(notes, one_tensor()), io::overwrite_refused);
+    REQUIRE_THROWS_WITH(io::write_safetensors(notes, one_tensor()),
+                        Contains("notes.txt exists and is not a safetensors file") && Contains("nothing was written"));
+    CHECK(read_text(notes) == "do not lose me");
+    CHECK_FALSE(fs::exists(tmp / "notes.txt.tmp"));
+  }
+  SECTION("a directory is left as it was") {
+    const fs::path dir = tmp / "out";
+    fs::create_directories(dir);
+    write_file(dir / "a.txt", "a");
+    REQUIRE_THROWS_WITH(io::write_safetensors(dir, one_tensor()), Contains("is a directory, not a safetensors file"));
+    CHECK(read_text(dir / "a.txt") == "a");
+  }
+  SECTION("save_pretrained onto a checkpoint directory is refused") {
+    host::Trainer<LoRARun> t({.seed = 5});
+    io::save_checkpoint(t, tmp / "ckpt");
+    REQUIRE_THROWS_AS(io::save_pretrained(t, tmp / "ckpt"), io::overwrite_refused);
+    host::Trainer<LoRARun> u({.seed = 6});
+    io::load_checkpoint(u, tmp / "ckpt");
+  }
+}
+
+TEST_CASE("durable: export_adapter writes nothing unless both of its files may be replaced", "[io][durable]") {
+  TempDir tmp;
+  host::Trainer<LoRARun> t({.seed = 7});
+  const fs::path dir = tmp / "adapter";
+  SECTION("someone's adapter_config.json") {
+    fs::create_directories(dir);
+    write_file(dir / "adapter_config.json", "my notes");
+    REQUIRE_THROWS_WITH(io::export_adapter(t, dir, "base"), Contains("adapter_config.json exists and is not a PEFT adapter config"));
+    CHECK(read_text(dir / "adapter_config.json") == "my notes");
+    CHECK_FALSE(fs::exists(dir / "adapter_model.safetensors"));
+  }
+  SECTION("a file where the folder should be") {
+    write_file(dir, "a file");
+    REQUIRE_THROWS_WITH(io::export_adapter(t, dir, "base"), Contains("exists and is not a directory"));
+    CHECK(read_text(dir) == "a file");
+  }
+  SECTION("an earlier export is replaced") {
+    io::export_adapter(t, dir, "base");
+    io::export_adapter(t, dir, "base2");
+    CHECK_THAT(read_text(dir / "adapter_config.json"), Contains("\"base2\""));
+  }
+}
