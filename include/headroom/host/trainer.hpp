@@ -18,6 +18,15 @@
 // micro-batches), UpdateInBackward (each parameter is updated as soon as its
 // gradient is complete; no global-norm clipping then), Workers<W> (up to W
 // threads; the plan holds W private scratch tiles), LossChunk.
+//
+// A NaN or an infinity stops the step (docs/training.md, "What is guaranteed
+// on a NaN"): a non-finite loss before the backward (non_finite_loss), a
+// non-finite gradient before the update (non_finite_gradient: the global
+// norm's pass finds it, so checking costs nothing more). Either way the
+// weights, the optimizer state and the step count stay as they were. With
+// UpdateInBackward each parameter's update checks its own gradient first;
+// after the first non-finite one no update runs, and the error comes at the
+// end of the backward.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -42,6 +51,7 @@
 
 namespace headroom::host {
 
+using headroom::non_finite_gradient;
 using headroom::non_finite_loss;
 using headroom::StepStats;
 using headroom::TrainOptions;
@@ -109,6 +119,7 @@ class Trainer {
     check_batch(tokens, targets, tokens_per_step);
     const int step_no = step_ + 1;
     if (config.accumulate > 1) zero_grads();
+    checked_ = GradientCheck{};
     double loss = 0;
     for (int k = 0; k < config.accumulate; ++k) {
       const double l = micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
@@ -119,7 +130,12 @@ class Trainer {
     s.step = step_no;
     s.loss = loss;
     s.lr = lr_at(step_no);
-    if (!config.update_in_backward) s.grad_norm = update(step_no);
+    if constexpr (config.update_in_backward) {
+      if (checked_.first >= 0) throw_skipped_updates(step_no);
+      s.grad_norm = std::sqrt(checked_.squares);
+    } else {
+      s.grad_norm = update(step_no);
+    }
     step_ = step_no;
     return s;
   }
@@ -189,6 +205,18 @@ class Trainer {
   int workers_ = 1;
   int step_ = 0;
 
+  // What the step's gradient check has found so far (UpdateInBackward fills
+  // it parameter by parameter during the backward).
+  struct GradientCheck {
+    double squares = 0;             // the sum of the squares of the gradients checked finite
+    int first = -1;                 // sched.params index of the first (in that order) non-finite gradient
+    std::int64_t element = 0;       // its first non-finite element
+    double value = 0;               // and that element's value
+    int first_in_backward = -1;     // UpdateInBackward: the first non-finite one in update order
+    int updated = 0, skipped = 0;   // UpdateInBackward: updates run and skipped
+  };
+  GradientCheck checked_{};
+
   template <class U = T>
   U* ptr(const Slot& s) const {
     return s.bound() ? device_.at<U>(s.offset) : nullptr;
@@ -214,11 +242,11 @@ class Trainer {
         loss = loss_step(st, true) / tokens_per_micro_batch;
         if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
         *ptr(sched.loss) = static_cast<T>(loss);
-        continue;
+      } else {
+        run_step(st);
       }
-      run_step(st);
-      if (config.update_in_backward)
-        for (int k = st.update_begin; k < st.update_end; ++k) update_param(sched.params[sched.updates[k]], step_no, T(1));
+      // the loss event completes the gradient of an untied LM head
+      if constexpr (config.update_in_backward) update_in_backward(st, step_no);
     }
     return loss;
   }
@@ -413,17 +441,88 @@ class Trainer {
   }
 
   // ---- the update ------------------------------------------------------------------------------------------
-  // Returns the global gradient norm before clipping.
+  // Returns the global gradient norm before clipping. A NaN or an infinity in
+  // any gradient makes the sum of squares non-finite: only then are the
+  // gradients searched, and the step stops before any parameter is updated.
   double update(int step_no) {
     double sq = 0;
     for (const ParamSlot& p : sched.params)
       if (p.trainable) sq += squared_norm(device_.at<T>(p.grad), p.elements());
+    if (!std::isfinite(sq)) {
+      for (std::size_t k = 0; k < sched.params.size(); ++k)
+        if (sched.params[k].trainable && note_if_non_finite(static_cast<int>(k))) break;
+      // none: finite f64 gradients whose squares overflow (an f32 square is
+      // below 1.2e77); the norm is then infinite and clipping scales by 0
+      if (checked_.first >= 0)
+        throw non_finite_gradient(step_no, path_of(sched.params[checked_.first]),
+                                  element_of(checked_) + "; the step was stopped before any update (the weights and the optimizer "
+                                                         "state are those of step " +
+                                      std::to_string(step_no - 1) + ")");
+    }
     const double norm = std::sqrt(sq);
     T scale = T(1);
     if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
     for (const ParamSlot& p : sched.params)
       if (p.trainable) update_param(p, step_no, scale);
     return norm;
+  }
+
+  // UpdateInBackward: the updates of the parameters whose gradients `st`
+  // completed, in update order. Each checks its own gradient first (the
+  // squared norm's pass; StepStats::grad_norm sums them); after the first
+  // non-finite gradient no update runs in this step, and the remaining
+  // gradients are only searched, to name the first in schedule order.
+  void update_in_backward(const Step& st, int step_no) {
+    for (int u = st.update_begin; u < st.update_end; ++u) {
+      const int k = sched.updates[u];
+      const ParamSlot& p = sched.params[k];
+      if (checked_.first < 0) {
+        const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
+        if (std::isfinite(sq) || !note_if_non_finite(k)) {
+          checked_.squares += sq;
+          update_param(p, step_no, T(1));
+          ++checked_.updated;
+          continue;
+        }
+        checked_.first_in_backward = k;
+      } else {
+        note_if_non_finite(k);
+      }
+      ++checked_.skipped;
+    }
+  }
+
+  // Whether parameter k's gradient holds a NaN or an infinity; the first
+  // such parameter in schedule order is kept in checked_ (its gradient
+  // buffer may be reused later in the backward).
+  bool note_if_non_finite(int k) {
+    const ParamSlot& p = sched.params[k];
+    const T* g = device_.at<T>(p.grad);
+    const std::int64_t i = first_non_finite(g, p.elements());
+    if (i < 0) return false;
+    if (checked_.first < 0 || k < checked_.first) {
+      checked_.first = k;
+      checked_.element = i;
+      checked_.value = static_cast<double>(g[i]);
+    }
+    return true;
+  }
+
+  static std::string element_of(const GradientCheck& c) {
+    const ParamSlot& p = sched.params[c.first];
+    return "its element [" + std::to_string(c.element / p.cols) + ", " + std::to_string(c.element % p.cols) + "] of (" +
+           std::to_string(p.rows) + ", " + std::to_string(p.cols) + ") is " + std::to_string(c.value);
+  }
+
+  [[noreturn]] void throw_skipped_updates(int step_no) const {
+    const GradientCheck& c = checked_;
+    throw non_finite_gradient(
+        step_no, path_of(sched.params[c.first]),
+        element_of(c) + "; UpdateInBackward: " + std::to_string(c.updated) +
+            " parameters whose gradients were complete and finite before the first non-finite one in backward order (" +
+            path_of(sched.params[c.first_in_backward]) + ") keep their update, the other " + std::to_string(c.skipped) +
+            " were not updated; no non-finite gradient reached a weight or an optimizer state, and the step count stays " +
+            std::to_string(step_no - 1));
   }
 
   void update_param(const ParamSlot& p, int step_no, T grad_scale) {

@@ -1,13 +1,16 @@
 #pragma once
 // The optimizer pass over one parameter's flat buffer (AdamW, AdamW8bit,
-// SGD), and the gradient's squared norm for clipping. Element math in
-// math/optim.hpp. `grad_scale` multiplies every gradient (clipping).
+// SGD), and the gradient's squared norm for clipping and for the finiteness
+// check (a NaN or an infinity anywhere makes it non-finite; first_non_finite
+// then finds where). Element math in math/optim.hpp. `grad_scale` multiplies
+// every gradient (clipping).
 //
 // State layouts (OptimDesc::state_bytes):
 //   AdamW      [m f32 x n][v f32 x n]
 //   AdamW8bit  [m absmax f32 x blocks][v absmax f32 x blocks][m codes u8 x n][v codes u8 x n]
 //              blocks of 256; maps: the model's table [signed 256][unsigned 256]
 //   SGD        [momentum buffer f32 x n] (none without momentum)
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 #if defined(__AVX2__) && defined(__FMA__)
@@ -30,6 +33,16 @@ double squared_norm(const T* g, std::int64_t n) {
   double s = 0.0;
   for (double x : lane) s += x;
   return s;
+}
+
+// The index of the first NaN or infinite element of g, or -1. The failure
+// path of the gradient check (the hot path only tests squared_norm's
+// result): a plain loop that stops at the first hit.
+template <class T>
+std::int64_t first_non_finite(const T* g, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(g[i])) return i;
+  return -1;
 }
 
 namespace detail {
