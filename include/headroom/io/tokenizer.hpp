@@ -18,8 +18,13 @@
 //      bytes to U+0100.. in byte order), so every token is a printable string;
 //   3. BPE: starting from one token per byte, the adjacent pair with the lowest
 //      merge rank (its line in vocab.bpe) is merged everywhere in the piece,
-//      left to right, until no adjacent pair has a rank;
+//      left to right, without overlaps ("a a a" -> "aa a"), until no adjacent
+//      pair has a rank (the reference's bpe(), src/encoder.py);
 //   4. encoder.json maps each resulting token string to its id.
+// Cost: pre-tokenization is linear in the text; BPE is O(n log n) in a piece's
+// n bytes (a priority queue of adjacent pairs, see Gpt2Bpe::bpe), so a long piece
+// without spaces (a base64 blob, a run of one character) costs no more per
+// byte than prose.
 // "<|endoftext|>" (id 50256) is an entry of encoder.json; encode() treats text
 // as plain text (as the reference encoder does) and never emits it: append
 // eot_id() yourself between documents.
@@ -29,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -222,7 +228,9 @@ class JsonMapParser {
  public:
   JsonMapParser(std::string_view text, const std::filesystem::path& file) : text_(text), file_(file) {}
 
-  // Calls put(key, value) for each entry, in file order.
+  // Calls put(key, value, key_offset) for each entry, in file order;
+  // key_offset is the byte of the file where the key's opening '"' stands.
+  // Keys must be valid UTF-8 (escapes decode to UTF-8; raw bytes are checked).
   template <class Put>
   void parse(Put&& put) {
     skip_ws();
@@ -234,12 +242,13 @@ class JsonMapParser {
       while (true) {
         skip_ws();
         if (peek() != '"') fail("expected a string key");
+        const std::size_t key_offset = pos_;
         std::string key = parse_string();
         skip_ws();
         expect(':');
         skip_ws();
         const std::uint64_t value = parse_integer();
-        put(std::move(key), value);
+        put(std::move(key), value, key_offset);
         skip_ws();
         if (peek() == ',') { ++pos_; continue; }
         expect('}');
@@ -281,7 +290,24 @@ class JsonMapParser {
     return v;
   }
   std::string parse_string() {
-    return io::detail::decode_json_string(text_, pos_, [&](const std::string& why) { fail(why); });
+    const std::size_t start = pos_;
+    std::string s = io::detail::decode_json_string(text_, pos_, [&](const std::string& why) { fail(why); });
+    // The literal's raw bytes (between the quotes) must be UTF-8: escapes are
+    // ASCII, so a bad sequence is a bad byte of the file, named by its offset.
+    for (std::size_t i = start + 1; i + 1 < pos_;) {
+      const CodePoint c = decode_utf8(text_.substr(0, pos_ - 1), i);
+      if (!c.valid) {
+        pos_ = i;
+        fail("invalid UTF-8 in a string (byte 0x" + hex_byte(text_[i]) + ")");
+      }
+      i += c.len;
+    }
+    return s;
+  }
+  static std::string hex_byte(char c) {
+    constexpr char digits[] = "0123456789ABCDEF";
+    const auto b = static_cast<unsigned char>(c);
+    return {digits[b >> 4], digits[b & 15]};
   }
 
   std::string_view text_;
@@ -289,11 +315,23 @@ class JsonMapParser {
   std::size_t pos_ = 0;
 };
 
+// A token string for a message: quoted, at most 64 bytes of it.
+inline std::string shown(std::string_view s) {
+  constexpr std::size_t most = 64;
+  return "\"" + std::string(s.substr(0, most)) + (s.size() > most ? "\"..." : "\"");
+}
+
 inline std::string read_file(const std::filesystem::path& path, std::string_view who) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st))
+    throw data_error(std::string(who) + ": " + path.string() + " is a directory, not a file");
+  if (!fs::exists(st))
     throw data_error(std::string(who) + ": " + path.string() +
                      ": file not found (scripts/fetch-corpus --gpt2-bpe downloads GPT-2's files)");
+  if (!fs::is_regular_file(st))
+    throw data_error(std::string(who) + ": " + path.string() + " is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw data_error(std::string(who) + ": " + path.string() + ": cannot open the file");
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -305,12 +343,38 @@ inline std::string read_file(const std::filesystem::path& path, std::string_view
 // both files; encode/decode are const and thread-safe.
 class Gpt2Bpe {
  public:
-  // Reads `dir`/encoder.json and `dir`/vocab.bpe.
-  explicit Gpt2Bpe(const std::filesystem::path& dir) : Gpt2Bpe(dir / "encoder.json", dir / "vocab.bpe") {}
+  // The work one encode() call did, counted: tests bound the algorithm's cost
+  // by these, not by a clock.
+  struct EncodeStats {
+    std::size_t pieces = 0;        // pre-tokenization pieces
+    std::size_t cached = 0;        // of those, repeats taken from the call's cache
+    std::size_t symbols = 0;       // bytes of the pieces BPE ran on: the symbols it started from
+    std::size_t merges = 0;        // pair merges (each removes one symbol)
+    std::size_t passes = 0;        // rounds of "merge every occurrence of the lowest-ranked pair"
+    std::size_t pair_lookups = 0;  // probes of the merge table
+    std::size_t pairs_queued = 0;  // pairs put in the queue
+    std::size_t pairs_taken = 0;   // pairs taken out of it (stale ones included)
+  };
 
-  // encoder.json: a JSON object token string -> id, the ids exactly 0..N-1.
+  // A vocab.bpe line longer than this is an error (GPT-2's longest is 257 bytes).
+  static constexpr std::size_t max_merge_line_bytes = 4096;
+  // encode() remembers the tokens of up to cache_entries distinct pieces of at
+  // most cache_piece_bytes bytes each, for the call: bounded memory, and
+  // prose's repeated words are tokenized once.
+  static constexpr std::size_t cache_entries = std::size_t{1} << 16;
+  static constexpr std::size_t cache_piece_bytes = 64;
+
+  // Reads `dir`/encoder.json and `dir`/vocab.bpe.
+  explicit Gpt2Bpe(const std::filesystem::path& dir)
+      : Gpt2Bpe(checked_dir(dir) / "encoder.json", dir / "vocab.bpe") {}
+
+  // encoder.json: a JSON object token string -> id, the ids exactly 0..N-1,
+  // every key a distinct non-empty string of GPT-2's byte alphabet (valid UTF-8).
   // vocab.bpe: an optional "#version" line, then one merge "left right" per
-  // line, highest priority first (rank = line number among the merges).
+  // line, highest priority first (rank = line number among the merges); at
+  // least one merge, none repeated, both tokens and their concatenation in
+  // the encoder, lines of at most max_merge_line_bytes. Every violation is a
+  // data_error naming the file and the byte (encoder.json) or line (vocab.bpe).
   Gpt2Bpe(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
     load_encoder(encoder_json);
     load_merges(vocab_bpe);
@@ -322,25 +386,38 @@ class Gpt2Bpe {
   std::int32_t eot_id() const { return eot_id_; }
 
   std::vector<std::int32_t> encode(std::string_view text) const {
+    EncodeStats stats;
+    return encode(text, stats);
+  }
+
+  // encode(text), and what it cost in `stats`.
+  std::vector<std::int32_t> encode(std::string_view text, EncodeStats& stats) const {
+    stats = {};
     std::vector<std::int32_t> ids;
     ids.reserve(text.size() / 3);
-    // Pieces repeat (words); remember each distinct piece's tokens for this call.
     std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> seen;  // piece -> [begin, end) in ids
+    Scratch scratch;
     std::vector<std::int32_t> word;
     for (std::size_t i = 0; i < text.size();) {
       const std::size_t len = detail::gpt2::next_piece(text, i);
       const std::string_view piece = text.substr(i, len);
       i += len;
-      if (auto it = seen.find(piece); it != seen.end()) {
-        const auto [b, e] = it->second;
-        for (std::size_t k = b; k < e; ++k) {
-          const std::int32_t id = ids[k];
-          ids.push_back(id);
+      ++stats.pieces;
+      const bool cacheable = len <= cache_piece_bytes;
+      if (cacheable) {
+        if (const auto it = seen.find(piece); it != seen.end()) {
+          ++stats.cached;
+          const auto [b, e] = it->second;
+          for (std::size_t k = b; k < e; ++k) {
+            const std::int32_t id = ids[k];  // a copy: push_back may reallocate
+            ids.push_back(id);
+          }
+          continue;
         }
-        continue;
       }
-      bpe(piece, word);
-      seen.emplace(piece, std::pair{ids.size(), ids.size() + word.size()});
+      bpe(piece, scratch, word, stats);
+      if (cacheable && seen.size() < cache_entries)
+        seen.emplace(piece, std::pair{ids.size(), ids.size() + word.size()});
       ids.insert(ids.end(), word.begin(), word.end());
     }
     return ids;
@@ -370,63 +447,172 @@ class Gpt2Bpe {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
   }
 
-  // BPE on one piece: `word` receives its token ids.
-  void bpe(std::string_view piece, std::vector<std::int32_t>& word) const {
+  // One piece's symbols while BPE runs on it, and its queue of pairs. A
+  // symbol is named by the byte it starts at; symbol 0 is always alive. Kept
+  // across the pieces of one encode() call so the storage is reused.
+  struct Symbol {
+    std::int32_t id;     // its token; -1 once merged into its left neighbour
+    std::uint32_t prev;  // the live symbol before, none at the start
+    std::uint32_t next;  // the live symbol after, none at the end
+  };
+  struct Scratch {
+    std::vector<Symbol> sym;                          // (n) one per byte of the piece, at first
+    std::vector<std::uint32_t> bucket_of_rank;        // (merges) rank -> its bucket, none while it has none
+    std::vector<std::vector<std::uint32_t>> buckets;  // each: the left symbols of pairs of one rank (some stale)
+    std::vector<std::uint32_t> free_buckets;          // buckets not in use
+    std::vector<std::uint32_t> ranks;                 // min-heap of the ranks that have a bucket
+    std::vector<std::uint32_t> merged;                // symbols that took their right neighbour in this pass
+  };
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+
+  // BPE on one piece: `word` receives its token ids. Exactly the reference's
+  // loop (find the lowest-ranked adjacent pair; merge all its occurrences left
+  // to right without overlaps; repeat), done with a priority queue of pairs:
+  //   * every adjacent pair that has a rank sits in its rank's bucket (by its
+  //     left symbol); a min-heap holds the ranks whose bucket is not empty;
+  //   * an entry goes stale when its pair changes (a neighbour merged); it is
+  //     not removed but skipped when taken: its left symbol is gone or the
+  //     pair there now has another rank (lazy invalidation);
+  //   * a pass empties the lowest rank's bucket, left to right (sorted by
+  //     symbol), merging the entries that are still that pair: a symbol taken
+  //     by the merge on its left is gone, so "a a a" under (a, a) gives
+  //     "aa a", as the reference's scan does;
+  //   * the pairs a pass creates (each merged symbol with its two neighbours)
+  //     are queued after the pass, so one of lower rank cannot cut in before
+  //     the pass has merged every occurrence, as the reference's would not.
+  // Each merge removes a symbol and queues at most 2 pairs: at most n - 1
+  // merges, 3n entries queued, taken and sorted once: O(n log n) for n bytes.
+  // Buckets keep this local in memory: the heap holds ranks, not pairs.
+  void bpe(std::string_view piece, Scratch& sc, std::vector<std::int32_t>& word, EncodeStats& stats) const {
+    const std::size_t n = piece.size();
     word.clear();
-    for (const char c : piece) word.push_back(byte_id_[static_cast<unsigned char>(c)]);
-    while (word.size() > 1) {
-      // the adjacent pair with the lowest rank
-      const Merge* best = nullptr;
-      std::uint64_t best_key = 0;
-      for (std::size_t k = 0; k + 1 < word.size(); ++k) {
-        const std::uint64_t key = pair_key(word[k], word[k + 1]);
-        const auto it = merges_.find(key);
-        if (it != merges_.end() && (!best || it->second.rank < best->rank)) best = &it->second, best_key = key;
-      }
-      if (!best) break;
-      // merge every occurrence, left to right, without overlaps
-      std::size_t out = 0;
-      for (std::size_t k = 0; k < word.size();) {
-        if (k + 1 < word.size() && pair_key(word[k], word[k + 1]) == best_key) {
-          word[out++] = best->merged;
-          k += 2;
-        } else {
-          word[out++] = word[k++];
-        }
-      }
-      word.resize(out);
+    stats.symbols += n;
+    if (n >= none)
+      throw data_error("gpt2 bpe: a pre-tokenization piece of " + std::to_string(n) +
+                       " bytes; pieces of up to 4 GiB - 2 bytes are supported");
+    if (n == 1) {
+      word.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
+      return;
     }
+    sc.sym.resize(n);
+    for (std::size_t k = 0; k < n; ++k)
+      sc.sym[k] = {byte_id_[static_cast<unsigned char>(piece[k])], k == 0 ? none : static_cast<std::uint32_t>(k - 1),
+                   k + 1 == n ? none : static_cast<std::uint32_t>(k + 1)};
+    if (sc.bucket_of_rank.size() != merges_.size()) sc.bucket_of_rank.assign(merges_.size(), none);
+    constexpr std::greater<std::uint32_t> min_first{};
+    const auto lookup = [&](std::uint32_t i) -> const Merge* {  // the pair (i, next[i]), if it has a rank
+      const std::uint32_t j = sc.sym[i].next;
+      if (j == none) return nullptr;
+      ++stats.pair_lookups;
+      const auto it = merges_.find(pair_key(sc.sym[i].id, sc.sym[j].id));
+      return it == merges_.end() ? nullptr : &it->second;
+    };
+    const auto queue = [&](std::uint32_t i) {  // the pair (i, next[i]) into its rank's bucket
+      const Merge* m = lookup(i);
+      if (!m) return;
+      const auto rank = static_cast<std::uint32_t>(m->rank);
+      std::uint32_t& b = sc.bucket_of_rank[rank];
+      if (b == none) {
+        if (sc.free_buckets.empty()) {
+          sc.free_buckets.push_back(static_cast<std::uint32_t>(sc.buckets.size()));
+          sc.buckets.emplace_back();
+        }
+        b = sc.free_buckets.back();
+        sc.free_buckets.pop_back();
+        sc.ranks.push_back(rank);
+        std::push_heap(sc.ranks.begin(), sc.ranks.end(), min_first);
+      }
+      sc.buckets[b].push_back(i);
+      ++stats.pairs_queued;
+    };
+
+    for (std::uint32_t k = 0; k + 1 < n; ++k) queue(k);
+    while (!sc.ranks.empty()) {
+      std::pop_heap(sc.ranks.begin(), sc.ranks.end(), min_first);
+      const std::uint32_t rank = sc.ranks.back();
+      sc.ranks.pop_back();
+      const std::uint32_t b = std::exchange(sc.bucket_of_rank[rank], none);
+      std::vector<std::uint32_t>& pass = sc.buckets[b];
+      if (!std::is_sorted(pass.begin(), pass.end())) std::sort(pass.begin(), pass.end());
+      ++stats.passes;
+      sc.merged.clear();
+      for (const std::uint32_t i : pass) {  // left to right
+        ++stats.pairs_taken;
+        if (sc.sym[i].id < 0) continue;  // taken by the merge on its left
+        const Merge* m = lookup(i);
+        if (!m || static_cast<std::uint32_t>(m->rank) != rank) continue;  // stale: the pair changed
+        Symbol& left = sc.sym[i];
+        Symbol& right = sc.sym[left.next];
+        left.id = m->merged;
+        right.id = -1;
+        left.next = right.next;
+        if (right.next != none) sc.sym[right.next].prev = i;
+        sc.merged.push_back(i);
+        ++stats.merges;
+      }
+      pass.clear();
+      sc.free_buckets.push_back(b);
+      for (const std::uint32_t i : sc.merged) {  // the pairs the pass made: (prev, i) and (i, next)
+        if (sc.sym[i].prev != none) queue(sc.sym[i].prev);
+        queue(i);
+      }
+    }
+    for (std::uint32_t i = 0; i != none; i = sc.sym[i].next) word.push_back(sc.sym[i].id);
+  }
+
+  static const std::filesystem::path& checked_dir(const std::filesystem::path& dir) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(dir, ec))
+      throw data_error("gpt2 bpe: " + dir.string() +
+                       " is a file; give the directory that holds encoder.json and vocab.bpe");
+    return dir;
   }
 
   void load_encoder(const std::filesystem::path& path) {
+    using detail::gpt2::shown;
     const std::string text = detail::gpt2::read_file(path, "gpt2 bpe");
     const auto fail = [&](const std::string& what) { throw data_error("gpt2 bpe: " + path.string() + ": " + what); };
-    std::vector<std::pair<std::string, std::uint64_t>> entries;
-    detail::gpt2::JsonMapParser(text, path).parse([&](std::string key, std::uint64_t id) {
-      entries.emplace_back(std::move(key), id);
+    const auto fail_at = [&](std::size_t byte, const std::string& what) {
+      fail("byte " + std::to_string(byte) + ": " + what);
+    };
+    struct Entry {
+      std::string key;
+      std::uint64_t id;
+      std::size_t offset;  // of the key's opening '"'
+    };
+    std::vector<Entry> entries;
+    detail::gpt2::JsonMapParser(text, path).parse([&](std::string key, std::uint64_t id, std::size_t offset) {
+      entries.push_back({std::move(key), id, offset});
     });
     if (entries.empty()) fail("no tokens in the encoder");
     const std::size_t n = entries.size();
     token_bytes_.assign(n, {});
+    std::vector<std::size_t> offset_of_id(n, 0);
     std::vector<bool> taken(n, false);
-    for (auto& [key, id] : entries) {
+    for (auto& [key, id, offset] : entries) {
+      if (key.empty()) fail_at(offset, "an empty token string \"\" (id " + std::to_string(id) + ")");
+      if (const auto it = ids_.find(key); it != ids_.end())
+        fail_at(offset, "token " + shown(key) + " appears twice (first at byte " +
+                            std::to_string(offset_of_id[static_cast<std::size_t>(it->second)]) + ")");
       if (id >= n)
-        fail("token \"" + key + "\" has id " + std::to_string(id) + "; the " + std::to_string(n) +
-             " ids must be exactly 0.." + std::to_string(n - 1));
-      if (taken[id]) fail("id " + std::to_string(id) + " is given to two tokens");
+        fail_at(offset, "token " + shown(key) + " has id " + std::to_string(id) + "; the " + std::to_string(n) +
+                            " ids must be exactly 0.." + std::to_string(n - 1));
+      if (taken[id])
+        fail_at(offset, "token " + shown(key) + " has id " + std::to_string(id) + ", already given to token " +
+                            shown(token_string(id)) + " at byte " + std::to_string(offset_of_id[id]));
       taken[id] = true;
+      offset_of_id[id] = offset;
       // The token's bytes: each code point of the key maps back to one byte.
       std::string bytes;
       for (std::size_t i = 0; i < key.size();) {
-        const auto c = detail::gpt2::decode_utf8(key, i);
-        const int b = (c.valid && c.cp < detail::gpt2::unicode_to_byte.size())
-                          ? detail::gpt2::unicode_to_byte[c.cp] : -1;
-        if (b < 0) fail("token \"" + key + "\" (id " + std::to_string(id) + ") is not in GPT-2's byte alphabet");
+        const auto c = detail::gpt2::decode_utf8(key, i);  // valid: the parser checked the UTF-8
+        const int b = c.cp < detail::gpt2::unicode_to_byte.size() ? detail::gpt2::unicode_to_byte[c.cp] : -1;
+        if (b < 0)
+          fail_at(offset, "token " + shown(key) + " (id " + std::to_string(id) + ") is not in GPT-2's byte alphabet");
         bytes += static_cast<char>(b);
         i += c.len;
       }
       token_bytes_[id] = std::move(bytes);
-      if (ids_.contains(key)) fail("token \"" + key + "\" appears twice");
       ids_.emplace(std::move(key), static_cast<std::int32_t>(id));
     }
     for (int b = 0; b < 256; ++b) {
@@ -439,31 +625,55 @@ class Gpt2Bpe {
     if (const auto it = ids_.find("<|endoftext|>"); it != ids_.end()) eot_id_ = it->second;
   }
 
+  // Token `id` as encoder.json spells it (its bytes through byte_to_unicode).
+  std::string token_string(std::size_t id) const {
+    std::string s;
+    for (const char c : token_bytes_[id])
+      detail::gpt2::append_utf8(s, detail::gpt2::byte_to_unicode[static_cast<unsigned char>(c)]);
+    return s;
+  }
+
   void load_merges(const std::filesystem::path& path) {
+    using detail::gpt2::shown;
     const std::string text = detail::gpt2::read_file(path, "gpt2 bpe");
+    std::vector<std::size_t> line_of_rank;  // rank -> its line
     std::size_t line_no = 0;
-    std::int32_t rank = 0;
     for (std::size_t pos = 0; pos < text.size();) {
       std::size_t end = text.find('\n', pos);
       if (end == std::string::npos) end = text.size();
       std::string_view line(text.data() + pos, end - pos);
       pos = end + 1;
       ++line_no;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
       const auto fail = [&](const std::string& what) {
         throw data_error("gpt2 bpe: " + path.string() + ": line " + std::to_string(line_no) + ": " + what);
       };
+      if (line.size() > max_merge_line_bytes)
+        fail("the line is " + std::to_string(line.size()) + " bytes long; a merge line has at most " +
+             std::to_string(max_merge_line_bytes) + " (is this GPT-2's vocab.bpe?)");
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
       const std::size_t space = line.find(' ');
       if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
           line.find(' ', space + 1) != std::string_view::npos)
-        fail("expected a merge \"left right\", got \"" + std::string(line) + "\"");
+        fail("expected a merge \"left right\", got " + shown(line));
       const std::string left(line.substr(0, space)), right(line.substr(space + 1));
       const auto l = ids_.find(left), r = ids_.find(right), m = ids_.find(left + right);
-      if (l == ids_.end() || r == ids_.end() || m == ids_.end())
-        fail("merge \"" + std::string(line) + "\" uses or makes a token missing from the encoder");
-      merges_.emplace(pair_key(l->second, r->second), Merge{rank++, m->second});  // first rank wins
+      if (l == ids_.end())
+        fail("merge " + shown(line) + ": its left token " + shown(left) + " is not in the encoder");
+      if (r == ids_.end())
+        fail("merge " + shown(line) + ": its right token " + shown(right) + " is not in the encoder");
+      if (m == ids_.end())
+        fail("merge " + shown(line) + ": its result " + shown(left + right) + " is not in the encoder");
+      const auto rank = static_cast<std::int32_t>(line_of_rank.size());
+      const auto [it, added] = merges_.emplace(pair_key(l->second, r->second), Merge{rank, m->second});
+      if (!added)
+        fail("merge " + shown(line) + " repeats line " +
+             std::to_string(line_of_rank[static_cast<std::size_t>(it->second.rank)]));
+      line_of_rank.push_back(line_no);
     }
+    if (merges_.empty())
+      throw data_error("gpt2 bpe: " + path.string() +
+                       ": no merges (no \"left right\" line after the \"#version\" line); GPT-2's vocab.bpe has 50000");
   }
 
   std::unordered_map<std::string, std::int32_t> ids_;    // token string (byte alphabet) -> id
