@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 namespace {
 using headroom::test::TempDir;
 using headroom::test::write_file;
@@ -28,6 +30,7 @@ using headroom::test::write_file;
 namespace fs = std::filesystem;
 using headroom::io::ByteTokenizer;
 using headroom::io::data_error;
+using headroom::io::overwrite_refused;
 using headroom::io::TokenDataset;
 using headroom::io::TokenFile;
 using headroom::io::write_tokens;
@@ -110,11 +113,53 @@ TEST_CASE("token file: layout byte for byte, 2- and 4-byte elements", "[io][data
   }
 }
 
+TEST_CASE("token file: write_tokens replaces only a missing path or a token file", "[io][dataset]") {
+  const TempDir tmp;
+  const fs::path p = tmp / "out.tok";
+  SECTION("a directory is refused, and left as it was") {
+    fs::create_directory(p);
+    write_file(p / "inside.txt", "keep");
+    REQUIRE_THROWS_AS(write_tokens(p, Ids{1, 2}, 256), overwrite_refused);
+    REQUIRE_THROWS_WITH(write_tokens(p, Ids{1, 2}, 256),
+                        Contains("write_tokens: " + p.string() + " is a directory") && Contains("nothing was written"));
+    CHECK(fs::is_directory(p));
+    CHECK(read_bytes(p / "inside.txt") == "keep");
+    CHECK_FALSE(fs::exists(tmp / "out.tok.tmp"));
+  }
+  SECTION("a file of another kind is refused, and left as it was") {
+    write_file(p, "my notes, not tokens");
+    REQUIRE_THROWS_AS(write_tokens(p, Ids{1, 2}, 256), overwrite_refused);
+    REQUIRE_THROWS_WITH(write_tokens(p, Ids{1, 2}, 256),
+                        Contains(p.string() + " exists and is not a headroom token file"));
+    CHECK(read_bytes(p) == "my notes, not tokens");
+    write_file(p, "HRTOK");  // shorter than the magic
+    REQUIRE_THROWS_AS(write_tokens(p, Ids{1}, 256), overwrite_refused);
+    CHECK(read_bytes(p) == "HRTOK");
+    CHECK_FALSE(fs::exists(tmp / "out.tok.tmp"));
+  }
+  SECTION("a token file, even a broken one, is replaced") {
+    write_file(p, header(2, 256, 9) + "xy");  // the magic, then a truncated body
+    REQUIRE_THROWS_AS(TokenFile(p), data_error);
+    write_tokens(p, Ids{4, 5}, 256);
+    CHECK(read_bytes(p) == header(2, 256, 2) + le(4, 2) + le(5, 2));
+  }
+  SECTION("a bad id leaves an existing file as it was") {
+    write_tokens(p, Ids{7}, 256);
+    REQUIRE_THROWS_AS(write_tokens(p, Ids{300}, 256), data_error);
+    CHECK(TokenFile(p)[0] == 7);
+  }
+}
+
 TEST_CASE("token file: every bad file is refused with its reason and its name", "[io][dataset]") {
   const TempDir tmp;
   const fs::path p = tmp / "bad.tok";
 
   REQUIRE_THROWS_WITH(TokenFile(tmp / "missing.tok"), Contains("missing.tok") && Contains("cannot open"));
+
+  fs::create_directory(tmp / "dir.tok");
+  REQUIRE_THROWS_WITH(TokenFile(tmp / "dir.tok"), Contains("dir.tok: is a directory, not a token file"));
+  REQUIRE(::mkfifo((tmp / "fifo.tok").c_str(), 0600) == 0);  // opened without waiting for a writer
+  REQUIRE_THROWS_WITH(TokenFile(tmp / "fifo.tok"), Contains("fifo.tok: is not a regular file"));
 
   write_file(p, "");
   REQUIRE_THROWS_WITH(TokenFile(p), Contains("bad.tok") && Contains("empty"));
@@ -290,9 +335,16 @@ TEST_CASE("data set from a text file: tokenized once, cached as a token file", "
   CHECK(fs::last_write_time(cache) == stamp);
   CHECK(again.size() == content.size());
 
-  // a broken cache is rebuilt
-  write_file(cache, "junk");
+  // a broken cache (a token file cut short) is rebuilt
+  write_file(cache, read_bytes(cache).substr(0, 30));
   CHECK(TokenDataset::from_text(text, ByteTokenizer{}, 0.25).size() == content.size());
+  CHECK(TokenFile(cache).size() == content.size());
+
+  // a file that is not a token file where the cache goes is refused, not overwritten
+  write_file(cache, "junk");
+  REQUIRE_THROWS_AS(TokenDataset::from_text(text, ByteTokenizer{}, 0.25), overwrite_refused);
+  CHECK(read_bytes(cache) == "junk");
+  fs::remove(cache);
 
   // or the cache goes into a given folder
   const auto elsewhere = TokenDataset::from_text(text, ByteTokenizer{}, 0.25, 7, tmp / "cache");
@@ -301,6 +353,8 @@ TEST_CASE("data set from a text file: tokenized once, cached as a token file", "
 
   REQUIRE_THROWS_WITH(TokenDataset::from_text(tmp / "austen.txt", ByteTokenizer{}, 0.1),
                       Contains("austen.txt") && Contains("not found") && Contains("scripts/fetch-corpus"));
+  REQUIRE_THROWS_WITH(TokenDataset::from_text(tmp / "cache", ByteTokenizer{}, 0.1),
+                      Contains("corpus: " + (tmp / "cache").string() + " is a directory, not a text file"));
   write_file(tmp / "empty.txt", "");
   REQUIRE_THROWS_WITH(TokenDataset::from_text(tmp / "empty.txt", ByteTokenizer{}, 0.1),
                       Contains("empty.txt.byte.tok") && Contains("empty (0 tokens)"));

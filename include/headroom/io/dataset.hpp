@@ -8,8 +8,11 @@
 //   [16, 24)   u64 count: the number of tokens
 //   [24, ...)  count ids, each an unsigned little-endian integer of the element size
 // All fields little-endian. The data starts at byte 24, so it is aligned for
-// either element size in a mapped file. write_tokens writes `path + ".tmp"` and
-// renames it over `path`: an interrupted write never leaves a broken file.
+// either element size in a mapped file. write_tokens goes through
+// io::replace_file (io/durable.hpp): it replaces only a missing path or a token
+// file (one that starts with the magic), writes `path + ".tmp"`, fsyncs it,
+// renames it over `path` and fsyncs the directory: an interrupted write never
+// leaves a broken file, and a finished one survives a power cut.
 //
 // TokenFile maps a token file read-only (mmap) and checks its header.
 // TokenDataset splits one into a training part (the head) and a validation
@@ -37,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "durable.hpp"
 #include "tokenizer.hpp"
 
 namespace headroom::io {
@@ -57,11 +61,21 @@ inline std::uint64_t get_le(const unsigned char* p, int bytes) {
   return v;
 }
 
+// Whether the file at `path` starts with the token file magic: the only kind
+// of file write_tokens replaces.
+inline bool is_token_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[8] = {};
+  return in.read(head, 8) && std::memcmp(head, magic, 8) == 0;
+}
+
 }  // namespace detail::tokens
 
-// Writes `ids` as a token file at `path` (atomically, see above). Every id must
-// lie in [0, vocab_size); vocab_size in [1, 2^32). Throws data_error naming the
-// file on a bad id or a failed write.
+// Writes `ids` as a token file at `path` (atomically and durably, see above).
+// Every id must lie in [0, vocab_size); vocab_size in [1, 2^32). Throws
+// data_error naming the file on a bad id or a failed write, overwrite_refused
+// (touching nothing) when `path` is a directory or a file other than a token
+// file, and std::system_error when an fsync fails.
 inline void write_tokens(const std::filesystem::path& path, std::span<const std::int32_t> ids,
                          std::uint64_t vocab_size) {
   namespace t = detail::tokens;
@@ -80,37 +94,33 @@ inline void write_tokens(const std::filesystem::path& path, std::span<const std:
            " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
     t::put_le(out, static_cast<std::uint64_t>(ids[i]), static_cast<int>(esize));
   }
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  try {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) fail("cannot create the temporary file " + tmp.string());
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f) fail("write failed on " + tmp.string());
-    std::filesystem::rename(tmp, path);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
+  replace_file(
+      path, "write_tokens", "headroom token file (\"HRTOK1\")", t::is_token_file,
+      [&](std::ofstream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
+      [&](const std::string& what) { fail(what); });
 }
 
 // A token file mapped read-only. Move-only; unmaps on destruction.
 class TokenFile {
  public:
   // Maps and validates `path`; throws data_error naming the file when it is
-  // missing, shorter than the header, has a bad magic or element size, or its
+  // missing, a directory or not a regular file, shorter than the header, has a bad magic or element size, or its
   // size disagrees with the header's count. Ids are not range-checked here
   // (TokenDataset checks them while counting).
   explicit TokenFile(const std::filesystem::path& path) : path_(path) {
     namespace t = detail::tokens;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) fail("cannot open: " + std::system_category().message(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
       ::close(fd);
       fail("cannot stat: " + std::system_category().message(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      fail(S_ISDIR(st.st_mode) ? "is a directory, not a token file" : "is not a regular file");
     }
     bytes_ = static_cast<std::size_t>(st.st_size);
     if (bytes_ < t::header_bytes) {
@@ -248,16 +258,21 @@ class TokenDataset {
   // Tokenizes the text file `text` with `tok` and caches the ids as a token
   // file `<text file name>.<tok.name()>.tok`, next to the text or in `cache_dir`.
   // A cache newer than the text and made with the same vocabulary size is
-  // reused. A missing text file: data_error telling the user to run
-  // scripts/fetch-corpus.
+  // reused; a broken token file there is rebuilt, anything else there is
+  // refused (overwrite_refused, see write_tokens). A missing text file:
+  // data_error telling the user to run scripts/fetch-corpus; a directory: a
+  // data_error that says so.
   template <Tokenizer Tok>
   static TokenDataset from_text(const std::filesystem::path& text, const Tok& tok, double validation_fraction,
                                 std::uint64_t seed = default_seed, const std::filesystem::path& cache_dir = {}) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    if (!fs::is_regular_file(text, ec))
+    const fs::file_status st = fs::status(text, ec);
+    if (fs::is_directory(st)) throw data_error("corpus: " + text.string() + " is a directory, not a text file");
+    if (!fs::exists(st))
       throw data_error("corpus: " + text.string() +
                        ": file not found; run scripts/fetch-corpus to download the corpora (into data/corpus)");
+    if (!fs::is_regular_file(st)) throw data_error("corpus: " + text.string() + " is not a regular file");
     const std::string cache_name = text.filename().string() + "." + std::string(tok.name()) + ".tok";
     const fs::path cache = cache_dir.empty() ? fs::path(text).replace_filename(cache_name) : cache_dir / cache_name;
     if (fs::exists(cache, ec) && fs::last_write_time(cache, ec) >= fs::last_write_time(text, ec) && !ec) {
