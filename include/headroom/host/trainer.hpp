@@ -21,14 +21,15 @@
 //
 // A NaN or an infinity stops the step (docs/training.md, "What is guaranteed
 // on a NaN"): a non-finite loss before the backward (non_finite_loss), a
-// non-finite gradient before the update (non_finite_gradient: the global
-// norm's pass finds it, so checking costs nothing more). Either way the
-// weights, the optimizer state and the step count stay as they were. With
-// UpdateInBackward each parameter's update checks its own gradient first;
-// after the first non-finite one no update runs, and the error comes at the
-// end of the backward.
+// non-finite gradient, or one whose squares leave f32's range, before the
+// update (non_finite_gradient; the global norm's pass is the check, so it
+// costs nothing more). Either way the weights, the optimizer state and the
+// step count stay as they were. With UpdateInBackward each parameter's
+// update checks its own gradient first; from the first that fails no update
+// runs, and the error comes when the backward has finished.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -205,15 +206,16 @@ class Trainer {
   int workers_ = 1;
   int step_ = 0;
 
-  // What the step's gradient check has found so far (UpdateInBackward fills
-  // it parameter by parameter during the backward).
+  // What the step's gradient check has found (UpdateInBackward fills it
+  // parameter by parameter during the backward).
   struct GradientCheck {
-    double squares = 0;             // the sum of the squares of the gradients checked finite
-    int first = -1;                 // sched.params index of the first (in that order) non-finite gradient
-    std::int64_t element = 0;       // its first non-finite element
-    double value = 0;               // and that element's value
-    int first_in_backward = -1;     // UpdateInBackward: the first non-finite one in update order
-    int updated = 0, skipped = 0;   // UpdateInBackward: updates run and skipped
+    double squares = 0;            // UpdateInBackward: the squares of the gradients checked and used
+    int first = -1;                // sched.params index of the parameter the error names; -1: none failed
+    std::int64_t element = -1;     // its first NaN or infinite element; -1: all finite, the squares overflow f32
+    double value = 0;              // that element, or the sum of squares that overflows
+    bool own = true;               // the sum is this parameter's own (else the step's)
+    int first_in_backward = -1;    // UpdateInBackward: the first that failed, in update order
+    int updated = 0, skipped = 0;  // UpdateInBackward: updates run and skipped
   };
   GradientCheck checked_{};
 
@@ -441,24 +443,20 @@ class Trainer {
   }
 
   // ---- the update ------------------------------------------------------------------------------------------
-  // Returns the global gradient norm before clipping. A NaN or an infinity in
-  // any gradient makes the sum of squares non-finite: only then are the
-  // gradients searched, and the step stops before any parameter is updated.
+  // A gradient stops the step when its squares do not sum to a finite number
+  // within f32's range: a NaN or an infinity in it, or values so large
+  // (|g| > 1.8e19) that AdamW's f32 second moment would overflow. The CUDA
+  // engine computes the norm in f32 and stops on the same condition.
+  static constexpr double max_squares = std::numeric_limits<float>::max();
+
+  // Returns the global gradient norm before clipping. The norm's pass is the
+  // check: only when its sum is out of range are the gradients searched, and
+  // the step stops before any parameter is updated.
   double update(int step_no) {
     double sq = 0;
     for (const ParamSlot& p : sched.params)
       if (p.trainable) sq += squared_norm(device_.at<T>(p.grad), p.elements());
-    if (!std::isfinite(sq)) {
-      for (std::size_t k = 0; k < sched.params.size(); ++k)
-        if (sched.params[k].trainable && note_if_non_finite(static_cast<int>(k))) break;
-      // none: finite f64 gradients whose squares overflow (an f32 square is
-      // below 1.2e77); the norm is then infinite and clipping scales by 0
-      if (checked_.first >= 0)
-        throw non_finite_gradient(step_no, path_of(sched.params[checked_.first]),
-                                  element_of(checked_) + "; the step was stopped before any update (the weights and the optimizer "
-                                                         "state are those of step " +
-                                      std::to_string(step_no - 1) + ")");
-    }
+    if (!(sq <= max_squares)) stop_before_update(step_no, sq);
     const double norm = std::sqrt(sq);
     T scale = T(1);
     if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
@@ -467,59 +465,88 @@ class Trainer {
     return norm;
   }
 
+  // The failure path of update(): names the first parameter in schedule order
+  // with a NaN or an infinity; if every element is finite, the first whose own
+  // squares leave f32's range, or else the largest.
+  [[noreturn]] void stop_before_update(int step_no, double total) {
+    int largest = -1;
+    double largest_sq = -1;
+    for (std::size_t k = 0; k < sched.params.size(); ++k) {
+      const ParamSlot& p = sched.params[k];
+      if (!p.trainable) continue;
+      const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
+      flag(static_cast<int>(k), sq);
+      if (sq > largest_sq) largest = static_cast<int>(k), largest_sq = sq;
+    }
+    if (checked_.first < 0) checked_ = GradientCheck{.first = largest, .element = -1, .value = total, .own = false};
+    throw non_finite_gradient(step_no, path_of(sched.params[checked_.first]),
+                              describe(checked_) + "; the step was stopped before any update (the weights and the optimizer "
+                                                   "state are those of step " +
+                                  std::to_string(step_no - 1) + ")");
+  }
+
   // UpdateInBackward: the updates of the parameters whose gradients `st`
-  // completed, in update order. Each checks its own gradient first (the
-  // squared norm's pass; StepStats::grad_norm sums them); after the first
-  // non-finite gradient no update runs in this step, and the remaining
-  // gradients are only searched, to name the first in schedule order.
+  // completed, in update order. Each checks its own gradient first (its
+  // squared norm's pass; StepStats::grad_norm sums them). From the first
+  // gradient that fails, no update of this step runs; the later gradients
+  // are still checked (on this failure path only), so the error names the
+  // first in schedule order, as without UpdateInBackward.
   void update_in_backward(const Step& st, int step_no) {
     for (int u = st.update_begin; u < st.update_end; ++u) {
       const int k = sched.updates[u];
       const ParamSlot& p = sched.params[k];
-      if (checked_.first < 0) {
-        const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
-        if (std::isfinite(sq) || !note_if_non_finite(k)) {
-          checked_.squares += sq;
-          update_param(p, step_no, T(1));
-          ++checked_.updated;
-          continue;
-        }
-        checked_.first_in_backward = k;
-      } else {
-        note_if_non_finite(k);
+      const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
+      if (checked_.first < 0 && sq <= max_squares) {
+        checked_.squares += sq;
+        update_param(p, step_no, T(1));
+        ++checked_.updated;
+        continue;
       }
+      if (flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
       ++checked_.skipped;
     }
   }
 
-  // Whether parameter k's gradient holds a NaN or an infinity; the first
-  // such parameter in schedule order is kept in checked_ (its gradient
-  // buffer may be reused later in the backward).
-  bool note_if_non_finite(int k) {
-    const ParamSlot& p = sched.params[k];
-    const T* g = device_.at<T>(p.grad);
-    const std::int64_t i = first_non_finite(g, p.elements());
-    if (i < 0) return false;
-    if (checked_.first < 0 || k < checked_.first) {
+  // Whether parameter k's gradient (squares summing to sq) stops the step.
+  // The one the error will name is kept in checked_ (its gradient buffer may
+  // be reused later in the backward): a NaN or an infinity before an
+  // overflow, then the lower schedule index.
+  bool flag(int k, double sq) {
+    if (sq <= max_squares) return false;
+    const T* g = device_.at<T>(sched.params[k].grad);
+    const std::int64_t i = first_non_finite(g, sched.params[k].elements());
+    const bool non_finite = i >= 0, named_non_finite = checked_.element >= 0;
+    if (checked_.first < 0 || (non_finite && !named_non_finite) || (non_finite == named_non_finite && k < checked_.first)) {
       checked_.first = k;
       checked_.element = i;
-      checked_.value = static_cast<double>(g[i]);
+      checked_.value = non_finite ? static_cast<double>(g[i]) : sq;
+      checked_.own = true;
     }
     return true;
   }
 
-  static std::string element_of(const GradientCheck& c) {
+  static std::string number(double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4g", x);
+    return b;
+  }
+
+  static std::string describe(const GradientCheck& c) {
     const ParamSlot& p = sched.params[c.first];
-    return "its element [" + std::to_string(c.element / p.cols) + ", " + std::to_string(c.element % p.cols) + "] of (" +
-           std::to_string(p.rows) + ", " + std::to_string(p.cols) + ") is " + std::to_string(c.value);
+    if (c.element >= 0)
+      return "its element [" + std::to_string(c.element / p.cols) + ", " + std::to_string(c.element % p.cols) + "] of (" +
+             std::to_string(p.rows) + ", " + std::to_string(p.cols) + ") is " + number(c.value);
+    return std::string(c.own ? "its elements are finite, but their squares sum to "
+                             : "every element is finite, but the squares of the step's gradients (this one the largest) sum to ") +
+           number(c.value) + ", beyond f32's range (" + number(max_squares) + ")";
   }
 
   [[noreturn]] void throw_skipped_updates(int step_no) const {
     const GradientCheck& c = checked_;
     throw non_finite_gradient(
         step_no, path_of(sched.params[c.first]),
-        element_of(c) + "; UpdateInBackward: " + std::to_string(c.updated) +
-            " parameters whose gradients were complete and finite before the first non-finite one in backward order (" +
+        describe(c) + "; UpdateInBackward: the " + std::to_string(c.updated) +
+            " parameters whose gradients were complete and checked before the first that failed in backward order (" +
             path_of(sched.params[c.first_in_backward]) + ") keep their update, the other " + std::to_string(c.skipped) +
             " were not updated; no non-finite gradient reached a weight or an optimizer state, and the step count stays " +
             std::to_string(step_no - 1));
