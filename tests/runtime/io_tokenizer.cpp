@@ -616,6 +616,20 @@ TEST_CASE("gpt2 bpe: every silent defect of the files is an error naming the fil
   }
 }
 
+TEST_CASE("gpt2 bpe from the files' contents in memory: the same tokenizer, the names given in errors",
+          "[io][tokenizer]") {
+  const Fixture fx;
+  const std::string merges = "#version: 0.2\nl l\nh e\nhe ll\nhell o\n\xC4\xA0 w\no r\n\xC4\xA0w or\nr l\n";
+  const Gpt2Bpe from_files = fx.load();
+  const Gpt2Bpe in_memory = Gpt2Bpe::from_contents(fx.json, merges);
+  CHECK(in_memory.vocab_size() == from_files.vocab_size());
+  CHECK(in_memory.encode("hello world, rl") == from_files.encode("hello world, rl"));
+  REQUIRE_THROWS_WITH(Gpt2Bpe::from_contents(fx.json, "#version: 0.2\n", "enc.json", "my.bpe"),
+                      Contains("gpt2 bpe: my.bpe: no merges"));
+  REQUIRE_THROWS_WITH(Gpt2Bpe::from_contents("{\"\": 0}", merges, "my encoder"),
+                      Contains("gpt2 bpe: my encoder: byte 1: an empty token string"));
+}
+
 // Hidden: needs the real files (see the top of this file).
 TEST_CASE("gpt2 bpe with GPT-2's own files gives GPT-2's ids", "[.gpt2][io][tokenizer]") {
   const fs::path dir = corpus_dir() / "gpt2";

@@ -376,8 +376,19 @@ class Gpt2Bpe {
   // the encoder, lines of at most max_merge_line_bytes. Every violation is a
   // data_error naming the file and the byte (encoder.json) or line (vocab.bpe).
   Gpt2Bpe(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
-    load_encoder(encoder_json);
-    load_merges(vocab_bpe);
+    load_encoder(detail::gpt2::read_file(encoder_json, "gpt2 bpe"), encoder_json);
+    load_merges(detail::gpt2::read_file(vocab_bpe, "gpt2 bpe"), vocab_bpe);
+  }
+
+  // The same from the two files' contents, already in memory; error messages
+  // name them `encoder_json` and `vocab_bpe`.
+  static Gpt2Bpe from_contents(std::string_view encoder_text, std::string_view merges_text,
+                               const std::filesystem::path& encoder_json = "encoder.json",
+                               const std::filesystem::path& vocab_bpe = "vocab.bpe") {
+    Gpt2Bpe t;
+    t.load_encoder(encoder_text, encoder_json);
+    t.load_merges(merges_text, vocab_bpe);
+    return t;
   }
 
   std::size_t vocab_size() const { return token_bytes_.size(); }
@@ -568,9 +579,10 @@ class Gpt2Bpe {
     return dir;
   }
 
-  void load_encoder(const std::filesystem::path& path) {
+  Gpt2Bpe() = default;
+
+  void load_encoder(std::string_view text, const std::filesystem::path& path) {
     using detail::gpt2::shown;
-    const std::string text = detail::gpt2::read_file(path, "gpt2 bpe");
     const auto fail = [&](const std::string& what) { throw data_error("gpt2 bpe: " + path.string() + ": " + what); };
     const auto fail_at = [&](std::size_t byte, const std::string& what) {
       fail("byte " + std::to_string(byte) + ": " + what);
@@ -633,14 +645,13 @@ class Gpt2Bpe {
     return s;
   }
 
-  void load_merges(const std::filesystem::path& path) {
+  void load_merges(std::string_view text, const std::filesystem::path& path) {
     using detail::gpt2::shown;
-    const std::string text = detail::gpt2::read_file(path, "gpt2 bpe");
     std::vector<std::size_t> line_of_rank;  // rank -> its line
     std::size_t line_no = 0;
     for (std::size_t pos = 0; pos < text.size();) {
       std::size_t end = text.find('\n', pos);
-      if (end == std::string::npos) end = text.size();
+      if (end == std::string_view::npos) end = text.size();
       std::string_view line(text.data() + pos, end - pos);
       pos = end + 1;
       ++line_no;
