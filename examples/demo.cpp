@@ -109,7 +109,7 @@ double train(Trainer& t, io::TokenDataset& ds, int steps, const char* what, std:
     host::StepStats st;
     try {
       st = t.step(tok, tgt);
-    } catch (const host::non_finite_loss& e) {
+    } catch (const non_finite_error& e) {  // a NaN loss or gradient: nothing was updated
       std::fprintf(stderr, "\n%s\n", e.what());
       if (!checkpoints.empty() && fs::exists(checkpoints))
         std::fprintf(stderr, "the last good checkpoint is %s (step %d)\n", checkpoints.c_str(), t.steps_done() / 50 * 50);

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -448,4 +449,25 @@ TEST_CASE("checkpoint: an interrupted save leaves the previous checkpoint loadab
     Tr u(options(8));
     CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
   }
+}
+
+TEST_CASE("checkpoint: weights that overflowed are not saved over the last good checkpoint", "[io][checkpoint]") {
+  using Tr = host::Trainer<AdamRun>;
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  Tr t(options(31));
+  step(t);
+  io::save_checkpoint(t, dir);
+  const auto good = state_bytes(t);
+  step(t);
+  // what an update that left f32's range writes
+  const ParamSlot& p = *Tr::find("layers.1.mlp.down_proj.weight");
+  t.weight(p)[3 * p.cols + 5] = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_AS(io::save_checkpoint(t, dir), io::checkpoint_error);
+  REQUIRE_THROWS_WITH(io::save_checkpoint(t, dir), Contains("not saved: after step 2, layers.1.mlp.down_proj.weight holds inf at [3, 5]"));
+  CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+  Tr u(options(32));
+  io::load_checkpoint(u, dir);
+  CHECK(u.steps_done() == 1);
+  CHECK(mismatch_at(state_bytes(u), good) == -1);
 }

@@ -62,6 +62,7 @@
 // safetensors reader's io::format_error naming the tensor (checkpoint_error
 // is a format_error, so one catch takes both).
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -313,6 +314,29 @@ std::vector<TensorView> optimizer_tensors(const Trainer& t) {
   return v;
 }
 
+// A checkpoint never holds a NaN or an infinity in a dense weight or master
+// copy: an update that overflowed (a learning rate far too large) must not
+// replace the last good checkpoint. One pass over the weights, before
+// anything is written.
+inline void check_finite(const std::filesystem::path& d, const std::vector<TensorView>& model, int steps_done) {
+  auto first_bad = [](const auto* x, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i])) return i;
+    return std::int64_t{-1};
+  };
+  for (const TensorView& v : model) {
+    if (v.dtype != DType::F32 && v.dtype != DType::F64) continue;
+    const std::int64_t n = v.shape.at(0) * v.shape.at(1);
+    const std::int64_t i = v.dtype == DType::F32 ? first_bad(static_cast<const float*>(v.data), n)
+                                                 : first_bad(static_cast<const double*>(v.data), n);
+    if (i < 0) continue;
+    const double x = v.dtype == DType::F32 ? static_cast<const float*>(v.data)[i] : static_cast<const double*>(v.data)[i];
+    fail(d, "not saved: after step " + std::to_string(steps_done) + ", " + v.name + " holds " + std::to_string(x) +
+                " at [" + std::to_string(i / v.shape[1]) + ", " + std::to_string(i % v.shape[1]) +
+                "] (the update overflowed; lower the learning rate); the checkpoint there, if any, is left as it was");
+  }
+}
+
 // Moves whatever an interrupted save left next to `d` into a consistent
 // state: a complete staged checkpoint whose swap did not finish becomes `d`
 // (or the old one comes back), and leftovers are removed.
@@ -381,12 +405,14 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
 
   const fs::path d = ck::normalized(dir);
   ck::check_replaceable(d);
+  const std::vector<TensorView> model = ck::model_tensors(t);
+  ck::check_finite(d, model, t.steps_done());
   fs::create_directories(ck::parent_of(d));
   ck::recover(d);
   const fs::path staging = ck::staging_of(d);
   fs::create_directory(staging);
   try {
-    write_safetensors(staging / ck::model_file, ck::model_tensors(t), {{"format", "headroom-checkpoint"}});
+    write_safetensors(staging / ck::model_file, model, {{"format", "headroom-checkpoint"}});
     ck::stage(ck::model_file);
     write_safetensors(staging / ck::optimizer_file, ck::optimizer_tensors(t), {{"format", "headroom-checkpoint"}});
     ck::stage(ck::optimizer_file);

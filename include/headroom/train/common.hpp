@@ -31,7 +31,7 @@ struct TrainOptions {
 struct StepStats {
   int step = 0;             // optimizer steps done, this one included
   double loss = 0;          // mean over the step's tokens
-  double grad_norm = 0;     // before clipping (0 with UpdateInBackward)
+  double grad_norm = 0;     // global gradient norm, before clipping
   double lr = 0;
 };
 
@@ -55,15 +55,15 @@ class non_finite_loss : public non_finite_error {
                                    std::to_string(step - 1) + ")") {}
 };
 
-// The loss was finite but a gradient was not (NaN or infinite): the step was
-// stopped before its update. `parameter()` is the dotted path of the first
-// parameter (in the schedule's parameter order) whose gradient holds a
-// non-finite value.
+// The loss was finite but a gradient was not (NaN or infinite, or its
+// squares beyond f32's range, where AdamW's second moment would overflow):
+// the step was stopped before its update. `parameter()` is the dotted path of
+// the first parameter (in the schedule's parameter order) whose gradient
+// holds such a value; `what()` names the element and says what was updated.
 class non_finite_gradient : public non_finite_error {
  public:
   non_finite_gradient(int step, std::string parameter, const std::string& detail)
-      : non_finite_error(step, "headroom: the gradient of " + parameter + " at step " + std::to_string(step) +
-                                   " is not finite; " + detail),
+      : non_finite_error(step, "headroom: the gradient of " + parameter + " at step " + std::to_string(step) + ": " + detail),
         parameter_(std::move(parameter)) {}
   const std::string& parameter() const { return parameter_; }
 
