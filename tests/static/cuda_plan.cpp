@@ -47,11 +47,24 @@ static_assert(host.peak_bytes(Tier::offload) == 0);
 // LM head: one chunk of bf16 logits, 32 x 512 x 2 = 32,768 B, plus the loss of
 // each of the 128 tokens in f32 (512 B).
 static_assert(count(cuda, "scratch", 32 * 512 * 2 + 128 * 4) == 1);
-// The losses start 256-byte aligned after the logits: 31 tokens of a
-// 385-word vocabulary in bf16 are 23,870 B, rounded up to 24,064 B.
-static_assert(CudaWorkspace::lm_head_logits_bytes(31, 385, 2) == 24064);
+// The logits' rows are padded to a multiple of 64 elements, so that cuBLASLt
+// writes them with an aligned leading dimension (llm.c pads GPT-2's 50,257 to
+// 50,304 for the same reason): 50,257 -> 786 x 64 = 50,304; 385 -> 7 x 64 = 448;
+// 512 stays 512.
+static_assert(CudaWorkspace::lm_head_logits_ld(50257) == 50304);
+static_assert(CudaWorkspace::lm_head_logits_ld(385) == 448);
+static_assert(CudaWorkspace::lm_head_logits_ld(512) == 512 && CudaWorkspace::lm_head_logits_ld(64) == 64);
+// The losses start 256-byte aligned after the logits: 31 tokens x 448 padded
+// columns in bf16 are 27,776 B, rounded up to 27,904 B.
+static_assert(CudaWorkspace::lm_head_logits_bytes(31, 385, 2) == 27904);
 using OddCuda = Train<models::GPT2<models::GPT2Config{385, 64, 1, 4, 64}>, Batch<1>, Seq<31>, Precision<BF16>, OnCuda>;
-static_assert(count(plan<OddCuda>(), "scratch", 24064 + 31 * 4) == 1);
+using OddHost = Train<models::GPT2<models::GPT2Config{385, 64, 1, 4, 64}>, Batch<1>, Seq<31>, Precision<BF16>>;
+static_assert(count(plan<OddCuda>(), "scratch", 27904 + 31 * 4) == 1);
+// the host's LM head scratch is unchanged: 31 x (385 + 2) f32 = 47,988 B
+static_assert(count(plan<OddHost>(), "scratch", 31 * (385 + 2) * 4) == 1);
+// GPT-2 124M at LossChunk<4096> in bf16: 4,096 x 50,304 x 2 = 412,090,368 B of
+// logits (already a multiple of 256), where unpadded rows took 411,705,344 B.
+static_assert(CudaWorkspace::lm_head_logits_bytes(4096, 50257, 2) == 412090368);
 // Attention backward: delta (B, H, T) f32 = 2 x 4 x 64 x 4 = 2,048 B per layer;
 // the forward needs no scratch (the host's RoPE table and tiles are gone).
 static_assert(count(cuda, "scratch", 2 * 4 * 64 * 4) == 2);

@@ -12,14 +12,18 @@
 // tensors the plan holds for a Linear followed by GELU.
 //
 // The workspace is the plan's "cublaslt workspace" buffer (CudaWorkspace,
-// plan/graph.hpp). Each distinct product (shape, layouts, strides, alignment,
-// epilogue) is described and given an algorithm once, the first time it
-// runs; later steps look it up in a fixed table made at construction, so a
-// step allocates nothing.
+// plan/graph.hpp). Each distinct product (shape, layouts, strides, epilogue,
+// and the alignment of each of its pointers: A, B, C = D, bias, aux) is
+// described and given an algorithm once, the first time it runs, with every
+// pointer attribute that may steer the choice (bias, aux) already set on the
+// descriptor; later steps look it up in a fixed table made at construction,
+// so a step allocates nothing. An algorithm is only ever used with pointers
+// at least as aligned as the ones it was chosen for.
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cublasLt.h>
@@ -76,18 +80,11 @@ class Blas {
     key.epilogue = epilogue;
     key.type = data_type<S>();
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
-    key.align = alignment(a) < alignment(b) ? alignment(a) : alignment(b);
-    key.align = alignment(c) < key.align ? alignment(c) : key.align;
-    if (pre != nullptr && alignment(pre) < key.align) key.align = alignment(pre);
-    Product& p = find(key);
-    if (epilogue != GemmEpilogue::none) {
-      const void* bias_ptr = bias;
-      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)), "bias pointer");
-    }
-    if (epilogue == GemmEpilogue::gelu_aux_bias) {
-      void* aux = pre;
-      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)), "aux pointer");
-    }
+    key.align_a = alignment(a), key.align_b = alignment(b), key.align_c = alignment(c);
+    key.align_bias = epilogue != GemmEpilogue::none ? alignment(bias) : 0;
+    key.align_aux = epilogue == GemmEpilogue::gelu_aux_bias ? alignment(pre) : 0;
+    Product& p = find(key, bias, pre);
+    set_pointers(p, bias, pre);
     // column-major: D^T (n, m) = op(B)^T (n, k) op(A)^T (k, m)
     check(cublasLtMatmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c, &p.algo, workspace_,
                          static_cast<std::size_t>(workspace_bytes_), stream),
@@ -104,7 +101,9 @@ class Blas {
     Trans ta{}, tb{};
     GemmEpilogue epilogue{};
     cudaDataType_t type{};
-    std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0, align = 0;
+    std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+    // bytes each pointer is aligned to (up to 256): A, B, C = D, bias and aux (0: none)
+    std::int64_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0, align_aux = 0;
     bool operator==(const Key&) const = default;
   };
   struct Product {
@@ -119,6 +118,15 @@ class Blas {
   std::int64_t workspace_bytes_;
   std::vector<Product> products_;
 
+  // The pointers of this call on the product's descriptor (before its
+  // algorithm is chosen, and before every call: one descriptor per product).
+  void set_pointers(Product& p, const void* bias, void* pre) {
+    if (p.key.epilogue != GemmEpilogue::none)
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "bias pointer");
+    if (p.key.epilogue == GemmEpilogue::gelu_aux_bias)
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof(pre)), "aux pointer");
+  }
+
   static std::int64_t alignment(const void* p) {
     const auto v = reinterpret_cast<std::uintptr_t>(p);
     std::int64_t a = 256;
@@ -126,7 +134,7 @@ class Blas {
     return a;
   }
 
-  Product& find(const Key& key) {
+  Product& find(const Key& key, const void* bias, void* pre) {
     for (Product& p : products_)
       if (p.key == key) return p;
     if (static_cast<int>(products_.size()) == max_products)
@@ -167,10 +175,17 @@ class Blas {
     check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     const std::uint64_t ws = static_cast<std::uint64_t>(workspace_bytes_);
     check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "MAX_WORKSPACE");
-    const std::uint32_t align = static_cast<std::uint32_t>(key.align);
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    // swapped operands: cuBLASLt's A is our B, its B is our A; C and D are our C
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, std::int64_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+    for (const auto& [attr, bytes] : alignments) {
+      const std::uint32_t align = static_cast<std::uint32_t>(bytes);
       check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
+    }
+    set_pointers(p, bias, pre);  // the bias and aux pointers may steer the choice too
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
@@ -178,8 +193,10 @@ class Blas {
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
       throw std::runtime_error("headroom::cuda::Blas: cuBLASLt has no algorithm for C (" + std::to_string(key.m) + ", " +
                                std::to_string(key.n) + ") = op(A) op(B) with k = " + std::to_string(key.k) +
-                               ", epilogue " + std::to_string(static_cast<int>(key.epilogue)) + ", alignment " +
-                               std::to_string(key.align));
+                               ", epilogue " + std::to_string(static_cast<int>(key.epilogue)) + ", pointers aligned to " +
+                               std::to_string(key.align_a) + " / " + std::to_string(key.align_b) + " / " +
+                               std::to_string(key.align_c) + " B (A / B / C), bias " + std::to_string(key.align_bias) +
+                               " B, aux " + std::to_string(key.align_aux) + " B");
     p.algo = result.algo;
     products_.push_back(p);
     return products_.back();

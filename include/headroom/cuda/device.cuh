@@ -6,8 +6,11 @@
 // provide, plus the CUDA built-ins listed in docs/cuda.md ("the kernel
 // subset"), so the same source also compiles with g++ against the CPU
 // emulator of tests/cuda/emulator/ (HEADROOM_CUDA_EMULATOR), where the
-// kernel tests run without a GPU. Nothing here touches the runtime API.
+// kernel tests run without a GPU. The only runtime call here is launch()'s
+// cudaGetLastError after each launch.
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "../core/config.hpp"
@@ -21,6 +24,8 @@
 #elif !defined(HEADROOM_CUDA_EMULATOR)
 #error "headroom/cuda/*.cuh are compiled by nvcc (or by g++ after tests/cuda/emulator/cuda_emulator.hpp)"
 #endif
+
+#include "runtime.cuh"  // cuda_error: launch() checks every launch
 
 namespace headroom::cuda {
 
@@ -116,16 +121,40 @@ __device__ inline float block_max(float v, float* shared) {
 
 inline constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Launches kernel<<<grid, block, 0, stream>>>(args...); under the emulator,
-// runs it on the CPU (blocks in order, threads as fibers).
+namespace device_detail {
+inline std::string dims(dim3 d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+[[noreturn]] inline void refused(cudaError_t e, const char* name, dim3 grid, dim3 block, std::size_t shared_bytes) {
+  const std::string what = std::string("launch of ") + name + " with grid " + dims(grid) + ", block " + dims(block) + ", " +
+                           std::to_string(shared_bytes) + " B of dynamic shared memory";
+  throw cuda_error(e, what.c_str());
+}
+}  // namespace device_detail
+
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...); under the
+// emulator, runs it on the CPU (blocks in order, threads as fibers). Every
+// launch is checked: CUDA refuses a configuration beyond the device's limits
+// (more than 1024 threads per block, grid.y or .z above 65,535, a zero
+// dimension, dynamic shared memory above the kernel's limit) by not running
+// the kernel and leaving the error for cudaGetLastError, which does not
+// synchronize; launch() reads it and throws cuda_error naming the kernel
+// (`name`) and its configuration. (An earlier asynchronous error, sticky on
+// a GPU, is reported here too.)
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+void launch_with_shared(void (*kernel)(Params...), const char* name, dim3 grid, dim3 block, std::size_t shared_bytes,
+                        cudaStream_t stream, Args&&... args) {
 #if defined(__CUDACC__)
-  kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
+  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
 #else
-  (void)stream;
-  ::headroom::cuda_emulator::run(kernel, grid, block, static_cast<Params>(std::forward<Args>(args))...);
+  ::headroom::cuda_emulator::run(kernel, grid, block, shared_bytes, stream, static_cast<Params>(std::forward<Args>(args))...);
 #endif
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) device_detail::refused(e, name, grid, block, shared_bytes);
+}
+// The same without dynamic shared memory (every kernel of cuda/kernels/).
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), const char* name, dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  launch_with_shared(kernel, name, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace headroom::cuda

@@ -23,8 +23,14 @@ class cuda_error : public std::runtime_error {
   cudaError_t code_;
 };
 
+// Throws cuda_error for a failed call. The call also left its error for
+// cudaGetLastError; it is cleared here, so that the next launch's check
+// (device.cuh, launch) does not report it again.
 inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw cuda_error(e, what);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw cuda_error(e, what);
+  }
 }
 
 // True for the errors that mean "no usable GPU here" (no driver, the stub
@@ -53,7 +59,10 @@ struct AllocationCounter {
 
 // One tier of a plan in one allocation of `bytes`: device memory
 // (cudaMalloc, zeroed once) for the device tier, pinned host memory
-// (cudaHostAlloc) for the offload tier. 256-byte aligned (both guarantee at least that).
+// (cudaHostAlloc) for the offload tier. 256-byte aligned (both guarantee at
+// least that). The zeroing is done when the constructor returns: cudaMemset
+// of device memory is asynchronous, on the legacy default stream, which a
+// non-blocking stream's work is not ordered after.
 template <bool Pinned>
 class TierArena {
  public:
@@ -67,6 +76,7 @@ class TierArena {
       check(cudaMalloc(&base_, n), "cudaMalloc of the device arena");
       ++AllocationCounter::device;
       check(cudaMemset(base_, 0, n), "cudaMemset of the device arena");
+      check(cudaDeviceSynchronize(), "zeroing the device arena");
     }
   }
   TierArena(const TierArena&) = delete;

@@ -24,16 +24,20 @@
 // A step is enqueued without any host synchronization: the batch and the
 // step's hyperparameters go through pinned staging (the plan's offload
 // tier) and a control block on the device (cuda::UpdateControl), the loss is
-// summed on the device, and a non-finite loss sets a flag that makes every
-// update kernel return; the host waits once, at the end, to read the loss
-// and the gradient norm (and throws non_finite_loss with the weights
-// untouched). That makes the whole step capturable: with
+// summed on the device, and a non-finite loss or gradient norm sets a flag
+// that makes every update kernel return (with UpdateInBackward, each group
+// of updates first checks its own gradients); the host waits once, at the
+// end, to read the loss and the gradient norm, and throws non_finite_loss or
+// non_finite_gradient with no non-finite value in the weights or optimizer
+// state. Everything the host copies in (weights, code tables) is ordered on
+// the compute stream. That makes the whole step capturable: with
 // TrainOptions::cuda_graph the second step is captured into a CUDA graph and
 // every later step is one cudaGraphLaunch (see docs/cuda.md for what it buys).
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -74,6 +78,9 @@ class Trainer {
   static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
   static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
                 "cuda::Trainer: the schedule and the plan must pack the same arena");
+  static_assert(!config.update_in_backward || sched.params.size() <= static_cast<std::size_t>(reduction_slots),
+                "cuda::Trainer: with UpdateInBackward a step keeps one finiteness flag per parameter in the reductions "
+                "buffer (2,048 slots); this run has more parameters");
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
 
@@ -126,6 +133,7 @@ class Trainer {
     }
     const UpdateControl r = results();
     if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);
+    if (r.first_bad != no_bad_gradient) throw_non_finite_gradient(step_no, r);
     StepStats s;
     s.step = step_no;
     s.loss = r.loss;
@@ -159,8 +167,11 @@ class Trainer {
     }
     wait_for_copies(sched.loss_step);
     loss_step(sched.steps[sched.loss_step], false);
-    // the forward's offload copies are joined before the next step reuses their bytes
-    for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g);
+    // the forward's offload copies are joined before the next step reuses
+    // their bytes; only those: the backward's copy events were not recorded
+    // here (after a captured step they were last recorded inside the capture,
+    // where they are graph nodes that cannot be waited for)
+    for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g, sched.loss_step);
     return results().loss * config.accumulate;
   }
 
@@ -199,6 +210,11 @@ class Trainer {
     host::dequantize_rows<float>(w, 0, p.rows, v.data());
     return v;
   }
+  // A parameter's optimizer state as stored (layouts: cuda/kernels/optimizer.cuh); empty without one.
+  std::vector<std::byte> download_state(const ParamSlot& p) const {
+    if (p.state < 0) return {};
+    return download<std::byte>(device_.at<std::byte>(p.state), config.optim.state_bytes(p.elements()));
+  }
   std::vector<float> download_grad(const ParamSlot& p) const {
     if (p.grad < 0) return {};
     return download_as_float(device_.at<S>(p.grad), p.elements());
@@ -211,11 +227,10 @@ class Trainer {
     }
     if (static_cast<std::int64_t>(x.size()) != p.elements())
       throw std::invalid_argument("cuda::Trainer::upload_weight: " + path_of(p) + " has " + std::to_string(p.elements()) + " elements");
-    if (half && p.master >= 0)
-      check(cudaMemcpy(device_.at<float>(p.master), x.data(), x.size_bytes(), cudaMemcpyHostToDevice), "upload master");
+    if (half && p.master >= 0) upload(device_.at<float>(p.master), x.data(), x.size(), "upload master");
     std::vector<S> stored(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) stored[i] = from_float<S>(x[i]);
-    check(cudaMemcpy(device_.at<S>(p.weight), stored.data(), stored.size() * sizeof(S), cudaMemcpyHostToDevice), "upload weight");
+    upload(device_.at<S>(p.weight), stored.data(), stored.size(), "upload weight");
   }
   // Zeroes every optimizer state and restarts the step count.
   void reset_optimizer() {
@@ -259,13 +274,23 @@ class Trainer {
   }
   float* reductions() const { return ptr<float>(sched.reductions); }
 
+  // Host <-> device copies outside a step, on the compute stream and waited
+  // for: ordered after the compute stream's work and before its next (a copy
+  // on the legacy default stream is not ordered with a non-blocking stream),
+  // and done with the pageable host buffer before returning.
   template <class U>
-  static std::vector<U> download(const U* src, std::int64_t n) {
+  void upload(U* dst, const U* src, std::size_t n, const char* what) const {
+    check(cudaMemcpyAsync(dst, src, n * sizeof(U), cudaMemcpyHostToDevice, compute_), what);
+    check(cudaStreamSynchronize(compute_), what);
+  }
+  template <class U>
+  std::vector<U> download(const U* src, std::int64_t n) const {
     std::vector<U> v(static_cast<std::size_t>(n));
-    check(cudaMemcpy(v.data(), src, v.size() * sizeof(U), cudaMemcpyDeviceToHost), "download");
+    check(cudaMemcpyAsync(v.data(), src, v.size() * sizeof(U), cudaMemcpyDeviceToHost, compute_), "download");
+    check(cudaStreamSynchronize(compute_), "download");
     return v;
   }
-  static std::vector<float> download_as_float(const S* src, std::int64_t n) {
+  std::vector<float> download_as_float(const S* src, std::int64_t n) const {
     const std::vector<S> s = download<S>(src, n);
     std::vector<float> v(s.size());
     for (std::size_t i = 0; i < s.size(); ++i) v[i] = to_float(s[i]);
@@ -331,6 +356,8 @@ class Trainer {
   // synchronization: what a CUDA graph captures.
   void enqueue_step() {
     upload_control();
+    if constexpr (config.update_in_backward)  // the step's finiteness flags, one per update position
+      check(cudaMemsetAsync(reductions(), 0, sched.params.size() * sizeof(float), compute_), "clear gradient flags");
     if (config.accumulate > 1) zero_grads();
     for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
     if (!config.update_in_backward) {
@@ -367,8 +394,11 @@ class Trainer {
       }
       run_step(g);
       if (config.update_in_backward && st.update_end > st.update_begin) {
+        // each parameter's update checks its own gradient: from the first
+        // non-finite one on, no update of this step runs
         const std::span<const ParamRef> ready(in_backward_.data() + st.update_begin, st.update_end - st.update_begin);
-        apply_update(ready, false);
+        check_gradients<S>(ready, control(), reductions(), compute_, st.update_begin);
+        apply_update(ready, false, st.update_begin);
       }
     }
     wait_for_copies(micro_batch_end);
@@ -425,9 +455,11 @@ class Trainer {
     }
     wait_begin_[end + 1] = static_cast<int>(waits_.size());
   }
-  void wait_for_copies(int g) {
+  // The compute stream waits for the copy steps due before step g (those
+  // before step `ran_before` only: the ones this pass recorded).
+  void wait_for_copies(int g, int ran_before = std::numeric_limits<int>::max()) {
     for (int i = wait_begin_[g]; i < wait_begin_[g + 1]; ++i)
-      check(cudaStreamWaitEvent(compute_, copy_done_[waits_[i]], 0), "cudaStreamWaitEvent");
+      if (waits_[i] < ran_before) check(cudaStreamWaitEvent(compute_, copy_done_[waits_[i]], 0), "cudaStreamWaitEvent");
   }
   void copy_step(int g) {
     const Step& st = sched.steps[g];
@@ -553,18 +585,21 @@ class Trainer {
     const std::int32_t* targets = ptr<std::int32_t>(st.in[1]);
     S* dh = grads ? ptr(st.d_in[0]) : nullptr;
     S* dw = grads ? param_grad(st.param[0]) : nullptr;
-    S* logits = ptr(st.scratch);  // (chunk, V)
+    // (chunk, V) at row stride ld = V rounded up to 64 (aligned rows for
+    // cuBLASLt); columns [V, ld) are never written or read
+    const std::int64_t ld = CudaWorkspace::lm_head_logits_ld(vocab);
+    S* logits = ptr(st.scratch);
     float* row_loss = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(logits) +
                                                CudaWorkspace::lm_head_logits_bytes(chunk, vocab, sizeof(S)));  // (N)
     for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
       const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
-      blas_.gemm<S>(Trans::no, Trans::yes, rows, vocab, d, 1.0f, h + c0 * d, d, w, d, 0.0f, logits, vocab, compute_);
-      cross_entropy_rows<S>(logits, targets + c0, row_loss + c0, scale, dh != nullptr || dw != nullptr, rows, vocab, compute_);
+      blas_.gemm<S>(Trans::no, Trans::yes, rows, vocab, d, 1.0f, h + c0 * d, d, w, d, 0.0f, logits, ld, compute_);
+      cross_entropy_rows<S>(logits, targets + c0, row_loss + c0, scale, dh != nullptr || dw != nullptr, rows, vocab, ld, compute_);
       if (dh != nullptr)
-        blas_.gemm<S>(Trans::no, Trans::no, rows, d, vocab, 1.0f, logits, vocab, w, d, st.d_in[0].first ? 0.0f : 1.0f, dh + c0 * d, d,
+        blas_.gemm<S>(Trans::no, Trans::no, rows, d, vocab, 1.0f, logits, ld, w, d, st.d_in[0].first ? 0.0f : 1.0f, dh + c0 * d, d,
                       compute_);
       if (dw != nullptr)
-        blas_.gemm<S>(Trans::yes, Trans::no, vocab, d, rows, 1.0f, logits, vocab, h + c0 * d, d,
+        blas_.gemm<S>(Trans::yes, Trans::no, vocab, d, rows, 1.0f, logits, ld, h + c0 * d, d,
                       (st.grad_first[0] && c0 == 0) ? 0.0f : 1.0f, dw, d, compute_);
     }
     sum_rows(row_loss, n, ptr<float>(sched.loss), compute_);
@@ -670,11 +705,69 @@ class Trainer {
   // ---- the update -------------------------------------------------------------------------------------------
   // The optimizer over params, reading the step's hyperparameters, the clip
   // scale (when clip) and the skip flag from the control block.
-  void apply_update(std::span<const ParamRef> params, bool clip) {
+  // params[i] has the update position first_position + i (UpdateControl::first_bad).
+  void apply_update(std::span<const ParamRef> params, bool clip, int first_position = 0) {
     using O = typename R::optimizer;
-    if constexpr (O::desc.kind == OptimKind::sgd) sgd_update<S>(params, control(), clip, compute_);
-    else if constexpr (O::desc.kind == OptimKind::adamw) adamw_update<S>(params, control(), clip, compute_);
-    else adamw8bit_update<S>(params, device_.at<float>(sched.optim_table), control(), clip, compute_);
+    if constexpr (O::desc.kind == OptimKind::sgd) sgd_update<S>(params, control(), clip, compute_, first_position);
+    else if constexpr (O::desc.kind == OptimKind::adamw) adamw_update<S>(params, control(), clip, compute_, first_position);
+    else adamw8bit_update<S>(params, device_.at<float>(sched.optim_table), control(), clip, compute_, first_position);
+  }
+
+  // ---- a non-finite gradient (the failure path: after the step, never in it) -----------------------------------
+  // Names the first parameter (schedule order) whose gradient holds a NaN or
+  // an infinity and throws non_finite_gradient. With UpdateInBackward the
+  // step's check_gradients left one flag per update position; otherwise
+  // every gradient is still in the arena and is checked now. A global norm
+  // that overflowed f32 with every element finite names the parameter whose
+  // own norm overflows (or else is the largest).
+  [[noreturn]] void throw_non_finite_gradient(int step_no, const UpdateControl& r) {
+    const std::string kept = "the weights and optimizer state are those of step " + std::to_string(step_no - 1) +
+                             " and the step count stays " + std::to_string(step_no - 1);
+    if constexpr (config.update_in_backward) {
+      const int positions = static_cast<int>(sched.params.size());
+      const std::vector<float> flags = download<float>(reductions(), positions);
+      int first = -1;
+      for (int i = 0; i < positions; ++i)
+        if (flags[static_cast<std::size_t>(i)] != 0.0f && (first < 0 || sched.updates[i] < first)) first = sched.updates[i];
+      if (first < 0) throw std::logic_error("cuda::Trainer: an update was stopped but no gradient was flagged non-finite");
+      throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(first)]),
+                                "it holds NaN or infinite values. With UpdateInBackward, the " + std::to_string(r.first_bad) +
+                                    " parameters updated before the first non-finite gradient in this step's backward keep their "
+                                    "(finite) update, no later update ran, and the step count stays " + std::to_string(step_no - 1));
+    } else {
+      const std::string norm = "the global gradient norm is " + std::to_string(r.norm);
+      // per trainable parameter (trainable_ order = schedule order), flags in windows of the reductions buffer
+      std::vector<int> order;  // trainable_[i] is sched.params[order[i]]
+      for (std::size_t k = 0; k < sched.params.size(); ++k)
+        if (sched.params[k].trainable) order.push_back(static_cast<int>(k));
+      for (std::size_t w = 0; w < trainable_.size(); w += reduction_slots) {
+        const std::size_t count = std::min<std::size_t>(reduction_slots, trainable_.size() - w);
+        check(cudaMemsetAsync(reductions(), 0, count * sizeof(float), compute_), "clear gradient flags");
+        check_gradients<S>(std::span<const ParamRef>(trainable_.data() + w, count), control(), reductions(), compute_);
+        const std::vector<float> flags = download<float>(reductions(), static_cast<std::int64_t>(count));
+        for (std::size_t i = 0; i < count; ++i)
+          if (flags[i] != 0.0f)
+            throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(order[w + i])]),
+                                      "it holds NaN or infinite values (" + norm + "); nothing was updated: " + kept);
+      }
+      // every element finite: the sum of squares overflowed f32
+      int largest = -1;
+      float largest_norm = -1.0f;
+      for (std::size_t i = 0; i < trainable_.size(); ++i) {
+        squared_norm<S>(std::span<const ParamRef>(&trainable_[i], 1), reductions(), control(), 0.0f, compute_);
+        const float own = download<UpdateControl>(control(), 1)[0].norm;
+        const std::string path = path_of(sched.params[static_cast<std::size_t>(order[i])]);
+        if (!(own - own == 0.0f))
+          throw non_finite_gradient(step_no, path,
+                                    "every gradient element is finite, but the sum of squares of this one overflows f32 (" +
+                                        norm + "); nothing was updated: " + kept);
+        if (own > largest_norm) largest_norm = own, largest = static_cast<int>(i);
+      }
+      throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(order[static_cast<std::size_t>(largest)])]),
+                                "every gradient element is finite, but the global gradient norm overflows f32 (" + norm +
+                                    "); this parameter's gradient norm, " + std::to_string(largest_norm) +
+                                    ", is the largest; nothing was updated: " + kept);
+    }
   }
 
   // ---- set-up -----------------------------------------------------------------------------------------------
@@ -697,16 +790,13 @@ class Trainer {
     if (sched.quant_table >= 0) {
       bool dq = false;
       for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
-      check(cudaMemcpy(device_.at<float>(sched.quant_table), host_tables_.data(), (dq ? 16 + 256 : 16) * sizeof(float),
-                       cudaMemcpyHostToDevice),
-            "upload code tables");
+      upload(device_.at<float>(sched.quant_table), host_tables_.data(), dq ? 16 + 256 : 16, "upload code tables");
     }
     if (sched.optim_table >= 0) {
       std::vector<float> maps(512);
       math::make_dynamic_map(true, maps.data());
       math::make_dynamic_map(false, maps.data() + 256);
-      check(cudaMemcpy(device_.at<float>(sched.optim_table), maps.data(), maps.size() * sizeof(float), cudaMemcpyHostToDevice),
-            "upload dynamic maps");
+      upload(device_.at<float>(sched.optim_table), maps.data(), maps.size(), "upload dynamic maps");
     }
   }
 
@@ -720,8 +810,8 @@ class Trainer {
     std::vector<std::uint8_t> codes(static_cast<std::size_t>(p.quant.code_bytes(p.elements())));
     std::vector<std::uint8_t> scales(static_cast<std::size_t>(p.quant.scale_bytes(p.elements())));
     host::quantize_matrix(host_view(p, codes, scales), x.data());
-    check(cudaMemcpy(device_.at<std::uint8_t>(p.weight), codes.data(), codes.size(), cudaMemcpyHostToDevice), "upload codes");
-    check(cudaMemcpy(device_.at<std::uint8_t>(p.scales), scales.data(), scales.size(), cudaMemcpyHostToDevice), "upload scales");
+    upload(device_.at<std::uint8_t>(p.weight), codes.data(), codes.size(), "upload codes");
+    upload(device_.at<std::uint8_t>(p.scales), scales.data(), scales.size(), "upload scales");
   }
 
   // The same initial values as host::Trainer (trainers::InitialValues).

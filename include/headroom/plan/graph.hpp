@@ -37,10 +37,16 @@ struct CudaWorkspace {
   static constexpr std::int64_t reduction_slots = 2048;                // gradient-norm partial sums, f32
   static constexpr std::int64_t control_floats = 16;                   // the update's control block (cuda::UpdateControl)
   static constexpr std::int64_t reduction_bytes = (reduction_slots + control_floats) * 4;
-  // The LM head's chunk of logits (chunk, vocab) in the storage type, rounded
-  // up so that the per-token f32 losses after it in the same scratch are aligned.
+  // The leading dimension of the LM head's logits: the vocabulary rounded up
+  // to a multiple of 64 elements (GPT-2's 50,257 -> 50,304, as llm.c pads it),
+  // so that cuBLASLt writes and reads them with aligned rows; the columns
+  // past the vocabulary are never written or read.
+  static constexpr std::int64_t lm_head_logits_ld(std::int64_t vocab) { return align_up(vocab, 64); }
+  // The LM head's chunk of logits (chunk, vocab) in the storage type at row
+  // stride lm_head_logits_ld(vocab), rounded up so that the per-token f32
+  // losses after it in the same scratch are aligned.
   static constexpr std::int64_t lm_head_logits_bytes(std::int64_t chunk, std::int64_t vocab, std::int64_t act_bytes) {
-    return align_up(chunk * vocab * act_bytes, 256);
+    return align_up(chunk * lm_head_logits_ld(vocab) * act_bytes, 256);
   }
   // Pinned host memory a step reads and writes through (the offload tier):
   // every micro-batch's tokens and targets, the step's hyperparameters and

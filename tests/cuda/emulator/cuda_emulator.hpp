@@ -48,15 +48,29 @@
 //   A shuffle that reads a lane which did not take part (it returned, or the
 //   block ends inside the warp) gets all bits set: NaN for floating types.
 //   An exception thrown by a kernel aborts the launch and leaves run() as is.
-//   Launch shapes a GPU rejects throw std::invalid_argument (options()).
 //
-// Stream capture: while runtime_emulator.hpp captures a stream into a CUDA
-// graph, run() records launches instead of running them (launch_recorder()).
+// Launch configurations a GPU refuses are refused as CUDA refuses them: the
+// launch does nothing and the error is left for cudaGetLastError /
+// cudaPeekAtLastError (last_error()), with an H200's (sm_90) limits:
+//   cudaErrorInvalidConfiguration  a zero grid or block dimension, more than
+//                                  1024 threads per block, block.x or .y > 1024,
+//                                  block.z > 64, grid.x > 2^31 - 1, grid.y or .z > 65535
+//   cudaErrorInvalidValue          more dynamic shared memory than the kernel's
+//                                  limit: 48 KiB, or what cudaFuncSetAttribute(
+//                                  cudaFuncAttributeMaxDynamicSharedMemorySize)
+//                                  raised it to (at most 227 KiB)
+// The reason is kept in last_launch_refusal() for the emulator's own tests.
+//
+// Streams: run() is given the launch's stream and asks runtime_emulator.hpp
+// (stream_hooks()) what to do with it: run it now, record it into the active
+// stream capture, or refuse it; before a launch on the legacy stream or on a
+// blocking stream, the legacy stream's deferred copies and memsets complete
+// (runtime_emulator.hpp). Without runtime_emulator.hpp every launch runs now.
 //
 // What it does NOT check: races between blocks or within a block that its
 // fiber order happens to satisfy, timing, memory coalescing, bank conflicts,
-// real tensor-core numerics (rounding, accumulation order), shared-memory
-// size limits, register pressure and __launch_bounds__, the accuracy of the
+// real tensor-core numerics (rounding, accumulation order), static shared-memory
+// size limits (nvcc's ptxas checks those), register pressure and __launch_bounds__, the accuracy of the
 // fast-math intrinsics. Sanitizers (ASan) do not know about the fibers.
 #define HEADROOM_CUDA_EMULATOR 1
 
@@ -81,6 +95,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -117,16 +132,40 @@ inline constexpr int max_block_threads = 1024;
 inline constexpr int warp_lanes = 32;
 inline constexpr std::size_t fiber_stack_bytes = std::size_t{512} << 10;
 
-struct Options {
-  // Reject what a GPU rejects: a block of more than 1024 threads, block.x or
-  // block.y > 1024, block.z > 64, grid.x >= 2^31, grid.y or grid.z > 65535, a
-  // zero dimension. Off, only more than 1024 threads per block is rejected
-  // (the fiber pool's size) and a launch with a zero dimension does nothing.
-  bool check_launch_shape = true;
+// An H200's (sm_90) launch limits (cudaDeviceProp: maxThreadsPerBlock,
+// maxThreadsDim, maxGridSize, sharedMemPerBlock, sharedMemPerBlockOptin).
+inline constexpr unsigned max_block_dim_xy = 1024, max_block_dim_z = 64;
+inline constexpr unsigned max_grid_x = 2147483647u, max_grid_yz = 65535;
+inline constexpr std::size_t default_dynamic_shared_bytes = std::size_t{48} << 10;
+inline constexpr std::size_t max_dynamic_shared_bytes = std::size_t{227} << 10;
+
+// The runtime's last error, which cudaGetLastError returns and clears and
+// cudaPeekAtLastError returns (runtime_emulator.hpp); a refused launch sets it.
+inline cudaError_t& last_error() noexcept {
+  static cudaError_t error = cudaSuccess;
+  return error;
+}
+// Why the last refused launch was refused (a sentence naming the limit).
+inline std::string& last_launch_refusal() {
+  static std::string why;
+  return why;
+}
+// Per kernel (its address): the dynamic shared memory it may be launched
+// with, when cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) set it.
+inline std::map<const void*, std::size_t>& dynamic_shared_limits() {
+  static std::map<const void*, std::size_t> limits;
+  return limits;
+}
+
+// What runtime_emulator.hpp decides for a launch on a stream.
+enum class LaunchRoute { run, record, refuse };
+struct StreamHooks {
+  LaunchRoute (*route)(cudaStream_t stream) = nullptr;  // refuse: it has set last_error()
+  void (*record)(cudaStream_t stream, std::function<void()> launch) = nullptr;
 };
-inline Options& options() noexcept {
-  static Options o;
-  return o;
+inline StreamHooks& stream_hooks() noexcept {
+  static StreamHooks hooks;
+  return hooks;
 }
 
 namespace detail {
@@ -278,16 +317,14 @@ class Scheduler {
   static Scheduler& instance();
   std::uint64_t launches() const noexcept { return launches_.load(); }
 
-  // Throws what run_grid would throw before running anything: a launch shape
-  // a GPU rejects, a launch while another runs.
-  void check_launch(dim3 grid, dim3 block) const {
-    check_shape(grid, block);
+  // Throws what run_grid would throw before running anything: a launch while another runs.
+  void check_not_nested() const {
     if (active_) throw_nested_launch();
   }
 
-  // Runs `invoke(bound)` as every thread of every block of the grid.
+  // Runs `invoke(bound)` as every thread of every block of the grid (a
+  // configuration launch_refusal() accepts).
   void run_grid(dim3 grid, dim3 block, void (*invoke)(void*), void* bound) {
-    check_shape(grid, block);
     if (active_.exchange(true)) throw_nested_launch();
     struct Deactivate {
       std::atomic<bool>& active;
@@ -301,7 +338,6 @@ class Scheduler {
     bound_ = bound;
     builtins.grid_dim = grid;
     builtins.block_dim = block;
-    if (block.x * block.y * block.z == 0) return;  // only with options().check_launch_shape off
     for (unsigned z = 0; z < grid.z; ++z)
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) run_block(uint3{x, y, z});
@@ -389,23 +425,34 @@ class Scheduler {
         "process)");
   }
 
-  void check_shape(dim3 grid, dim3 block) const {
+ public:
+  // The error CUDA refuses the launch with (cudaSuccess: none), and why in `why`.
+  static cudaError_t launch_refusal(const void* kernel, dim3 grid, dim3 block, std::size_t shared_bytes, std::string& why) {
     const unsigned long long threads = 1ull * block.x * block.y * block.z;
-    std::string why;
-    if (options().check_launch_shape) {
-      if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
-        why = "a zero dimension";
-      else if (block.x > 1024 || block.y > 1024 || block.z > 64)
-        why = "block dimensions above (1024, 1024, 64)";
-      else if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
-        why = "grid dimensions above (2^31 - 1, 65535, 65535)";
+    why.clear();
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
+      why = "a zero dimension";
+    else if (block.x > max_block_dim_xy || block.y > max_block_dim_xy || block.z > max_block_dim_z)
+      why = "block dimensions above (1024, 1024, 64)";
+    else if (threads > static_cast<unsigned long long>(max_block_threads))
+      why = "more than 1024 threads per block";
+    else if (grid.x > max_grid_x || grid.y > max_grid_yz || grid.z > max_grid_yz)
+      why = "grid dimensions above (2^31 - 1, 65535, 65535)";
+    if (!why.empty()) {
+      why = "grid " + dims(grid) + " x block " + dims(block) + ": " + why;
+      return cudaErrorInvalidConfiguration;
     }
-    if (why.empty() && threads > static_cast<unsigned long long>(max_block_threads)) why = "more than 1024 threads per block";
-    if (!why.empty())
-      throw std::invalid_argument("headroom::cuda_emulator: invalid launch grid " + dims(grid) + " x block " + dims(block) +
-                                  ": " + why);
+    const auto limit = dynamic_shared_limits().find(kernel);
+    const std::size_t allowed = limit != dynamic_shared_limits().end() ? limit->second : default_dynamic_shared_bytes;
+    if (shared_bytes > allowed) {
+      why = std::to_string(shared_bytes) + " B of dynamic shared memory, above the kernel's " + std::to_string(allowed) +
+            " B (48 KiB unless cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) raised it)";
+      return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
   }
 
+ private:
   void allocate_stacks() {
     if (stacks_ != nullptr) return;
     const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
@@ -609,30 +656,29 @@ T from_f32(float x) {
 
 }  // namespace detail
 
-// The one link to stream capture, which runtime_emulator.hpp owns: while a
-// capture is active (cudaStreamBeginCapture ... cudaStreamEndCapture), it
-// sets launch_recorder(), and run() hands the recorder a closure instead of
-// running the kernel. The closure holds copies of the kernel, the launch
-// shape and the arguments, and runs the kernel each time a graph replays it.
-// run() does not know the stream (cuda::launch does not pass it on), so every
-// launch made during a capture is recorded in it.
-using LaunchRecorder = void (*)(std::function<void()> launch);
-inline LaunchRecorder& launch_recorder() noexcept {
-  static LaunchRecorder recorder = nullptr;
-  return recorder;
-}
-
-// Runs kernel<<<grid, block>>>(args...) on the CPU and returns when it has
-// finished. Throws what the kernel threw, std::logic_error for a kernel bug
-// the emulator detects, std::invalid_argument for a launch shape a GPU rejects.
-// During a stream capture it only checks the launch and records it (above).
+// Runs kernel<<<grid, block, shared_bytes, stream>>>(args...) on the CPU and
+// returns when it has finished. A configuration CUDA refuses does nothing and
+// sets last_error() (see the top of this file); stream_hooks() may record the
+// launch into a stream capture instead (the closure holds copies of the
+// kernel, the shape and the arguments, and runs the kernel each time a graph
+// replays it) or refuse it. Throws what the kernel threw, and
+// std::logic_error for a kernel bug the emulator detects.
 template <class... Params, class... Args>
-void run(void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
+void run(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "cuda_emulator::run: one argument per kernel parameter");
   using Bound = detail::BoundKernel<void (*)(Params...), std::tuple<Params...>>;
-  if (const LaunchRecorder record = launch_recorder()) {
-    detail::scheduler().check_launch(grid, block);
-    record([kernel, grid, block, params = std::tuple<Params...>(std::forward<Args>(args)...)] {
+  const void* address = reinterpret_cast<const void*>(kernel);
+  if (const cudaError_t e = detail::Scheduler::launch_refusal(address, grid, block, shared_bytes, last_launch_refusal());
+      e != cudaSuccess) {
+    last_error() = e;
+    return;
+  }
+  detail::scheduler().check_not_nested();
+  const StreamHooks hooks = stream_hooks();
+  const LaunchRoute route = hooks.route != nullptr ? hooks.route(stream) : LaunchRoute::run;
+  if (route == LaunchRoute::refuse) return;
+  if (route == LaunchRoute::record) {
+    hooks.record(stream, [kernel, grid, block, params = std::tuple<Params...>(std::forward<Args>(args)...)] {
       Bound bound{kernel, params};
       detail::scheduler().run_grid(grid, block, &Bound::invoke, &bound);
     });

@@ -17,15 +17,38 @@
 //     cudaMalloc and cudaHostAlloc return 256-byte aligned blocks filled with
 //     0xFF bytes (NaN in f32, bf16 and f16), so a read of memory nothing wrote
 //     shows up; runtime_stats() counts the allocations and the live bytes.
-//   - Every call is synchronous: kernels have already run when
-//     cuda::launch returns, async copies and memsets happen at the call,
-//     streams and events are tokens (created, checked, destroyed).
+//   - Work on a non-blocking stream (cudaStreamNonBlocking) happens at the
+//     call: kernels have run when cuda::launch returns, async copies and
+//     memsets are done when they return. Streams and events are checked tokens.
+//   - The legacy default stream (nullptr, cudaStreamLegacy) is NOT ordered
+//     with non-blocking streams, as on a GPU, and the emulator makes that
+//     race show: what CUDA lets return before the device has done it waits in
+//     a queue of the legacy stream, in order, until something orders it with
+//     the host or with the stream that needs it:
+//       deferred  cudaMemcpy host-to-device from pageable memory (the source
+//                 is copied at the call, as CUDA stages it) and device-to-
+//                 device; cudaMemset of device memory; on the legacy stream,
+//                 cudaMemcpyAsync (except device-to-pageable-host) and
+//                 cudaMemsetAsync of device memory;
+//       completes the queue  cudaDeviceSynchronize, cudaStreamSynchronize of the
+//                 legacy stream, synchronous cudaMemcpy that returns after its
+//                 copy (device-to-host, from pinned memory, host-to-host),
+//                 cudaFree / cudaFreeHost, any work issued to the legacy stream
+//                 or to a blocking stream (created without cudaStreamNonBlocking,
+//                 cudaStreamPerThread), and cudaStreamWaitEvent /
+//                 cudaEventSynchronize on an event recorded after the queued work.
+//     So a kernel on a non-blocking stream launched right after cudaMemcpy of
+//     its input from pageable memory reads the bytes from before the copy,
+//     and the copy lands later, at the next point above.
 //   - Stricter than CUDA, to catch engine bugs: the device side of a copy or
 //     memset (the destination of HostToDevice, the source of DeviceToHost,
 //     both of DeviceToDevice) must lie inside one live cudaMalloc or
 //     cudaHostAlloc block (pinned memory is device-accessible, as under UVA);
 //     overlapping copies, unknown streams, events and pointers to free are
-//     errors. Failures set the error that cudaGetLastError returns and clears.
+//     errors. Failures set the error that cudaGetLastError returns and clears
+//     (and cudaPeekAtLastError returns), as does a refused kernel launch
+//     (cuda_emulator.hpp: cudaErrorInvalidConfiguration, or cudaErrorInvalidValue
+//     for dynamic shared memory above the kernel's cudaFuncSetAttribute limit).
 //
 // Stream capture and graphs (cudaStreamBeginCapture ... cudaGraphLaunch)
 //   - Between cudaStreamBeginCapture(s) and cudaStreamEndCapture(s), the
@@ -33,14 +56,17 @@
 //     capture by waiting (cudaStreamWaitEvent) on an event recorded in a
 //     capturing stream, are recorded instead of run: cudaMemcpyAsync,
 //     cudaMemsetAsync, cublasLtMatmul and kernel launches (cuda_emulator.hpp's
-//     run() hands them to this header's recorder; it does not know the
-//     stream, so every launch during a capture is recorded, as an operation
-//     of the origin stream s). Arguments are checked when recorded.
+//     run() asks this header through stream_hooks()). Arguments are checked
+//     when recorded.
 //     cublasLtMatmul records alpha and beta by value (host pointer mode) and a
 //     snapshot of the descriptor's attributes and the layouts.
 //     cudaEventRecord and cudaStreamWaitEvent are ordering only: no operation,
 //     but they give the dependencies (a fork and a join) that
-//     cudaStreamEndCapture checks.
+//     cudaStreamEndCapture checks. An event recorded in a capture is a node of
+//     that capture, not a recorded event: until it is recorded again outside
+//     a capture, cudaStreamWaitEvent (from outside that capture),
+//     cudaEventSynchronize and cudaEventQuery on it fail with
+//     cudaErrorCapturedEvent, as CUDA's do; replaying the graph records nothing.
 //   - Async operations on streams outside the capture run at once, as
 //     before; on the legacy default stream (nullptr) they fail with
 //     cudaErrorStreamCaptureImplicit when a capturing stream is blocking
@@ -92,8 +118,12 @@
 //   cublasLtMatmulAlgoGetHeuristic checks that the layouts fit the operations
 //   (ld >= rows; the aux ld >= m and a multiple of 8, as cuBLASLt requires)
 //   and returns one algorithm (no workspace) that remembers the preference's
-//   minimum alignments: cublasLtMatmul checks the pointers against them and
-//   returns CUBLAS_STATUS_INVALID_VALUE for a misaligned or inconsistent call.
+//   minimum alignments of A, B, C and D and the alignment of the bias and aux
+//   pointers set in the descriptor when it was chosen (256 when not set): an
+//   algorithm chosen for those pointers may rely on them. cublasLtMatmul checks
+//   every pointer against what its algorithm remembers and returns
+//   CUBLAS_STATUS_INVALID_VALUE for a misaligned or inconsistent call.
+//   matmul_log() lists the shapes and leading dimensions of the calls.
 #if defined(__CUDACC__)
 #error "runtime_emulator.hpp is for g++ builds; nvcc links the real CUDA runtime and cuBLASLt"
 #endif
@@ -109,13 +139,14 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include <headroom/math/activations.hpp>
 
-#include "cuda_emulator.hpp"  // launch_recorder(): kernel launches during a capture
+#include "cuda_emulator.hpp"  // stream_hooks(): where a kernel launch goes
 
 namespace headroom::cuda_emulator {
 
@@ -158,8 +189,9 @@ struct Stream {
   unsigned flags = cudaStreamDefault;
 };
 struct Event {
-  std::uint64_t capture = 0;       // the capture it was last recorded in (0: none)
+  std::uint64_t capture = 0;       // the capture it was last recorded in (0: its last record was outside any)
   std::vector<std::size_t> after;  // the operations of that capture it follows
+  std::uint64_t legacy_work = 0;   // the legacy stream's deferred work it follows (legacy().issued then)
 };
 template <class T>
 std::set<const T*>& live() {
@@ -186,10 +218,7 @@ bool destroy(Handle h) {
   return true;
 }
 
-inline cudaError_t& last_error() {
-  static cudaError_t error = cudaSuccess;
-  return error;
-}
+inline cudaError_t& last_error() { return headroom::cuda_emulator::last_error(); }
 inline cudaError_t fail(cudaError_t e) {
   last_error() = e;
   return e;
@@ -273,6 +302,38 @@ inline cudaError_t set(void* dst, int value, std::size_t count) {
 }
 
 // ---------------------------------------------------------------------------
+// The legacy default stream's deferred work (see the top of this file)
+// ---------------------------------------------------------------------------
+struct LegacyWork {
+  std::uint64_t number;
+  std::function<cudaError_t()> run;
+};
+struct LegacyStream {
+  std::vector<LegacyWork> pending;  // in issue order
+  std::uint64_t issued = 0;         // work items ever deferred
+};
+inline LegacyStream& legacy() {
+  static LegacyStream l;
+  return l;
+}
+// Completes the deferred work numbered up to `upto`, in order.
+inline void complete_legacy(std::uint64_t upto = ~std::uint64_t{0}) {
+  LegacyStream& l = legacy();
+  std::size_t done = 0;
+  while (done < l.pending.size() && l.pending[done].number <= upto) {
+    const std::function<cudaError_t()> run = std::move(l.pending[done].run);
+    ++done;
+    if (const cudaError_t e = run(); e != cudaSuccess) fail(e);
+  }
+  l.pending.erase(l.pending.begin(), l.pending.begin() + static_cast<std::ptrdiff_t>(done));
+}
+inline void defer_legacy(std::function<cudaError_t()> run) {
+  LegacyStream& l = legacy();
+  l.pending.push_back(LegacyWork{++l.issued, std::move(run)});
+}
+inline bool pinned(const void* p, std::size_t bytes) { return inside(pinned_blocks(), p, bytes); }
+
+// ---------------------------------------------------------------------------
 // Stream capture
 // ---------------------------------------------------------------------------
 
@@ -308,6 +369,50 @@ inline bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLe
 inline bool is_blocking(cudaStream_t s) {
   const Stream* stream = find<Stream>(s);
   return stream == nullptr || (stream->flags & cudaStreamNonBlocking) == 0;
+}
+
+// A copy that runs now on `stream` (not captured; checked): on the legacy
+// stream it is deferred as CUDA allows (`synchronous`: cudaMemcpy rather than
+// cudaMemcpyAsync); work on a blocking stream first completes the legacy stream's.
+inline cudaError_t issue_copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind, cudaStream_t stream,
+                              bool synchronous) {
+  if (count == 0) return cudaSuccess;
+  if (!is_legacy(stream)) {
+    if (is_blocking(stream)) complete_legacy();
+    return copy(dst, src, count, kind);
+  }
+  const bool from_host = kind == cudaMemcpyHostToDevice, device_to_device = kind == cudaMemcpyDeviceToDevice;
+  if (from_host && !pinned(src, count)) {  // pageable: staged at the call, landing later
+    if (synchronous) complete_legacy();    // "a stream sync is performed before the copy is initiated"
+    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                               static_cast<const unsigned char*>(src) + count);
+    defer_legacy([dst, staged, count] {
+      if (!device_accessible(dst, count)) return cudaErrorInvalidValue;
+      std::memcpy(dst, staged->data(), count);
+      return cudaSuccess;
+    });
+    return cudaSuccess;
+  }
+  if (device_to_device || (!synchronous && (from_host || (kind == cudaMemcpyDeviceToHost && pinned(dst, count))))) {
+    defer_legacy([dst, src, count, kind] { return copy(dst, src, count, kind); });
+    return cudaSuccess;
+  }
+  complete_legacy();  // returns once the copy is done
+  return copy(dst, src, count, kind);
+}
+// A memset that runs now on `stream` (not captured; checked); of device memory on the legacy stream, deferred.
+inline cudaError_t issue_set(void* dst, int value, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (!is_legacy(stream)) {
+    if (is_blocking(stream)) complete_legacy();
+    return set(dst, value, count);
+  }
+  if (pinned(dst, count)) {  // synchronous for pinned host memory
+    complete_legacy();
+    return set(dst, value, count);
+  }
+  defer_legacy([dst, value, count] { return set(dst, value, count); });
+  return cudaSuccess;
 }
 inline bool capture_has_blocking_stream() {
   for (const auto& [stream, after] : capture().streams)
@@ -348,18 +453,25 @@ inline void record(cudaStream_t stream, std::function<cudaError_t()> run) {
   ++runtime_stats().captured_operations;
 }
 
-// cuda_emulator::launch_recorder() during a capture.
-inline void record_launch(std::function<void()> launch) {
-  Capture& c = capture();
-  if (c.invalidated) {
-    fail(cudaErrorStreamCaptureInvalidated);
-    return;
-  }
-  record(c.origin, [launch = std::move(launch)] {
+// cuda_emulator::stream_hooks(): where a kernel launch on `stream` goes.
+inline headroom::cuda_emulator::LaunchRoute route_launch(cudaStream_t stream) {
+  using headroom::cuda_emulator::LaunchRoute;
+  bool record_it = false;
+  if (route(stream, record_it) != cudaSuccess) return LaunchRoute::refuse;
+  if (record_it) return LaunchRoute::record;
+  if (is_legacy(stream) || is_blocking(stream)) complete_legacy();
+  return LaunchRoute::run;
+}
+inline void record_launch(cudaStream_t stream, std::function<void()> launch) {
+  record(stream, [launch = std::move(launch)] {
     launch();
     return cudaSuccess;
   });
 }
+inline const bool stream_hooks_installed = [] {
+  headroom::cuda_emulator::stream_hooks() = {&route_launch, &record_launch};
+  return true;
+}();
 
 // True when every recorded operation comes before the origin stream's end:
 // every fork was joined back.
@@ -402,6 +514,10 @@ inline constexpr ErrorText error_texts[] = {
     {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation", "dependency created on uncaptured work in another stream"},
     {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
      "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
+    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
 };
 inline const ErrorText* error_text(cudaError_t e) {
   for (const ErrorText& t : error_texts)
@@ -433,8 +549,29 @@ struct Preference {
 };
 
 // cublasLtMatmulAlgo_t::data of the one algorithm: a tag, then the minimum
-// alignments of A, B, C and D the preference promised.
+// alignments of A, B, C and D the preference promised, then the alignments of
+// the bias and aux pointers the descriptor held when it was chosen.
 inline constexpr std::uint64_t algo_tag = 0x68656164726f6f6dULL;  // "headroom"
+inline constexpr int algo_bias_alignment = 5, algo_aux_alignment = 6;
+
+// The largest power of two up to 256 that divides p (256 for null: an unset
+// pointer promises cuBLASLt's default alignment).
+inline std::uint64_t alignment_of(const void* p) {
+  const auto v = reinterpret_cast<std::uintptr_t>(p);
+  std::uint64_t a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+// Every cublasLtMatmul call that passed its checks, in cuBLASLt's
+// column-major terms: D (m, n) = op(A) op(B), with the leading dimensions.
+struct MatmulShape {
+  std::int64_t m, n, k, lda, ldb, ldc, ldd;
+};
+inline std::vector<MatmulShape>& matmul_log() {
+  static std::vector<MatmulShape> log;
+  return log;
+}
 
 inline bool supported_type(std::int64_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
 inline std::size_t element_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
@@ -549,6 +686,17 @@ inline cudaError_t CUDARTAPI cudaGetLastError(void) {
   return e;
 }
 
+inline cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return headroom::cuda_emulator::runtime_detail::last_error(); }
+
+inline cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
+  using namespace headroom::cuda_emulator;
+  if (func == nullptr) return runtime_detail::fail(cudaErrorInvalidDeviceFunction);
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return runtime_detail::fail(cudaErrorNotSupported);  // not emulated
+  if (value < 0 || static_cast<std::size_t>(value) > max_dynamic_shared_bytes) return runtime_detail::fail(cudaErrorInvalidValue);
+  dynamic_shared_limits()[func] = static_cast<std::size_t>(value);
+  return cudaSuccess;
+}
+
 inline const char* CUDARTAPI cudaGetErrorName(cudaError_t error) {
   using namespace headroom::cuda_emulator::runtime_detail;
   const ErrorText* t = error_text(error);
@@ -571,6 +719,7 @@ inline cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
 inline cudaError_t CUDARTAPI cudaFree(void* devPtr) {
   using namespace headroom::cuda_emulator;
   if (const cudaError_t e = runtime_detail::refuse_in_capture(); e != cudaSuccess) return e;
+  runtime_detail::complete_legacy();  // cudaFree synchronizes the device
   return runtime_detail::release(runtime_detail::device_blocks(), devPtr, runtime_stats().device_bytes);
 }
 
@@ -586,21 +735,23 @@ inline cudaError_t CUDARTAPI cudaHostAlloc(void** pHost, size_t size, unsigned i
 inline cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
   using namespace headroom::cuda_emulator;
   if (const cudaError_t e = runtime_detail::refuse_in_capture(); e != cudaSuccess) return e;
+  runtime_detail::complete_legacy();
   return runtime_detail::release(runtime_detail::pinned_blocks(), ptr, runtime_stats().pinned_bytes);
 }
 
 inline cudaError_t CUDARTAPI cudaMemset(void* devPtr, int value, size_t count) {
   using namespace headroom::cuda_emulator::runtime_detail;
   if (const cudaError_t e = refuse_in_capture(); e != cudaSuccess) return e;
-  return set(devPtr, value, count);
+  if (const cudaError_t e = check_set(devPtr, count); e != cudaSuccess) return e;
+  return issue_set(devPtr, value, count, nullptr);
 }
 
 inline cudaError_t CUDARTAPI cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   using namespace headroom::cuda_emulator::runtime_detail;
   bool record_it = false;
   if (const cudaError_t e = route(stream, record_it); e != cudaSuccess) return e;
-  if (!record_it) return set(devPtr, value, count);
   if (const cudaError_t e = check_set(devPtr, count); e != cudaSuccess) return e;
+  if (!record_it) return issue_set(devPtr, value, count, stream);
   record(stream, [devPtr, value, count] { return set(devPtr, value, count); });
   return cudaSuccess;
 }
@@ -608,15 +759,16 @@ inline cudaError_t CUDARTAPI cudaMemsetAsync(void* devPtr, int value, size_t cou
 inline cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
   using namespace headroom::cuda_emulator::runtime_detail;
   if (const cudaError_t e = refuse_in_capture(); e != cudaSuccess) return e;
-  return copy(dst, src, count, kind);
+  if (const cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return e;
+  return issue_copy(dst, src, count, kind, nullptr, true);
 }
 
 inline cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
   using namespace headroom::cuda_emulator::runtime_detail;
   bool record_it = false;
   if (const cudaError_t e = route(stream, record_it); e != cudaSuccess) return e;
-  if (!record_it) return copy(dst, src, count, kind);
   if (const cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return e;
+  if (!record_it) return issue_copy(dst, src, count, kind, stream, false);
   // both sides in live cudaMalloc / cudaHostAlloc blocks, now and at every replay
   auto allocated = [dst, src, count] { return count == 0 || (device_accessible(dst, count) && device_accessible(src, count)); };
   if (!allocated()) return invalidate(cudaErrorStreamCaptureUnsupported);  // pageable host memory
@@ -624,7 +776,12 @@ inline cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t 
   return cudaSuccess;
 }
 
-inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return headroom::cuda_emulator::runtime_detail::refuse_in_capture(); }
+inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (const cudaError_t e = refuse_in_capture(); e != cudaSuccess) return e;
+  complete_legacy();
+  return cudaSuccess;
+}
 
 inline cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
   using namespace headroom::cuda_emulator::runtime_detail;
@@ -646,7 +803,9 @@ inline cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (capture().streams.count(stream) != 0) return invalidate(cudaErrorStreamCaptureUnsupported);
   bool capturing = false;
-  return route(stream, capturing);  // the legacy stream against a blocking capture
+  if (const cudaError_t e = route(stream, capturing); e != cudaSuccess) return e;  // the legacy stream against a blocking capture
+  if (is_legacy(stream) || stream == cudaStreamPerThread) complete_legacy();
+  return cudaSuccess;
 }
 
 inline cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
@@ -656,6 +815,7 @@ inline cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_
   if ((flags & ~unsigned{cudaEventWaitExternal}) != 0) return fail(cudaErrorInvalidValue);
   Capture& c = capture();
   const auto in_capture = c.streams.find(stream);
+  if (e->capture != 0 && e->capture != c.id) return fail(cudaErrorCapturedEvent);  // last recorded in another (ended) capture
   if (c.id != 0 && e->capture == c.id) {  // a fork or a join: the stream is (now) in the capture
     if (c.invalidated) return fail(cudaErrorStreamCaptureInvalidated);
     if (is_legacy(stream)) return invalidate(cudaErrorStreamCaptureImplicit);
@@ -668,7 +828,9 @@ inline cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_
     return (flags & cudaEventWaitExternal) != 0 ? cudaSuccess : invalidate(cudaErrorStreamCaptureIsolation);
   }
   bool capturing = false;
-  return route(stream, capturing);
+  if (const cudaError_t error = route(stream, capturing); error != cudaSuccess) return error;
+  complete_legacy(e->legacy_work);  // the stream's next work follows what the event follows
+  return cudaSuccess;
 }
 
 inline cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -687,7 +849,28 @@ inline cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t str
   if (const cudaError_t error = route(stream, record_it); error != cudaSuccess) return error;
   e->capture = record_it ? capture().id : 0;
   e->after = record_it ? capture().streams[stream] : std::vector<std::size_t>{};
+  e->legacy_work = !record_it && (is_legacy(stream) || is_blocking(stream)) ? legacy().issued : 0;
   return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  const Event* e = find<Event>(event);
+  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (e->capture != 0) return fail(cudaErrorCapturedEvent);
+  if (const cudaError_t error = refuse_in_capture(); error != cudaSuccess) return error;
+  complete_legacy(e->legacy_work);
+  return cudaSuccess;
+}
+
+inline cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  const Event* e = find<Event>(event);
+  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (e->capture != 0) return fail(cudaErrorCapturedEvent);
+  const LegacyStream& l = legacy();
+  const bool pending = !l.pending.empty() && l.pending.front().number <= e->legacy_work;
+  return pending ? cudaErrorNotReady : cudaSuccess;  // not ready is no error: cudaGetLastError stays
 }
 
 inline cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
@@ -712,7 +895,6 @@ inline cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t stream, enum cu
   c.id = ++captures_begun;
   c.origin = stream;
   c.streams[stream] = {};
-  headroom::cuda_emulator::launch_recorder() = &record_launch;
   return cudaSuccess;
 }
 
@@ -728,7 +910,6 @@ inline cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t stream, cudaGraph
   Graph graph;
   for (Operation& op : c.operations) graph.operations.push_back(std::move(op.run));
   c = Capture{};
-  headroom::cuda_emulator::launch_recorder() = nullptr;
   if (invalidated) return fail(cudaErrorStreamCaptureInvalidated);
   if (!joined) return fail(cudaErrorStreamCaptureUnjoined);
   create(pGraph, std::move(graph));
@@ -765,6 +946,7 @@ inline cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStre
   bool record_it = false;
   if (const cudaError_t e = route(stream, record_it); e != cudaSuccess) return e;
   if (record_it) return invalidate(cudaErrorStreamCaptureUnsupported);  // no child graphs
+  if (is_legacy(stream) || is_blocking(stream)) complete_legacy();
   ++runtime_stats().graph_launches;
   for (const std::function<cudaError_t()>& run : exec->operations) {
     ++runtime_stats().replayed_operations;
@@ -924,6 +1106,8 @@ inline cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle
   r = cublasLtMatmulHeuristicResult_t{};
   r.algo.data[0] = algo_tag;
   for (int i = 0; i < 4; ++i) r.algo.data[1 + i] = pref->min_alignment[i];
+  r.algo.data[algo_bias_alignment] = has_bias(op->epilogue) ? alignment_of(op->bias) : 0;
+  r.algo.data[algo_aux_alignment] = op->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? alignment_of(op->aux) : 0;
   r.workspaceSize = 0;
   r.state = CUBLAS_STATUS_SUCCESS;
   r.wavesCount = 1.0f;
@@ -956,17 +1140,22 @@ inline cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, 
   const std::uint64_t* promised = algo != nullptr ? algo->data + 1 : nullptr;
   if (algo != nullptr && algo->data[0] != algo_tag) return CUBLAS_STATUS_INVALID_VALUE;
   auto usable = [&](const void* ptr, cudaDataType_t type, int which) {
-    return ptr != nullptr && aligned(ptr, element_bytes(type)) && (which < 0 || promised == nullptr || aligned(ptr, promised[which]));
+    return ptr != nullptr && aligned(ptr, element_bytes(type)) && (promised == nullptr || aligned(ptr, promised[which]));
   };
   if (!usable(D, ld->type, 3) || (p.k > 0 && (!usable(A, la->type, 0) || !usable(B, lb->type, 1))) ||
-      (read_c && !usable(C, lc->type, 2)) || (bias && !usable(op->bias, p.bias_type, -1)) || (gelu && !usable(op->aux, p.aux_type, -1)))
+      (read_c && !usable(C, lc->type, 2)) || (bias && !usable(op->bias, p.bias_type, algo_bias_alignment - 1)) ||
+      (gelu && !usable(op->aux, p.aux_type, algo_aux_alignment - 1)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (C == D && lc->ld != ld->ld) return CUBLAS_STATUS_INVALID_VALUE;  // in place needs one layout
 
   const Matmul product{*op, *la, *lb, *lc, *ld, p, alpha_value, beta_value, A, B, C, D};
   bool record_it = false;
   if (headroom::cuda_emulator::runtime_detail::route(stream, record_it) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  matmul_log().push_back(MatmulShape{p.m, p.n, p.k, la->ld, lb->ld, lc->ld, ld->ld});
   if (!record_it) {
+    using headroom::cuda_emulator::runtime_detail::is_blocking;
+    using headroom::cuda_emulator::runtime_detail::is_legacy;
+    if (is_legacy(stream) || is_blocking(stream)) headroom::cuda_emulator::runtime_detail::complete_legacy();
     product.run();
     return CUBLAS_STATUS_SUCCESS;
   }

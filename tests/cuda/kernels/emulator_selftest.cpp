@@ -57,7 +57,7 @@ void check_reductions() {
   constexpr int blocks = 3;
   const std::vector<float> x = odd_eighths(blocks, Threads);
   Buffer<float> dx(x), sums(x.size()), maxes(x.size()), warp_sums(x.size());
-  cuda::launch(reduce_block<Threads>, dim3(blocks), dim3(Threads), stream, dx.get(), sums.get(), maxes.get(), warp_sums.get());
+  cuda::launch(reduce_block<Threads>, "reduce_block", dim3(blocks), dim3(Threads), stream, dx.get(), sums.get(), maxes.get(), warp_sums.get());
   const std::vector<float> got_sums = sums.download(), got_maxes = maxes.download(), got_warp_sums = warp_sums.download();
   for (int b = 0; b < blocks; ++b) {
     const auto first = x.begin() + b * Threads;
@@ -109,7 +109,7 @@ template <bool WithBarrier>
 std::vector<float> transposed_on_device(const std::vector<float>& in, int rows, int cols) {
   Buffer<float> din(in), dout(in.size());
   const dim3 grid(cuda::ceil_div(cols, transpose_tile), cuda::ceil_div(rows, transpose_tile));
-  cuda::launch(transpose<WithBarrier>, grid, dim3(transpose_tile, 8), stream, din.get(), dout.get(), rows, cols);
+  cuda::launch(transpose<WithBarrier>, "transpose", grid, dim3(transpose_tile, 8), stream, din.get(), dout.get(), rows, cols);
   return dout.download();
 }
 
@@ -183,7 +183,7 @@ template <class T>
 void check_shuffles(const std::vector<T>& values) {
   const int threads = static_cast<int>(values.size());
   Buffer<T> in(values), out(static_cast<std::size_t>(shuffle_case_count) * threads);
-  cuda::launch(shuffle_cases<T>, dim3(1), dim3(threads), stream, in.get(), out.get());
+  cuda::launch(shuffle_cases<T>, "shuffle_cases", dim3(1), dim3(threads), stream, in.get(), out.get());
   const std::vector<T> got = out.download();
   for (int c = 0; c < shuffle_case_count; ++c)
     for (int t = 0; t < threads; ++t) {
@@ -242,7 +242,7 @@ TEST_CASE("emulator: threads that return early do not hold up __syncthreads", "[
     std::vector<float> x(threads * blocks);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) - 40.0f;  // integers: exact sums
     Buffer<float> dx(x), reversed(x.size()), totals(blocks), warp_sums(x.size());
-    cuda::launch(after_early_return, dim3(blocks), dim3(threads), stream, dx.get(), reversed.get(), totals.get(), warp_sums.get(),
+    cuda::launch(after_early_return, "after_early_return", dim3(blocks), dim3(threads), stream, dx.get(), reversed.get(), totals.get(), warp_sums.get(),
                  live);
     const std::vector<float> got = reversed.download(), got_totals = totals.download(), got_warp_sums = warp_sums.download();
     for (int b = 0; b < blocks; ++b) {
@@ -283,7 +283,7 @@ TEST_CASE("emulator: atomicAdd on float and bf16 from many blocks, atomicAdd's o
   Buffer<float> total(1), bins(5);
   Buffer<bf16> bf16_bins(16);
   Buffer<int> counter(1), tickets(n), largest(std::vector<int>{-5});
-  cuda::launch(atomics, dim3(blocks), dim3(threads), stream, total.get(), bins.get(), bf16_bins.get(), counter.get(),
+  cuda::launch(atomics, "atomics", dim3(blocks), dim3(threads), stream, total.get(), bins.get(), bf16_bins.get(), counter.get(),
                tickets.get(), largest.get());
   double want_total = 0;
   std::vector<float> want_bins(5);
@@ -358,7 +358,7 @@ void check_wmma_gemm() {
   auto b_at = [&](int kk, int j) { return double(BColMajor ? b[j * k + kk] : b[kk * n + j]); };
   Buffer<bf16> da(cuda_test::to_storage<bf16>(a)), db(cuda_test::to_storage<bf16>(b));
   Buffer<float> dc0(c0), dc(m * n), dc_t(m * n), dhalf(m * n);
-  cuda::launch(wmma_gemm<BColMajor>, dim3(1), dim3(128), stream, da.get(), db.get(), dc0.get(), dc.get(), dc_t.get(), dhalf.get(),
+  cuda::launch(wmma_gemm<BColMajor>, "wmma_gemm", dim3(1), dim3(128), stream, da.get(), db.get(), dc0.get(), dc.get(), dc_t.get(), dhalf.get(),
                m, n, k);
   const std::vector<float> c = dc.download(), c_t = dc_t.download(), half_ab = dhalf.download();
   // f32 accumulation of 64 exact products: error well below 1e-4 sum |a||b|.
@@ -408,7 +408,7 @@ void check_indices(dim3 grid, dim3 block) {
   const bool warp_sums = threads % 32 == 0;
   Buffer<int> records(static_cast<std::size_t>(blocks) * threads * index_fields),
       sums(static_cast<std::size_t>(blocks) * threads);
-  cuda::launch(indices, grid, block, stream, records.get(), sums.get(), warp_sums);
+  cuda::launch(indices, "indices", grid, block, stream, records.get(), sums.get(), warp_sums);
   const std::vector<int> got = records.download(), got_sums = sums.download();
   std::size_t at = 0;
   for (unsigned bz = 0; bz < grid.z; ++bz)
@@ -473,39 +473,78 @@ __global__ void empty_kernel() {}
 
 TEST_CASE("emulator: a barrier in divergent code throws std::logic_error naming the launch and block", "[emulator]") {
   Buffer<float> out(64);
-  REQUIRE_THROWS_AS(cuda::launch(divergent_barrier, dim3(2), dim3(64), stream, out.get()), std::logic_error);
+  REQUIRE_THROWS_AS(cuda::launch(divergent_barrier, "divergent_barrier", dim3(2), dim3(64), stream, out.get()), std::logic_error);
   REQUIRE_THROWS_WITH(
-      cuda::launch(divergent_barrier, dim3(2), dim3(64), stream, out.get()),
+      cuda::launch(divergent_barrier, "divergent_barrier", dim3(2), dim3(64), stream, out.get()),
       Catch::Contains("deadlock") && Catch::Contains("block (0, 0, 0) of the launch grid (2, 1, 1) x block (64, 1, 1)"));
-  REQUIRE_THROWS_WITH(cuda::launch(divergent_warp_collectives, dim3(1), dim3(32), stream, out.get()),
+  REQUIRE_THROWS_WITH(cuda::launch(divergent_warp_collectives, "divergent_warp_collectives", dim3(1), dim3(32), stream, out.get()),
                       Catch::Contains("divergent warp collectives"));
-  REQUIRE_THROWS_WITH(cuda::launch(shuffle_without_own_lane, dim3(1), dim3(32), stream, out.get()),
+  REQUIRE_THROWS_WITH(cuda::launch(shuffle_without_own_lane, "shuffle_without_own_lane", dim3(1), dim3(32), stream, out.get()),
                       Catch::Contains("lacks the calling lane 0"));
   REQUIRE_THROWS_WITH(__syncthreads(), Catch::Contains("outside a kernel"));
 }
 
 TEST_CASE("emulator: a kernel's exception leaves the launch, and the next launch runs", "[emulator]") {
   Buffer<float> out(3 * 64);
-  REQUIRE_THROWS_WITH(cuda::launch(throws_in_block_1, dim3(3), dim3(64), stream, out.get()), "kernel failure in thread 37");
+  REQUIRE_THROWS_WITH(cuda::launch(throws_in_block_1, "throws_in_block_1", dim3(3), dim3(64), stream, out.get()), "kernel failure in thread 37");
   const std::vector<float> after_failure = out.download();
   REQUIRE(std::count(after_failure.begin(), after_failure.end(), 1.0f) == 64);  // block 0 ran; block 1 stopped; block 2 never ran
   check_reductions<96>();
 }
 
-TEST_CASE("emulator: launches a GPU rejects throw std::invalid_argument; launch_count counts launches", "[emulator]") {
+// A kernel only the dynamic shared memory test raises the limit of (the limit belongs to the kernel).
+__global__ void opted_in_kernel() {}
+
+// What CUDA does with a configuration it refuses: nothing runs, and the error
+// (cudaErrorInvalidConfiguration; cudaErrorInvalidValue for dynamic shared
+// memory above the kernel's limit) waits for cudaGetLastError. cuda::launch
+// checks every launch and throws cuda_error naming the kernel and the shape.
+TEST_CASE("emulator: launches a GPU refuses do nothing; cuda::launch throws naming the kernel; launch_count counts launches",
+          "[emulator][launch]") {
+  REQUIRE(cudaGetLastError() == cudaSuccess);
   const std::uint64_t before = emulator::launch_count();
-  cuda::launch(empty_kernel, dim3(2, 3), dim3(1024), stream);
+  cuda::launch(empty_kernel, "empty_kernel", dim3(2, 3), dim3(1024), stream);
   REQUIRE(emulator::launch_count() == before + 1);
-  REQUIRE_THROWS_AS(cuda::launch(empty_kernel, dim3(1), dim3(1025), stream), std::invalid_argument);
-  REQUIRE_THROWS_AS(cuda::launch(empty_kernel, dim3(1), dim3(1, 1, 65), stream), std::invalid_argument);
-  REQUIRE_THROWS_AS(cuda::launch(empty_kernel, dim3(0), dim3(32), stream), std::invalid_argument);
-  REQUIRE_THROWS_AS(cuda::launch(empty_kernel, dim3(1, 65536), dim3(32), stream), std::invalid_argument);
-  REQUIRE(emulator::launch_count() == before + 1);
+  // the emulator alone: an H200's limits
+  const std::pair<dim3, dim3> refused[] = {
+      {dim3(1), dim3(1025)},       {dim3(1), dim3(1, 1, 65)},  {dim3(1), dim3(32, 64)},   {dim3(1), dim3(0)},
+      {dim3(0), dim3(32)},         {dim3(1, 65536), dim3(32)}, {dim3(1, 1, 65536), dim3(32)},
+      {dim3(2147483648u), dim3(32)},
+  };
+  for (const auto& [grid, block] : refused) {
+    INFO("grid (" << grid.x << ", " << grid.y << ", " << grid.z << ") block (" << block.x << ", " << block.y << ", " << block.z << ")");
+    emulator::run(empty_kernel, grid, block, 0, stream);
+    CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    CHECK(cudaGetLastError() == cudaSuccess);
+  }
+  CHECK_THROWS_WITH(cuda::launch(empty_kernel, "empty_kernel", dim3(1), dim3(1025), stream),
+                    Catch::Contains("empty_kernel") && Catch::Contains("cudaErrorInvalidConfiguration") &&
+                        Catch::Contains("block (1025, 1, 1)"));
+  CHECK_THROWS_WITH(cuda::launch(empty_kernel, "empty_kernel", dim3(1, 65536), dim3(32), stream),
+                    Catch::Contains("grid (1, 65536, 1)"));
+  CHECK_THROWS_AS(cuda::launch(empty_kernel, "empty_kernel", dim3(0), dim3(32), stream), cuda::cuda_error);
+  CHECK(cudaGetLastError() == cudaSuccess);  // each check consumed its error
+  // dynamic shared memory: up to 48 KiB as is, up to 227 KiB once the kernel opts in
+  cuda::launch_with_shared(empty_kernel, "empty_kernel", dim3(1), dim3(32), 48 << 10, stream);
+  CHECK_THROWS_WITH(cuda::launch_with_shared(empty_kernel, "empty_kernel", dim3(1), dim3(32), (48 << 10) + 1, stream),
+                    Catch::Contains("empty_kernel") && Catch::Contains("cudaErrorInvalidValue") && Catch::Contains("49153 B"));
+  const void* opted = reinterpret_cast<const void*>(&opted_in_kernel);
+  REQUIRE(cudaFuncSetAttribute(opted, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 << 10) == cudaSuccess);
+  cuda::launch_with_shared(opted_in_kernel, "opted_in_kernel", dim3(1), dim3(32), 100 << 10, stream);
+  CHECK_THROWS_AS(cuda::launch_with_shared(opted_in_kernel, "opted_in_kernel", dim3(1), dim3(32), (100 << 10) + 1, stream),
+                  cuda::cuda_error);
+  CHECK(cudaFuncSetAttribute(opted, cudaFuncAttributeMaxDynamicSharedMemorySize, (227 << 10) + 1) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  REQUIRE(cudaFuncSetAttribute(opted, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 << 10) == cudaSuccess);
+  cuda::launch_with_shared(opted_in_kernel, "opted_in_kernel", dim3(1), dim3(32), 227 << 10, stream);
+  cuda_test::sync();
+  CHECK(emulator::launch_count() == before + 4);
 }
 
 TEST_CASE("emulator: a shuffle from a lane that does not exist gives NaN", "[emulator]") {
   Buffer<float> out(40);
-  cuda::launch(shuffle_from_missing_lane, dim3(1), dim3(40), stream, out.get());
+  cuda::launch(shuffle_from_missing_lane, "shuffle_from_missing_lane", dim3(1), dim3(40), stream, out.get());
   const std::vector<float> got = out.download();
   for (int t = 0; t < 16; ++t) REQUIRE(got[t] == 1.0f);       // reads lane t + 16 of warp 0
   for (int t = 16; t < 32; ++t) REQUIRE(got[t] == 1.0f);      // out of range: own value

@@ -38,7 +38,7 @@ __global__ void double_plus_one(float* x, int n) {
 
 constexpr int threads = 16;
 void launch_double_plus_one(float* x, int n, cudaStream_t stream) {
-  cuda::launch(double_plus_one, dim3(static_cast<unsigned>(cuda::ceil_div(n, threads))), dim3(threads), stream, x, n);
+  cuda::launch(double_plus_one, "double_plus_one", dim3(static_cast<unsigned>(cuda::ceil_div(n, threads))), dim3(threads), stream, x, n);
 }
 
 // cudaMalloc (device) or cudaHostAlloc (pinned) memory for n values of T.
@@ -57,6 +57,7 @@ class DeviceArray {
   void upload(const std::vector<T>& v) const {
     REQUIRE(v.size() == n_);
     REQUIRE(cudaMemcpy(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // a pageable copy may still be in flight; the streams here are non-blocking
   }
   std::vector<T> download() const {
     std::vector<T> v(n_);
@@ -309,10 +310,12 @@ void check_refused(cudaStream_t s, float* x, Call call) {
   CHECK(cudaMemsetAsync(x, 0, 4, s) == cudaErrorStreamCaptureInvalidated);
   const std::uint64_t launches = cuda_emulator::launch_count();
   const std::int64_t captured = runtime_stats().captured_operations;
-  launch_double_plus_one(x, 1, s);
+  // a kernel launched into the invalidated capture is dropped; cuda::launch reports it
+  CHECK_THROWS_WITH(launch_double_plus_one(x, 1, s), Catch::Contains("double_plus_one") &&
+                                                         Catch::Contains("cudaErrorStreamCaptureInvalidated"));
   CHECK(cuda_emulator::launch_count() == launches);
   CHECK(runtime_stats().captured_operations == captured);
-  CHECK(cudaGetLastError() == cudaErrorStreamCaptureInvalidated);
+  CHECK(cudaGetLastError() == cudaSuccess);  // the launch check consumed it
   cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(&end_capture);  // not null: the call must clear it
   CHECK(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated);
   CHECK(graph == nullptr);
@@ -418,6 +421,44 @@ TEST_CASE("graph emulator: forks must be joined; waits on uncaptured work; strea
   }
 }
 
+// An event recorded inside a capture is a node of that capture: waiting for
+// it, synchronizing with it or querying it from outside the capture is
+// cudaErrorCapturedEvent until it is recorded again outside a capture, and
+// launching the graph does not record it.
+TEST_CASE("graph emulator: an event last recorded in a capture cannot be waited for, synchronized or queried outside it",
+          "[graph][event]") {
+  Stream first, second;
+  Event e;
+  DeviceArray<float> x(8);
+  x.upload(std::vector<float>(8, 1.0f));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaEventRecord(e.e, second.s) == cudaSuccess);  // recorded outside: fine to wait for
+  REQUIRE(cudaStreamWaitEvent(first.s, e.e, 0) == cudaSuccess);
+  {
+    EndCaptureOnExit end{first.s};
+    REQUIRE(cudaStreamBeginCapture(first.s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    launch_double_plus_one(x.get(), 8, first.s);
+    REQUIRE(cudaEventRecord(e.e, first.s) == cudaSuccess);
+    REQUIRE(cudaStreamEndCapture(first.s, &graph) == cudaSuccess);
+  }
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, first.s) == cudaSuccess);
+  CHECK(x.download() == std::vector<float>(8, 3.0f));
+  CHECK(cudaStreamWaitEvent(second.s, e.e, 0) == cudaErrorCapturedEvent);
+  CHECK(cudaEventSynchronize(e.e) == cudaErrorCapturedEvent);
+  CHECK(cudaEventQuery(e.e) == cudaErrorCapturedEvent);
+  CHECK(cudaGetLastError() == cudaErrorCapturedEvent);
+  // recorded again outside a capture, it is an event again
+  REQUIRE(cudaEventRecord(e.e, first.s) == cudaSuccess);
+  CHECK(cudaStreamWaitEvent(second.s, e.e, 0) == cudaSuccess);
+  CHECK(cudaEventSynchronize(e.e) == cudaSuccess);
+  CHECK(cudaEventQuery(e.e) == cudaSuccess);
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
 TEST_CASE("graph emulator: one capture at a time, not on the legacy stream; graph handles are checked; replays check memory",
           "[graph]") {
   Stream first, second;
@@ -436,8 +477,9 @@ TEST_CASE("graph emulator: one capture at a time, not on the legacy stream; grap
     CHECK(cudaStreamBeginCapture(second.s, cudaStreamCaptureModeGlobal) == cudaErrorNotSupported);
     CHECK(capture_status(first.s) == cudaStreamCaptureStatusActive);  // neither refusal invalidated it
     CHECK(cudaStreamEndCapture(second.s, &graph) == cudaErrorIllegalState);  // not capturing
-    // a launch shape a GPU rejects is reported when the launch is recorded
-    CHECK_THROWS_AS(cuda::launch(double_plus_one, dim3(1), dim3(2048), first.s, x.get(), 8), std::invalid_argument);
+    // a launch shape a GPU refuses is refused when the launch would be recorded (nothing is recorded)
+    CHECK_THROWS_AS(cuda::launch(double_plus_one, "double_plus_one", dim3(1), dim3(2048), first.s, x.get(), 8), cuda::cuda_error);
+    CHECK(capture_status(first.s) == cudaStreamCaptureStatusActive);
     REQUIRE(cudaMemcpyAsync(x.get() + 4, x.get(), 4 * sizeof(float), cudaMemcpyDeviceToDevice, first.s) == cudaSuccess);
     launch_double_plus_one(x.get(), 8, first.s);
     REQUIRE(cudaStreamEndCapture(first.s, &graph) == cudaSuccess);

@@ -2,7 +2,9 @@
 // and in-place dlogits per row) and sum_rows (the deterministic loss sum),
 // for float and bf16 logits, against the host engine's row function
 // (host::vec::cross_entropy_row, what host::lm_head_loss runs per token) on
-// the same S-rounded logits. Vocab 1000 (16-byte packs) and 1001 (scalar).
+// the same S-rounded logits. Vocab 1000 (16-byte packs) and 1001 (scalar),
+// dense and at the LM head's padded row stride (1024), whose padding columns
+// hold a logit that would dominate the row if it were read and must be left as is.
 #include "../support/kernel_test.hpp"
 
 #include <headroom/cuda/kernels/loss.cuh>
@@ -11,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -24,21 +27,24 @@ TEMPLATE_TEST_CASE("cross_entropy_rows: row losses and dlogits", "[loss]", float
   using S = TestType;
   const i64 rows = 7;
   const float grad_scale = 1.0f / 7.0f;
-  for (const i64 vocab : {1000, 1001})
+  constexpr float pad = 1000.0f;
+  for (const auto& [vocab, ld] : {std::pair<i64, i64>{1000, 1000}, {1001, 1001}, {1000, 1024}, {1001, 1024}})
     for (const bool gradient : {true, false}) {
-      INFO("vocab = " << vocab << ", gradient = " << gradient);
-      const std::vector<float> z = cuda_test::pattern(rows * vocab, 1, 8.0f);
+      INFO("vocab = " << vocab << ", ld = " << ld << ", gradient = " << gradient);
+      std::vector<float> z = cuda_test::pattern(rows * ld, 1, 8.0f);
+      for (i64 r = 0; r < rows; ++r)
+        for (i64 j = vocab; j < ld; ++j) z[r * ld + j] = pad;
       std::vector<std::int32_t> targets(rows);
       for (i64 r = 0; r < rows; ++r) targets[r] = static_cast<std::int32_t>(r == 0 ? 0 : r == 1 ? vocab - 1 : (r * 131) % vocab);
       Buffer<S> logits(cuda_test::to_storage<S>(z));
       Buffer<std::int32_t> tgt(targets);
       Buffer<float> row_loss(rows);
-      cuda::cross_entropy_rows<S>(logits.get(), tgt.get(), row_loss.get(), grad_scale, gradient, rows, vocab, nullptr);
+      cuda::cross_entropy_rows<S>(logits.get(), tgt.get(), row_loss.get(), grad_scale, gradient, rows, vocab, ld, nullptr);
 
       std::vector<float> want = cuda_test::rounded<S>(z);  // the logits as stored
       std::vector<float> want_loss(rows);
       for (i64 r = 0; r < rows; ++r)
-        want_loss[r] = host::vec::cross_entropy_row(want.data() + r * vocab, vocab, targets[r], grad_scale, gradient);
+        want_loss[r] = host::vec::cross_entropy_row(want.data() + r * ld, vocab, targets[r], grad_scale, gradient);
 
       // Losses are f32 from the same stored logits on both sides: only the
       // order of the max / sum and expf against host::vec::exp (~1e-7
@@ -84,7 +90,7 @@ TEST_CASE("cross_entropy_rows then sum_rows: the micro-batch's loss", "[loss]") 
   for (i64 r = 0; r < rows; ++r) targets[r] = static_cast<std::int32_t>((r * 37 + 11) % vocab);
   Buffer<float> logits(z), row_loss(rows), total(1);
   Buffer<std::int32_t> tgt(targets);
-  cuda::cross_entropy_rows<float>(logits.get(), tgt.get(), row_loss.get(), 1.0f / rows, true, rows, vocab, nullptr);
+  cuda::cross_entropy_rows<float>(logits.get(), tgt.get(), row_loss.get(), 1.0f / rows, true, rows, vocab, vocab, nullptr);
   cuda::sum_rows(row_loss.get(), rows, total.get(), nullptr);
   std::vector<float> host_z = z;
   double want = 0.0;  // host::lm_head_loss sums the row losses in double, in row order

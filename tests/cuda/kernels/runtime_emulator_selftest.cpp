@@ -60,12 +60,14 @@ struct GemmCase {
   float alpha = 1.0f, beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::none;
   i64 lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // leading dimensions beyond the stored widths
+  i64 bias_offset = 0, pre_offset = 0;        // bytes past a 64-byte boundary where the bias and pre start
 
   std::string describe() const {
     return std::string(ta == Trans::yes ? "A^T" : "A") + (tb == Trans::yes ? " B^T" : " B") + ", m=" + std::to_string(m) +
            " n=" + std::to_string(n) + " k=" + std::to_string(k) + ", alpha=" + std::to_string(alpha) +
            " beta=" + std::to_string(beta) + ", epilogue " + std::to_string(static_cast<int>(epilogue)) + ", ld pads " +
-           std::to_string(lda_pad) + "/" + std::to_string(ldb_pad) + "/" + std::to_string(ldc_pad);
+           std::to_string(lda_pad) + "/" + std::to_string(ldb_pad) + "/" + std::to_string(ldc_pad) + ", bias at +" +
+           std::to_string(bias_offset) + " B, pre at +" + std::to_string(pre_offset) + " B";
   }
 };
 
@@ -91,11 +93,28 @@ void check_gemm(cuda::Blas& blas, const GemmCase& g, std::uint32_t seed) {
       c[i * ldc + j] = g.beta != 0.0f ? c_start[i * ldc + j] : std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> pre(size(g.m, ldc), padding);
 
-  Buffer<S> da(cuda_test::to_storage<S>(a)), db(cuda_test::to_storage<S>(b)), dbias(cuda_test::to_storage<S>(bias));
-  Buffer<S> dc(cuda_test::to_storage<S>(c)), dpre(cuda_test::to_storage<S>(pre));
+  Buffer<S> da(cuda_test::to_storage<S>(a)), db(cuda_test::to_storage<S>(b)), dc(cuda_test::to_storage<S>(c));
+  // bias and pre `offset` bytes past a 64-byte boundary inside a larger buffer
+  constexpr i64 slack = 128 / sizeof(S);
+  Buffer<S> dbias(bias.size() + slack), dpre(pre.size() + slack);
+  auto start = [](const Buffer<S>& buf, i64 offset) {
+    const auto address = reinterpret_cast<std::uintptr_t>(buf.get());
+    return static_cast<i64>((64 - address % 64) % 64 + static_cast<std::uintptr_t>(offset)) / static_cast<i64>(sizeof(S));
+  };
+  const i64 bias_at = start(dbias, g.bias_offset), pre_at = start(dpre, g.pre_offset);
+  {
+    std::vector<float> room(bias.size() + slack, padding);
+    std::copy(bias.begin(), bias.end(), room.begin() + bias_at);
+    dbias.upload(cuda_test::to_storage<S>(room));
+    room.assign(pre.size() + slack, padding);
+    std::copy(pre.begin(), pre.end(), room.begin() + pre_at);
+    dpre.upload(cuda_test::to_storage<S>(room));
+  }
   blas.gemm<S>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, da.get(), lda, db.get(), ldb, g.beta, dc.get(), ldc, stream, g.epilogue,
-               bias_on ? dbias.get() : nullptr, gelu ? dpre.get() : nullptr);
-  const std::vector<float> got_c = cuda_test::to_floats(dc.download()), got_pre = cuda_test::to_floats(dpre.download());
+               bias_on ? dbias.get() + bias_at : nullptr, gelu ? dpre.get() + pre_at : nullptr);
+  const std::vector<float> got_c = cuda_test::to_floats(dc.download());
+  const std::vector<float> pre_room = cuda_test::to_floats(dpre.download());
+  const std::vector<float> got_pre(pre_room.begin() + pre_at, pre_room.begin() + pre_at + static_cast<i64>(pre.size()));
 
   double worst_c = 0, worst_pre = 0;
   for (i64 i = 0; i < g.m; ++i)
@@ -171,6 +190,36 @@ TEST_CASE("cuBLASLt through Blas::gemm: four transpose combinations, beta 0 and 
   SECTION("bf16") { check_all_gemms<bf16>(); }
 }
 
+// The bias and GELU's auxiliary output take part in cuBLASLt's choice of
+// algorithm: a product met again with a less aligned bias or pre-activation
+// is described again, its algorithm chosen with those pointers set.
+template <class S>
+void check_pointer_alignments() {
+  Buffer<unsigned char> workspace(workspace_bytes);
+  cuda::Blas blas(workspace.get(), static_cast<i64>(workspace_bytes));
+  GemmCase g{Trans::no, Trans::yes, 37, 24, 40, 1.0f, 0.0f, GemmEpilogue::bias};
+  check_gemm<S>(blas, g, 1);  // bias 64-byte aligned
+  g.bias_offset = 16;
+  check_gemm<S>(blas, g, 2);  // the same shapes, bias 16-byte aligned
+  CHECK(blas.products() == 2);
+  g.bias_offset = 0;
+  check_gemm<S>(blas, g, 3);  // the first product again
+  CHECK(blas.products() == 2);
+  GemmCase gelu{Trans::no, Trans::yes, 19, 16, 53, 1.0f, 0.0f, GemmEpilogue::gelu_aux_bias};
+  check_gemm<S>(blas, gelu, 4);
+  gelu.pre_offset = 16;
+  check_gemm<S>(blas, gelu, 5);
+  gelu.bias_offset = 16;
+  check_gemm<S>(blas, gelu, 6);
+  CHECK(blas.products() == 5);
+}
+
+TEST_CASE("Blas::gemm: the bias and aux pointers' alignment is part of a product; set before its algorithm is chosen",
+          "[runtime][blas]") {
+  SECTION("float") { check_pointer_alignments<float>(); }
+  SECTION("bf16") { check_pointer_alignments<bf16>(); }
+}
+
 #if !defined(__CUDACC__)
 
 using cuda_emulator::runtime_stats;
@@ -242,7 +291,7 @@ TEST_CASE("runtime emulator: the arenas of runtime.cuh are one counted, zeroed a
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
-TEST_CASE("runtime emulator: cudaMemcpy, cudaMemset and their async forms copy at once, inside allocations only", "[runtime]") {
+TEST_CASE("runtime emulator: cudaMemcpy, cudaMemset and their async forms copy inside allocations only", "[runtime]") {
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   cuda::DeviceArena device(256);
@@ -253,6 +302,7 @@ TEST_CASE("runtime emulator: cudaMemcpy, cudaMemset and their async forms copy a
   for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<unsigned char>(3 * i + 1);
 
   REQUIRE(cudaMemcpy(d + 100, host.data(), 64, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // s is not ordered with the legacy stream's copy
   REQUIRE(cudaMemcpyAsync(d + 10, d + 100, 64, cudaMemcpyDeviceToDevice, s) == cudaSuccess);
   REQUIRE(cudaMemsetAsync(d + 10, 0xAB, 4, s) == cudaSuccess);
   REQUIRE(cudaMemcpyAsync(p, d + 10, 64, cudaMemcpyDeviceToHost, s) == cudaSuccess);  // an offload
@@ -279,6 +329,64 @@ TEST_CASE("runtime emulator: cudaMemcpy, cudaMemset and their async forms copy a
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
   CHECK(cudaMemcpyAsync(d, host.data(), 8, cudaMemcpyHostToDevice, s) == cudaErrorInvalidResourceHandle);
   CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+// The legacy default stream and a non-blocking stream are not ordered: what
+// cudaMemcpy from pageable memory and cudaMemset leave in flight lands only
+// when something orders it (here: the emulator's deterministic choice of
+// "as late as CUDA allows"), so a non-blocking stream reads the old bytes.
+TEST_CASE("runtime emulator: the legacy stream's copies and memsets are not ordered with a non-blocking stream", "[runtime][legacy]") {
+  cudaStream_t s = nullptr, blocking = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&blocking, cudaStreamDefault) == cudaSuccess);
+  cuda::DeviceArena device(256);  // zeroed before its constructor returns
+  cuda::PinnedArena pinned(64);
+  unsigned char* d = device.at<unsigned char>(0);
+  std::vector<unsigned char> host(64, 7), back(64, 0);
+  REQUIRE(all_bytes(d, 256, 0));
+
+  REQUIRE(cudaMemcpy(d, host.data(), 64, cudaMemcpyHostToDevice) == cudaSuccess);  // pageable: staged, in flight
+  host.assign(64, 9);                                                               // staged at the call
+  REQUIRE(cudaMemcpyAsync(d + 64, d, 64, cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);  // says nothing about the legacy stream
+  CHECK(all_bytes(d, 64, 0));
+  CHECK(all_bytes(d + 64, 64, 0));  // s read the bytes from before the copy
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  CHECK(all_bytes(d, 64, 7));
+
+  REQUIRE(cudaMemset(d, 1, 32) == cudaSuccess);  // asynchronous for device memory
+  CHECK(all_bytes(d, 32, 7));
+  REQUIRE(cudaMemcpyAsync(d + 128, d, 32, cudaMemcpyDeviceToDevice, blocking) == cudaSuccess);  // a blocking stream waits
+  CHECK(all_bytes(d + 128, 32, 1));
+
+  // an event recorded on the legacy stream orders the stream that waits for it
+  REQUIRE(cudaMemcpy(d, host.data(), 64, cudaMemcpyHostToDevice) == cudaSuccess);
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+  REQUIRE(cudaEventRecord(e, nullptr) == cudaSuccess);
+  CHECK(cudaEventQuery(e) == cudaErrorNotReady);
+  CHECK(all_bytes(d, 32, 1));  // not landed yet
+  REQUIRE(cudaStreamWaitEvent(s, e, 0) == cudaSuccess);
+  CHECK(all_bytes(d, 64, 9));
+  CHECK(cudaEventQuery(e) == cudaSuccess);
+
+  // a synchronous copy to the host, and a memset of pinned memory, wait for what came before
+  REQUIRE(cudaMemset(d, 3, 64) == cudaSuccess);
+  REQUIRE(cudaMemcpy(back.data(), d, 64, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(all_bytes(back.data(), 64, 3));
+  REQUIRE(cudaMemset(d, 4, 64) == cudaSuccess);
+  REQUIRE(cudaMemset(pinned.at<unsigned char>(0), 5, 64) == cudaSuccess);
+  CHECK(all_bytes(d, 64, 4));
+  CHECK(all_bytes(pinned.at<unsigned char>(0), 64, 5));
+  // cudaMemcpyAsync on the legacy stream waits like any other legacy work; cudaDeviceSynchronize ends it
+  REQUIRE(cudaMemcpyAsync(d, pinned.at<unsigned char>(0), 64, cudaMemcpyHostToDevice, nullptr) == cudaSuccess);
+  CHECK(all_bytes(d, 64, 4));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(all_bytes(d, 64, 5));
+  REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(blocking) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
@@ -387,6 +495,37 @@ TEST_CASE("runtime emulator: cuBLASLt validates shapes, attributes, epilogues an
     CHECK(p.heuristic(result, found) == CUBLAS_STATUS_INVALID_VALUE);
     REQUIRE(p.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, std::int64_t{16}) == CUBLAS_STATUS_SUCCESS);
     CHECK(p.heuristic(result, found) == CUBLAS_STATUS_SUCCESS);
+  }
+  SECTION("a bias less aligned than the one set when the algorithm was chosen is refused") {
+    RawProduct p(CUDA_R_32F, 4, 4, 4, 4, 4, 4);
+    cuda::DeviceArena arena(4096);
+    float* a = arena.at<float>(0);
+    float* d = arena.at<float>(256);
+    float* bias = arena.at<float>(512);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    for (int i = 0; i < 16; ++i) a[i] = 1.0f;
+    for (int i = 0; i < 8; ++i) bias[i] = 0.5f;
+    const std::uint32_t align = 4;
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      REQUIRE(cublasLtMatmulPreferenceSetAttribute(p.pref, attr, &align, sizeof(align)) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(p.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS) == CUBLAS_STATUS_SUCCESS);
+    const float one = 1.0f, zero = 0.0f;
+    // chosen with no bias pointer set: cuBLASLt may assume its default (256-byte) alignment
+    REQUIRE(p.heuristic(result, found) == CUBLAS_STATUS_SUCCESS);
+    const void* shifted = bias + 1;
+    REQUIRE(p.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, shifted) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatmul(p.handle, p.op, &one, a, p.a, a, p.b, &zero, d, p.d, d, p.d, &result.algo, nullptr, 0, stream) ==
+          CUBLAS_STATUS_INVALID_VALUE);
+    // chosen with the 4-byte aligned bias set: it runs, and so does a better aligned bias
+    REQUIRE(p.heuristic(result, found) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatmul(p.handle, p.op, &one, a, p.a, a, p.b, &zero, d, p.d, d, p.d, &result.algo, nullptr, 0, stream) ==
+          CUBLAS_STATUS_SUCCESS);
+    CHECK(d[0] == 4.5f);
+    const void* aligned_bias = bias;
+    REQUIRE(p.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, aligned_bias) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatmul(p.handle, p.op, &one, a, p.a, a, p.b, &zero, d, p.d, d, p.d, &result.algo, nullptr, 0, stream) ==
+          CUBLAS_STATUS_SUCCESS);
   }
   SECTION("pointers less aligned than the preference promised are refused; C == D needs one layout") {
     RawProduct p(CUDA_R_32F, 4, 4, 4, 4, 4, 4);

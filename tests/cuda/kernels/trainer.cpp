@@ -6,8 +6,11 @@
 // the CPU and cuBLASLt's products computed by the emulator.
 #include "../support/kernel_test.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include <headroom/cuda/trainer.cuh>
@@ -249,6 +252,299 @@ TEST_CASE("cuda::Trainer loads and saves Hugging Face checkpoints like host::Tra
   const Curve b = train_steps(c, 2, models::tiny_llama.vocab);
   for (int i = 0; i < 2; ++i) CHECK(std::fabs(a.loss[i] - b.loss[i]) <= 1e-4 * a.loss[i]);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- weights set from the host are the ones the next step trains --------------------------------------
+
+// upload_weight (what load_pretrained calls) copies from pageable host
+// memory; the step's kernels run on a non-blocking stream, which a copy on
+// the legacy default stream is not ordered with. The emulator lands such a
+// copy as late as CUDA allows, so a step right after an upload that is not
+// ordered with the compute stream trains the old weights.
+TEST_CASE("cuda::Trainer: weights uploaded right before a step are the weights it trains", "[trainer][upload]") {
+  using H = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>>;
+  using C = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>, OnCuda>;
+  host::Trainer<H> h(options());
+  cuda::Trainer<C> c(options());
+  // new values for every parameter: the host's at another seed
+  TrainOptions other = options();
+  other.seed = 5;
+  host::Trainer<H> source(other);
+  for (std::size_t k = 0; k < host::Trainer<H>::param_count; ++k) {
+    const ParamSlot& p = host::Trainer<H>::param(k);
+    const float* w = source.weight(p);
+    std::copy(w, w + p.elements(), h.weight(p));
+    c.upload_weight(cuda::Trainer<C>::param(k), std::span<const float>(w, static_cast<std::size_t>(p.elements())));
+  }
+  // the last upload, right before the step: the (tied) token embedding, which every logit reads
+  const ParamSlot& wte = *host::Trainer<H>::find("wte.weight");
+  std::vector<float> table(source.weight(wte), source.weight(wte) + wte.elements());
+  for (float& x : table) x *= 1.5f;
+  std::copy(table.begin(), table.end(), h.weight(wte));
+  c.upload_weight(*cuda::Trainer<C>::find("wte.weight"), table);
+  const Curve a = train_steps(h, 2, small_gpt2.vocab);
+  const Curve b = train_steps(c, 2, small_gpt2.vocab);
+  for (int i = 0; i < 2; ++i) {
+    INFO("step " << i + 1 << ": host " << a.loss[i] << " cuda " << b.loss[i]);
+    CHECK(std::fabs(a.loss[i] - b.loss[i]) <= 1e-4 * a.loss[i]);
+  }
+  // and what a step leaves is what the next download reads (no upload lands late over it)
+  const std::vector<float> after = c.download_weight(*cuda::Trainer<C>::find("h.0.mlp.c_fc.weight"));
+  const float* want = h.weight(*host::Trainer<H>::find("h.0.mlp.c_fc.weight"));  // the host plan's offsets
+  CHECK(std::equal(after.begin(), after.end(), want, [](float x, float y) { return std::fabs(x - y) <= 1e-4f; }));
+}
+
+// ---- evaluate() after a captured step ---------------------------------------------------------------------
+
+// evaluate() runs the forward only; the copy events it may wait for must be
+// ones it recorded itself: after a captured step, the events of the backward's
+// prefetches were last recorded inside the capture, which CUDA refuses to wait for.
+TEST_CASE("cuda::Trainer: evaluate() after steps replayed from a CUDA graph (offloaded blocks)", "[trainer][graph]") {
+  using M = models::GPT2<small_gpt2, Apply<Offloaded<>, EveryBlock>>;
+  using C = Train<M, Batch<1>, Seq<16>, OnCuda>;
+  TrainOptions o = options();
+  cuda::Trainer<C> eager(o);
+  o.cuda_graph = true;
+  cuda::Trainer<C> graph(o);
+  train_steps(eager, 3, small_gpt2.vocab);
+  train_steps(graph, 3, small_gpt2.vocab);
+  REQUIRE(graph.graph_captured());
+  const std::vector<std::int32_t> stream = token_pattern(17, small_gpt2.vocab, 41);
+  const std::vector<std::int32_t> tokens(stream.begin(), stream.end() - 1), targets(stream.begin() + 1, stream.end());
+  const double a = eager.evaluate(tokens, targets);
+  const double b = graph.evaluate(tokens, targets);
+  CHECK(std::fabs(a - b) <= 1e-6 * a);
+  // and the graph still replays after it
+  const Curve after = train_steps(graph, 1, small_gpt2.vocab);
+  const Curve eager_after = train_steps(eager, 1, small_gpt2.vocab);
+  CHECK(std::fabs(after.loss[0] - eager_after.loss[0]) <= 1e-6 * eager_after.loss[0]);
+}
+
+// ---- the LM head's padded logits -------------------------------------------------------------------------
+
+// An odd vocabulary (GPT-2's 50,257) would give the logits an odd leading
+// dimension; the plan pads it to a multiple of 64 (385 -> 448 here) and the
+// loss ignores the padding columns: loss and every gradient are the host's.
+TEST_CASE("cuda::Trainer: an odd vocabulary's logits have a padded leading dimension; loss and gradients are the host's",
+          "[trainer][lm_head]") {
+  constexpr models::GPT2Config odd{385, 64, 1, 4, 64};
+  using H = Train<models::GPT2<odd>, Batch<2>, Seq<16>, LossChunk<12>>;
+  using C = Train<models::GPT2<odd>, Batch<2>, Seq<16>, LossChunk<12>, OnCuda>;
+  constexpr std::int64_t padded = 448;
+  host::Trainer<H> h(options());
+  cuda::Trainer<C> c(options());
+  const std::vector<std::int32_t> stream = token_pattern(33, odd.vocab, 3);
+  const std::vector<std::int32_t> tokens(stream.begin(), stream.end() - 1), targets(stream.begin() + 1, stream.end());
+#if !defined(__CUDACC__)
+  cuda_emulator::blaslt_detail::matmul_log().clear();
+#endif
+  const double lc = c.forward_backward(tokens, targets);
+  const double lh = h.forward_backward(tokens, targets);
+  CHECK(std::fabs(lc - lh) <= 1e-5 * lh);
+#if !defined(__CUDACC__)
+  // cuBLASLt's column-major view: logits^T (V, rows) = W h^T, written at ld 448;
+  // dh reads them as B (k = V), dW as B (n = V)
+  int logits = 0, reads = 0;
+  for (const auto& mm : cuda_emulator::blaslt_detail::matmul_log()) {
+    if (mm.m == odd.vocab) {
+      ++logits;
+      CHECK(mm.ldd == padded);
+    }
+    if (mm.k == odd.vocab || mm.n == odd.vocab) {
+      ++reads;
+      CHECK(mm.ldb == padded);
+    }
+  }
+  CHECK(logits == 3);  // ceil(32 / 12) chunks
+  CHECK(reads == 2 * 3);
+#endif
+  for (std::size_t k = 0; k < cuda::Trainer<C>::param_count; ++k) {
+    const ParamSlot& p = cuda::Trainer<C>::param(k);
+    const ParamSlot& q = host::Trainer<H>::param(k);  // the same parameter at the host plan's offsets
+    if (!p.trainable) continue;
+    INFO(cuda::Trainer<C>::path_of(p));
+    const std::vector<float> got = c.download_grad(p);
+    const std::vector<float> want(h.grad(q), h.grad(q) + q.elements());
+    float scale = 0;
+    for (float g : want) scale = std::max(scale, std::fabs(g));
+    CHECK(cuda_test::worst_ratio(got, want, 1e-4 * scale, 1e-3) <= 1.0);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// ---- a finite loss with non-finite gradients --------------------------------------------------------------
+
+// A block whose MLP computes GELU at 1e20 and multiplies the result by a zero
+// c_proj: the forward (and the loss) stays finite, as gelu(1e20) = 1e20 and
+// 1e20 x 0 = 0, but GELU's derivative there (math::gelu_tanh_grad in f32)
+// is 0 x inf = NaN, so c_fc's gradient and everything before it in the
+// backward is NaN. At 3e19 the derivative is still finite (1): every
+// gradient element is finite, but c_proj's (dy^T gelu, ~1e18 each) has a sum
+// of squares beyond f32.
+template <class Trainer>
+void break_mlp_backward(Trainer& t, float pre_activation = 1e20f) {
+  const ParamSlot& bias = *Trainer::find("h.0.mlp.c_fc.bias");
+  const ParamSlot& proj = *Trainer::find("h.0.mlp.c_proj.weight");
+  t.upload_weight(bias, std::vector<float>(static_cast<std::size_t>(bias.elements()), pre_activation));
+  t.upload_weight(proj, std::vector<float>(static_cast<std::size_t>(proj.elements()), 0.0f));
+}
+
+struct Snapshot {
+  std::vector<std::vector<float>> weights;
+  std::vector<std::vector<std::byte>> states;
+};
+template <class Trainer>
+Snapshot snapshot(const Trainer& t) {
+  Snapshot s;
+  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+    s.weights.push_back(t.download_weight(Trainer::param(k)));
+    s.states.push_back(t.download_state(Trainer::param(k)));
+  }
+  return s;
+}
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+// The first parameter (schedule order) whose gradient holds a NaN or an infinity, from the arena.
+template <class Trainer>
+std::string first_non_finite_grad(const Trainer& t) {
+  for (std::size_t k = 0; k < Trainer::param_count; ++k)
+    if (!all_finite(t.download_grad(Trainer::param(k)))) return Trainer::path_of(Trainer::param(k));
+  return "";
+}
+
+constexpr models::GPT2Config nan_gpt2{96, 32, 2, 2, 16};
+
+TEST_CASE("cuda::Trainer: a finite loss with a non-finite gradient updates nothing and names the parameter",
+          "[trainer][non_finite]") {
+  using C = Train<models::GPT2<nan_gpt2>, Batch<1>, Seq<8>, OnCuda>;
+  for (const double clip : {1.0, 0.0})
+    for (const bool graph : {false, true}) {
+      INFO("clip_norm = " << clip << ", cuda_graph = " << graph);
+      TrainOptions o = options();
+      o.clip_norm = clip;
+      o.cuda_graph = graph;
+      cuda::Trainer<C> c(o);
+      const Curve first = train_steps(c, 1, nan_gpt2.vocab);
+      CHECK(first.norm[0] > 0);  // computed (and reported) with clipping off too
+      break_mlp_backward(c);
+      const Snapshot before = snapshot(c);
+      bool thrown = false;
+      try {
+        train_steps(c, 1, nan_gpt2.vocab);
+      } catch (const non_finite_gradient& e) {
+        thrown = true;
+        CHECK(e.step() == 2);
+        CHECK(e.parameter() == first_non_finite_grad(c));
+        CHECK(!e.parameter().empty());
+        CHECK_THAT(e.what(), Catch::Contains("step 2") && Catch::Contains(e.parameter()));
+      }
+      REQUIRE(thrown);
+      CHECK(c.steps_done() == 1);
+      const Snapshot after = snapshot(c);
+      for (std::size_t k = 0; k < cuda::Trainer<C>::param_count; ++k) {
+        INFO(cuda::Trainer<C>::path_of(cuda::Trainer<C>::param(k)));
+        CHECK(same_bits(after.weights[k], before.weights[k]));
+        CHECK(after.states[k] == before.states[k]);
+      }
+    }
+}
+
+// Every gradient element finite, but a sum of squares beyond f32: the global
+// norm is infinite, nothing is updated, and the parameter whose own norm
+// overflows is named.
+TEST_CASE("cuda::Trainer: a gradient norm that overflows f32 updates nothing", "[trainer][non_finite]") {
+  using C = Train<models::GPT2<nan_gpt2>, Batch<1>, Seq<8>, OnCuda>;
+  cuda::Trainer<C> c(options());
+  train_steps(c, 1, nan_gpt2.vocab);
+  break_mlp_backward(c, 3e19f);
+  const Snapshot before = snapshot(c);
+  bool thrown = false;
+  try {
+    train_steps(c, 1, nan_gpt2.vocab);
+  } catch (const non_finite_gradient& e) {
+    thrown = true;
+    CHECK(e.step() == 2);
+    CHECK(e.parameter() == "h.0.mlp.c_proj.weight");
+    CHECK_THAT(e.what(), Catch::Contains("every gradient element is finite"));
+  }
+  REQUIRE(thrown);
+  CHECK(first_non_finite_grad(c).empty());
+  const Snapshot after = snapshot(c);
+  for (std::size_t k = 0; k < cuda::Trainer<C>::param_count; ++k) {
+    CHECK(same_bits(after.weights[k], before.weights[k]));
+    CHECK(after.states[k] == before.states[k]);
+  }
+}
+
+// With UpdateInBackward a parameter is updated as soon as its gradient is
+// complete: each update checks its own gradient; from the first non-finite
+// one on, no update of the step runs; those before keep their (finite)
+// update; the step count stays; the exception names the first parameter in
+// schedule order with a non-finite gradient.
+TEST_CASE("cuda::Trainer: UpdateInBackward stops updating at the first non-finite gradient", "[trainer][non_finite]") {
+  using M = models::GPT2<nan_gpt2>;
+  using C = Train<M, Batch<1>, Seq<8>, UpdateInBackward, OnCuda>;
+  using Twin = Train<M, Batch<1>, Seq<8>, OnCuda>;  // keeps every gradient to the end of the step
+  TrainOptions o = options();
+  o.clip_norm = 0;
+  cuda::Trainer<C> c(o);
+  cuda::Trainer<Twin> twin(o);
+  train_steps(c, 1, nan_gpt2.vocab);
+  train_steps(twin, 1, nan_gpt2.vocab);
+  break_mlp_backward(c);
+  break_mlp_backward(twin);
+  const Snapshot before = snapshot(c);
+  std::string expected;
+  try {
+    train_steps(twin, 1, nan_gpt2.vocab);
+  } catch (const non_finite_gradient&) {
+  }
+  expected = first_non_finite_grad(twin);
+  REQUIRE(!expected.empty());
+  // the update order: the first position whose parameter's gradient is non-finite
+  // (parameter k of one plan is parameter k of the other, at other offsets)
+  constexpr auto& sched = cuda::Trainer<C>::sched;
+  int trainable = 0;
+  for (const ParamSlot& p : sched.params) trainable += p.trainable ? 1 : 0;
+  int first_bad = -1;
+  for (int i = 0; i < trainable && first_bad < 0; ++i)
+    if (!all_finite(twin.download_grad(cuda::Trainer<Twin>::param(static_cast<std::size_t>(sched.updates[i]))))) first_bad = i;
+  REQUIRE(first_bad > 0);  // some parameters are updated before it
+  bool thrown = false;
+  try {
+    train_steps(c, 1, nan_gpt2.vocab);
+  } catch (const non_finite_gradient& e) {
+    thrown = true;
+    CHECK(e.step() == 2);
+    CHECK(e.parameter() == expected);
+  }
+  REQUIRE(thrown);
+  CHECK(c.steps_done() == 1);
+  const Snapshot after = snapshot(c);
+  for (int i = 0; i < trainable; ++i) {
+    const std::size_t k = static_cast<std::size_t>(sched.updates[i]);
+    INFO("update " << i << ": " << cuda::Trainer<C>::path_of(sched.params[k]));
+    if (i < first_bad) {
+      CHECK(!same_bits(after.weights[k], before.weights[k]));
+      CHECK(all_finite(after.weights[k]));
+      CHECK(after.states[k] != before.states[k]);
+    } else {
+      CHECK(same_bits(after.weights[k], before.weights[k]));
+      CHECK(after.states[k] == before.states[k]);
+    }
+  }
 }
 
 }  // namespace

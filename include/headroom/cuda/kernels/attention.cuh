@@ -775,7 +775,7 @@ void attention_forward(const AttentionShape& d, const S* q, std::int64_t ldq, co
   using T = Tiles<S>;
   const dim3 grid(static_cast<unsigned>(ceil_div(d.seq, T::fwd_rows)), static_cast<unsigned>(d.heads),
                   static_cast<unsigned>(d.batch));
-  launch(attention_forward_kernel<S>, grid, dim3(T::threads), stream, d, softmax_scale(d), q, ldq, k, ldk, v, ldv, o,
+  launch(attention_forward_kernel<S>, "attention_forward_kernel", grid, dim3(T::threads), stream, d, softmax_scale(d), q, ldq, k, ldk, v, ldv, o,
          lse);
 }
 
@@ -801,16 +801,16 @@ void attention_backward(const AttentionShape& d, const S* q, std::int64_t ldq, c
   using T = Tiles<S>;
   const float scale = softmax_scale(d);
   float* delta = scratch;  // (batch, heads, seq)
-  launch(attention_delta_kernel<S>,
+  launch(attention_delta_kernel<S>, "attention_delta_kernel",
          dim3(static_cast<unsigned>(ceil_div(attention_backward_scratch_floats(d), delta_warps))),
          dim3(delta_warps * warp_size), stream, d, o, dout, delta);
   const dim3 kv_grid(static_cast<unsigned>(ceil_div(d.seq, T::bwd_keys)), static_cast<unsigned>(d.kv_heads),
                      static_cast<unsigned>(d.batch));
-  launch(attention_backward_dkdv_kernel<S>, kv_grid, dim3(T::threads), stream, d, scale, q, ldq, k, ldk, v, ldv, lse,
+  launch(attention_backward_dkdv_kernel<S>, "attention_backward_dkdv_kernel", kv_grid, dim3(T::threads), stream, d, scale, q, ldq, k, ldk, v, ldv, lse,
          dout, static_cast<const float*>(delta), dk, lddk, dv, lddv);
   const dim3 q_grid(static_cast<unsigned>(ceil_div(d.seq, T::bwd_rows)), static_cast<unsigned>(d.heads),
                     static_cast<unsigned>(d.batch));
-  launch(attention_backward_dq_kernel<S>, q_grid, dim3(T::threads), stream, d, scale, q, ldq, k, ldk, v, ldv, lse,
+  launch(attention_backward_dq_kernel<S>, "attention_backward_dq_kernel", q_grid, dim3(T::threads), stream, d, scale, q, ldq, k, ldk, v, ldv, lse,
          dout, static_cast<const float*>(delta), dq, lddq);
 }
 

@@ -8,6 +8,8 @@
 // math::OnlineSoftmax per thread over its strided logits, merged across the
 // warp and then across the warps in a fixed order; pass 2 rewrites the row.
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "../../math/softmax.hpp"
 #include "../device.cuh"
@@ -17,18 +19,19 @@ namespace headroom::cuda {
 
 inline constexpr int cross_entropy_threads = 256;
 
-// logits: (rows, V) in S, overwritten by dlogits when `gradient`  targets, row_loss: (rows)
-// row_loss = lse - z_target (f32, from the logits as stored); W logits per load (V % W == 0)
+// logits: (rows, V) in S at row stride ld, overwritten by dlogits when `gradient`
+// (columns [V, ld) neither read nor written)  targets, row_loss: (rows)
+// row_loss = lse - z_target (f32, from the logits as stored); W logits per load (V % W == 0, ld % W == 0)
 template <class S, int W>
 __global__ __launch_bounds__(cross_entropy_threads) void cross_entropy_rows_kernel(
     S* __restrict__ logits, const std::int32_t* __restrict__ targets, float* __restrict__ row_loss, float grad_scale,
-    bool gradient, std::int64_t rows, std::int64_t vocab) {
+    bool gradient, std::int64_t rows, std::int64_t vocab, std::int64_t ld) {
   constexpr int warps = cross_entropy_threads / warp_size;
   __shared__ float warp_m[warps], warp_s[warps];
   const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
   const std::int64_t row_packs = vocab / W;
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    S* z = logits + r * vocab;
+    S* z = logits + r * ld;
     const std::int32_t target = targets[r];
     const float z_target = to_float(z[target]);  // read before the barriers below; pass 2 overwrites it
 
@@ -77,18 +80,25 @@ __global__ __launch_bounds__(cross_entropy_threads) void cross_entropy_rows_kern
   }
 }
 
-// logits: (rows, V) in S, overwritten by dlogits = (softmax - onehot) * grad_scale
-// when `gradient`  targets: (rows)  row_loss: (rows) f32 = lse - z_target
+// logits: (rows, V) in S at row stride ld (>= V; the LM head pads it:
+// CudaWorkspace::lm_head_logits_ld), overwritten by dlogits = (softmax -
+// onehot) * grad_scale when `gradient`; the padding columns are ignored
+// targets: (rows)  row_loss: (rows) f32 = lse - z_target
 template <class S>
 void cross_entropy_rows(S* logits, const std::int32_t* targets, float* row_loss, float grad_scale, bool gradient,
-                        std::int64_t rows, std::int64_t vocab, cudaStream_t stream) {
+                        std::int64_t rows, std::int64_t vocab, std::int64_t ld, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return;
+  if (ld < vocab)
+    throw std::invalid_argument("cross_entropy_rows: row stride " + std::to_string(ld) + " is below the vocabulary " +
+                                std::to_string(vocab));
   constexpr int W = packs::width<S>;
   const dim3 grid(static_cast<unsigned>(rows < 65535 ? rows : 65535)), block(cross_entropy_threads);
-  if (vocab % W == 0 && packs::aligned(logits))
-    launch(cross_entropy_rows_kernel<S, W>, grid, block, stream, logits, targets, row_loss, grad_scale, gradient, rows, vocab);
+  if (vocab % W == 0 && ld % W == 0 && packs::aligned(logits))
+    launch(cross_entropy_rows_kernel<S, W>, "cross_entropy_rows_kernel", grid, block, stream, logits, targets, row_loss,
+           grad_scale, gradient, rows, vocab, ld);
   else
-    launch(cross_entropy_rows_kernel<S, 1>, grid, block, stream, logits, targets, row_loss, grad_scale, gradient, rows, vocab);
+    launch(cross_entropy_rows_kernel<S, 1>, "cross_entropy_rows_kernel", grid, block, stream, logits, targets, row_loss,
+           grad_scale, gradient, rows, vocab, ld);
 }
 
 // out[0] = sum of x: (n), by one block: thread t adds x[t], x[t + 1024], ... in
@@ -106,7 +116,7 @@ __global__ __launch_bounds__(Threads) void sum_rows_kernel(const float* __restri
 
 // row_loss: (n) per-token losses  out: (1) their sum (for the mean loss the trainer reads back)
 inline void sum_rows(const float* row_loss, std::int64_t n, float* out, cudaStream_t stream) {
-  launch(sum_rows_kernel<sum_rows_threads>, dim3(1), dim3(sum_rows_threads), stream, row_loss, n, out);
+  launch(sum_rows_kernel<sum_rows_threads>, "sum_rows_kernel", dim3(1), dim3(sum_rows_threads), stream, row_loss, n, out);
 }
 
 }  // namespace headroom::cuda

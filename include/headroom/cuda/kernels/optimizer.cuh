@@ -11,10 +11,18 @@
 //   AdamW      [m f32 x n][v f32 x n]
 //   AdamW8bit  [m absmax f32 x blocks][v absmax f32 x blocks][m codes u8 x n][v codes u8 x n], blocks of 256
 //   SGD        [momentum buffer f32 x n] (null without momentum)
-// The launchers pack up to 80 parameters into a TensorList passed by value
+// The launchers pack up to 72 parameters into a TensorList passed by value
 // as a kernel parameter (under 4 KB, safe with any driver); a block finds its
 // parameter by binary search over the entries' first chunk. Longer lists take
 // several launches.
+//
+// Non-finite values never enter the weights or the optimizer state: every
+// parameter of a list has a position (its index in the step's update order),
+// and an update kernel leaves a parameter alone when the loss was not finite
+// (control->skip) or when its position is at or after control->first_bad,
+// the first position whose gradient was found not finite: by clip_scale_kernel
+// (a non-finite global norm sets it to 0: nothing is updated) or, with
+// UpdateInBackward, by check_gradients run before each group of updates.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -42,15 +50,18 @@ static_assert(reduction_slots == CudaWorkspace::reduction_slots, "optimizer.cuh:
 // What the update kernels read from the device instead of kernel arguments,
 // so one captured CUDA graph serves every step: the step's hyperparameters
 // (copied in at the start of the step), the clip scale and gradient norm
-// (written by squared_norm), the loss of the step (summed by finish_loss)
-// and a skip flag (set by finish_loss when a loss is not finite: every
-// update kernel then returns at once and the weights stay those of the last
-// step). It lives in the plan's reductions buffer, after the partial sums.
+// (written by squared_norm), the loss of the step (summed by finish_loss),
+// a skip flag (set by finish_loss when a loss is not finite: every update
+// kernel then returns at once and the weights stay those of the last step)
+// and the first update position whose gradient is not finite (see above).
+// It lives in the plan's reductions buffer, after the partial sums.
+inline constexpr std::int32_t no_bad_gradient = 0x7fffffff;
 struct UpdateControl {
   float grad_scale;              // clip scale (1: no clipping)
   float norm;                    // global gradient norm before clipping
   float loss;                    // mean loss of the step, summed over its micro-batches
   float skip;                    // nonzero: a loss was not finite; no update runs
+  std::int32_t first_bad = no_bad_gradient;  // updates at this position and later do not run (no_bad_gradient: none)
   math::AdamWStep<float> adamw;  // AdamW / AdamW8bit: lr, betas, eps, weight decay, bias corrections
   float sgd_lr, sgd_momentum, sgd_weight_decay;
 };
@@ -66,6 +77,7 @@ struct TensorEntry {
   std::byte* state;
   std::int64_t n;
   std::int64_t first_chunk;  // the entry's chunks are [first_chunk, next entry's first_chunk)
+  std::int32_t position;     // in the step's update order (UpdateControl::first_bad)
 };
 
 template <int Max>
@@ -86,7 +98,7 @@ struct TensorList {
   }
 };
 
-inline constexpr int tensor_list_entries = 80;
+inline constexpr int tensor_list_entries = 72;
 using ParamList = TensorList<tensor_list_entries>;
 static_assert(sizeof(ParamList) <= 4096, "ParamList: keep kernel parameters under 4 KB");
 
@@ -97,21 +109,29 @@ inline constexpr std::int64_t optimizer_chunk = optimizer_threads * optimizer_pa
 namespace optimizer_detail {
 
 // Calls launch_list(list, index) for successive lists of at most tensor_list_entries of
-// `params` (entries with n == 0 skipped), each element chunk `chunk` elements.
+// `params` (entries with n == 0 skipped), each element chunk `chunk` elements;
+// params[i] gets the position first_position + i.
 template <class Launch>
-void for_each_list(std::span<const ParamRef> params, std::int64_t chunk, Launch&& launch_list) {
+void for_each_list(std::span<const ParamRef> params, std::int64_t chunk, int first_position, Launch&& launch_list) {
   ParamList list{};
   int index = 0;
-  for (const ParamRef& p : params) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamRef& p = params[i];
     if (p.n <= 0) continue;
     if (list.count == tensor_list_entries) {
       launch_list(list, index++);
       list = ParamList{};
     }
-    list.entries[list.count++] = {p.weight, p.master, p.grad, p.state, p.n, list.chunks};
+    list.entries[list.count++] = {p.weight, p.master, p.grad, p.state, p.n, list.chunks,
+                                  first_position + static_cast<std::int32_t>(i)};
     list.chunks += ceil_div(p.n, chunk);
   }
   if (list.count > 0) launch_list(list, index);
+}
+
+// Whether the update of entry e does not run (see the top of this file).
+__device__ __forceinline__ bool update_stopped(const UpdateControl* control, const TensorEntry& e) {
+  return control->skip != 0.0f || e.position >= control->first_bad;
 }
 
 // Calls f(i, Width<K>) for the elements [begin, end) of a chunk: packs of
@@ -153,7 +173,9 @@ __global__ __launch_bounds__(optimizer_threads) void squared_norm_kernel(const P
   if (threadIdx.x == 0) partials[blockIdx.x] = accumulate ? partials[blockIdx.x] + acc : acc;
 }
 
-// control->norm = sqrt(sum of partials: (slots)), control->grad_scale = the clip scale (1 when off or under the limit)
+// control->norm = sqrt(sum of partials: (slots)), control->grad_scale = the clip scale (1 when off or under the limit);
+// a norm that is not finite (a NaN or an infinite gradient, or a sum of squares beyond f32) stops every update:
+// control->first_bad = 0
 template <int Threads>
 __global__ __launch_bounds__(Threads) void clip_scale_kernel(const float* __restrict__ partials, int slots,
                                                              UpdateControl* __restrict__ control, float clip_norm) {
@@ -165,6 +187,7 @@ __global__ __launch_bounds__(Threads) void clip_scale_kernel(const float* __rest
     const float norm = sqrtf(s);
     control->norm = norm;
     control->grad_scale = clip_norm > 0.0f && norm > clip_norm ? clip_norm / (norm + 1e-6f) : 1.0f;
+    if (!(norm - norm == 0.0f)) control->first_bad = 0;  // NaN or infinite
   }
 }
 
@@ -181,10 +204,10 @@ void squared_norm(std::span<const ParamRef> params, float* partials, UpdateContr
   for (const ParamRef& p : params)
     if (p.n > 0) chunks += ceil_div(p.n, optimizer_chunk);
   const int blocks = static_cast<int>(chunks < reduction_slots ? chunks : reduction_slots);
-  optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int index) {
-    launch(squared_norm_kernel<S>, dim3(blocks), dim3(optimizer_threads), stream, list, partials, index > 0);
+  optimizer_detail::for_each_list(params, optimizer_chunk, 0, [&](const ParamList& list, int index) {
+    launch(squared_norm_kernel<S>, "squared_norm_kernel", dim3(blocks), dim3(optimizer_threads), stream, list, partials, index > 0);
   });
-  launch(clip_scale_kernel<optimizer_threads>, dim3(1), dim3(optimizer_threads), stream, partials, blocks, control, clip_norm);
+  launch(clip_scale_kernel<optimizer_threads>, "clip_scale_kernel", dim3(1), dim3(optimizer_threads), stream, partials, blocks, control, clip_norm);
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------------------------------
@@ -193,9 +216,9 @@ void squared_norm(std::span<const ParamRef> params, float* partials, UpdateContr
 template <class S>
 __global__ __launch_bounds__(optimizer_threads) void adamw_kernel(const ParamList list, const UpdateControl* __restrict__ control,
                                                                   bool clip) {
-  if (control->skip != 0.0f) return;
-  const math::AdamWStep<float> step = control->adamw;
   const TensorEntry& e = list.find(blockIdx.x);
+  if (optimizer_detail::update_stopped(control, e)) return;
+  const math::AdamWStep<float> step = control->adamw;
   const float scale = clip ? control->grad_scale : 1.0f;
   S* weight = static_cast<S*>(e.weight);
   const S* grad = static_cast<const S*>(e.grad);
@@ -224,11 +247,14 @@ __global__ __launch_bounds__(optimizer_threads) void adamw_kernel(const ParamLis
 // One AdamW step over params (state [m f32 x n][v f32 x n]): the master (or
 // f32 weight) updated in f32, the weight = master rounded to S. The step's
 // hyperparameters are control->adamw; clip: scale the gradients by
-// control->grad_scale (squared_norm's). Nothing happens when control->skip is set.
+// control->grad_scale (squared_norm's). Nothing happens when control->skip is
+// set; params[i] (position first_position + i) stays as it is when
+// control->first_bad <= its position.
 template <class S>
-void adamw_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream) {
-  optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int) {
-    launch(adamw_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
+void adamw_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream,
+                  int first_position = 0) {
+  optimizer_detail::for_each_list(params, optimizer_chunk, first_position, [&](const ParamList& list, int) {
+    launch(adamw_kernel<S>, "adamw_kernel", dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
   });
 }
 
@@ -243,14 +269,14 @@ __global__ __launch_bounds__(math::adam8bit_block) void adamw8bit_kernel(const P
                                                                          const UpdateControl* __restrict__ control, bool clip) {
   static_assert(math::adam8bit_block == 256 && math::dynamic_map_size == 256,
                 "adamw8bit_kernel: a thread per element and per map entry");
-  if (control->skip != 0.0f) return;
+  const TensorEntry& e = list.find(blockIdx.x);
+  if (optimizer_detail::update_stopped(control, e)) return;  // the whole block: before any barrier
   const math::AdamWStep<float> step = control->adamw;
   __shared__ float map_m[math::dynamic_map_size], map_v[math::dynamic_map_size], reduce[warp_size];
   map_m[threadIdx.x] = maps[threadIdx.x];
   map_v[threadIdx.x] = maps[math::dynamic_map_size + threadIdx.x];
   __syncthreads();
 
-  const TensorEntry& e = list.find(blockIdx.x);
   const std::int64_t block = blockIdx.x - e.first_chunk, blocks = ceil_div(e.n, math::adam8bit_block);
   float* m_absmax = reinterpret_cast<float*>(e.state);
   float* v_absmax = m_absmax + blocks;
@@ -289,9 +315,9 @@ __global__ __launch_bounds__(math::adam8bit_block) void adamw8bit_kernel(const P
 // for each block (bit for bit where the compiler contracts no differently).
 template <class S>
 void adamw8bit_update(std::span<const ParamRef> params, const float* maps, const UpdateControl* control, bool clip,
-                      cudaStream_t stream) {
-  optimizer_detail::for_each_list(params, math::adam8bit_block, [&](const ParamList& list, int) {
-    launch(adamw8bit_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(math::adam8bit_block), stream, list, maps, control,
+                      cudaStream_t stream, int first_position = 0) {
+  optimizer_detail::for_each_list(params, math::adam8bit_block, first_position, [&](const ParamList& list, int) {
+    launch(adamw8bit_kernel<S>, "adamw8bit_kernel", dim3(static_cast<unsigned>(list.chunks)), dim3(math::adam8bit_block), stream, list, maps, control,
            clip);
   });
 }
@@ -301,9 +327,9 @@ void adamw8bit_update(std::span<const ParamRef> params, const float* maps, const
 template <class S>
 __global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList list, const UpdateControl* __restrict__ control,
                                                                 bool clip) {
-  if (control->skip != 0.0f) return;
-  const float lr = control->sgd_lr, momentum = control->sgd_momentum, weight_decay = control->sgd_weight_decay;
   const TensorEntry& e = list.find(blockIdx.x);
+  if (optimizer_detail::update_stopped(control, e)) return;
+  const float lr = control->sgd_lr, momentum = control->sgd_momentum, weight_decay = control->sgd_weight_decay;
   const float scale = clip ? control->grad_scale : 1.0f;
   S* weight = static_cast<S*>(e.weight);
   const S* grad = static_cast<const S*>(e.grad);
@@ -330,9 +356,52 @@ __global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList 
 // One SGD step over params (control->sgd_*): state = the momentum buffer f32
 // (null and unused when momentum == 0).
 template <class S>
-void sgd_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream) {
-  optimizer_detail::for_each_list(params, optimizer_chunk, [&](const ParamList& list, int) {
-    launch(sgd_kernel<S>, dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
+void sgd_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream,
+                int first_position = 0) {
+  optimizer_detail::for_each_list(params, optimizer_chunk, first_position, [&](const ParamList& list, int) {
+    launch(sgd_kernel<S>, "sgd_kernel", dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
+  });
+}
+
+// ---- finiteness of gradients ---------------------------------------------------------------------------------------
+
+// One block per chunk of 2048 elements: when the chunk holds a NaN or an
+// infinity, flags[position] = 1 (when flags is not null) and
+// control->first_bad = min(control->first_bad, position).
+template <class S>
+__global__ __launch_bounds__(optimizer_threads) void check_gradients_kernel(const ParamList list, UpdateControl* __restrict__ control,
+                                                                            float* __restrict__ flags) {
+  __shared__ float reduce[warp_size];
+  const TensorEntry& e = list.find(blockIdx.x);
+  const S* grad = static_cast<const S*>(e.grad);
+  const std::int64_t begin = (blockIdx.x - e.first_chunk) * optimizer_chunk;
+  const std::int64_t end = begin + optimizer_chunk < e.n ? begin + optimizer_chunk : e.n;
+  float bad = 0.0f;
+  optimizer_detail::chunk_elements(begin, end, packs::aligned(grad), [&](std::int64_t i, auto width) {
+    float v[decltype(width)::value];
+    packs::load(grad + i, v);
+    for (float x : v)
+      if (!(x - x == 0.0f)) bad = 1.0f;  // NaN or infinite
+  });
+  bad = block_max<optimizer_threads>(bad, reduce);
+  if (threadIdx.x == 0 && bad != 0.0f) {
+    if (flags != nullptr) flags[e.position] = 1.0f;
+    atomicMin(&control->first_bad, e.position);
+  }
+}
+
+// Checks params' gradients (positions first_position + i) for NaN and
+// infinite values: the updates of the first position found not finite and
+// of every later one do not run (control->first_bad); flags: (positions)
+// f32, set to 1 at each position found not finite (null: none kept).
+// UpdateInBackward runs it before each group of updates; the other runs
+// need it only to name the parameter once the global norm came out non-finite.
+template <class S>
+void check_gradients(std::span<const ParamRef> params, UpdateControl* control, float* flags, cudaStream_t stream,
+                     int first_position = 0) {
+  optimizer_detail::for_each_list(params, optimizer_chunk, first_position, [&](const ParamList& list, int) {
+    launch(check_gradients_kernel<S>, "check_gradients_kernel", dim3(static_cast<unsigned>(list.chunks)),
+           dim3(optimizer_threads), stream, list, control, flags);
   });
 }
 
@@ -348,7 +417,7 @@ __global__ void finish_loss_kernel(const float* __restrict__ summed_loss, float 
   if (!(l - l == 0.0f)) control->skip = 1.0f;  // NaN or infinite
 }
 inline void finish_loss(const float* summed_loss, float scale, UpdateControl* control, cudaStream_t stream) {
-  launch(finish_loss_kernel<>, dim3(1), dim3(1), stream, summed_loss, scale, control);
+  launch(finish_loss_kernel<>, "finish_loss_kernel", dim3(1), dim3(1), stream, summed_loss, scale, control);
 }
 
 }  // namespace headroom::cuda

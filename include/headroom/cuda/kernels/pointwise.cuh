@@ -121,9 +121,9 @@ void embedding_forward(const std::int32_t* tokens, const S* table, S* out, std::
   constexpr int W = packs::width<S>;
   const dim3 grid = packs::grid_for(n, 1), block(packs::row_threads);
   if (d % W == 0 && packs::all_aligned(table, out))
-    launch(embedding_forward_kernel<S, W>, grid, block, stream, tokens, table, out, n, d);
+    launch(embedding_forward_kernel<S, W>, "embedding_forward_kernel", grid, block, stream, tokens, table, out, n, d);
   else
-    launch(embedding_forward_kernel<S, 1>, grid, block, stream, tokens, table, out, n, d);
+    launch(embedding_forward_kernel<S, 1>, "embedding_forward_kernel", grid, block, stream, tokens, table, out, n, d);
 }
 
 // x: (n) = 0
@@ -158,10 +158,10 @@ void embedding_backward(const std::int32_t* tokens, const S* dy, S* dtable, bool
                         std::int64_t d, cudaStream_t stream) {
   if (first)
     packs::elementwise<packs::width<S>>(vocab * d, packs::aligned(dtable), [&](auto w, dim3 grid) {
-      launch(fill_zero_kernel<S, decltype(w)::value>, grid, dim3(packs::threads), stream, dtable, vocab * d);
+      launch(fill_zero_kernel<S, decltype(w)::value>, "fill_zero_kernel", grid, dim3(packs::threads), stream, dtable, vocab * d);
     });
   if (n <= 0 || d <= 0) return;
-  launch(embedding_scatter_kernel<S>, packs::grid_for(n, 1), dim3(packs::row_threads), stream, tokens, dy, dtable, n, d);
+  launch(embedding_scatter_kernel<S>, "embedding_scatter_kernel", packs::grid_for(n, 1), dim3(packs::row_threads), stream, tokens, dy, dtable, n, d);
 }
 
 // x: (B*T, D) += table[t] for row b*T + t; W columns per step (D % W == 0)
@@ -190,9 +190,9 @@ void positions_forward(const S* table, S* x, std::int64_t batch, std::int64_t se
   constexpr int W = packs::width<S>;
   const dim3 grid = packs::grid_for(rows, 1), block(packs::row_threads);
   if (d % W == 0 && packs::all_aligned(table, x))
-    launch(positions_forward_kernel<S, W>, grid, block, stream, table, x, rows, seq, d);
+    launch(positions_forward_kernel<S, W>, "positions_forward_kernel", grid, block, stream, table, x, rows, seq, d);
   else
-    launch(positions_forward_kernel<S, 1>, grid, block, stream, table, x, rows, seq, d);
+    launch(positions_forward_kernel<S, 1>, "positions_forward_kernel", grid, block, stream, table, x, rows, seq, d);
 }
 
 // dtable: (P, D); row t < seq (+)= sum over b of dx[b*seq + t] (in b order, f32);
@@ -230,9 +230,9 @@ void positions_backward(const S* dx, S* dtable, bool first, std::int64_t batch, 
   constexpr int W = packs::width<S>;
   const dim3 grid = packs::grid_for(positions, 1), block(packs::row_threads);
   if (d % W == 0 && packs::all_aligned(dx, dtable))
-    launch(positions_backward_kernel<S, W>, grid, block, stream, dx, dtable, first, batch, seq, positions, d);
+    launch(positions_backward_kernel<S, W>, "positions_backward_kernel", grid, block, stream, dx, dtable, first, batch, seq, positions, d);
   else
-    launch(positions_backward_kernel<S, 1>, grid, block, stream, dx, dtable, first, batch, seq, positions, d);
+    launch(positions_backward_kernel<S, 1>, "positions_backward_kernel", grid, block, stream, dx, dtable, first, batch, seq, positions, d);
 }
 
 // ---- RMSNorm / LayerNorm -------------------------------------------------------------------------------------------
@@ -418,7 +418,7 @@ void norm_forward(bool layer, const S* x, const S* w, const S* b, S* y, float* m
                   cudaStream_t stream) {
   if (n <= 0 || d <= 0) return;
   pointwise_detail::norm_dispatch<S>(d, packs::all_aligned(x, w, b, y), [&](auto threads, auto width, auto held) {
-    launch(norm_forward_kernel<S, decltype(threads)::value, decltype(width)::value, decltype(held)::value>,
+    launch(norm_forward_kernel<S, decltype(threads)::value, decltype(width)::value, decltype(held)::value>, "norm_forward_kernel",
            pointwise_detail::rows_grid(n), dim3(decltype(threads)::value), stream, layer, x, w, layer ? b : nullptr, y,
            layer ? mean : nullptr, rstd, n, d);
   });
@@ -434,11 +434,11 @@ void norm_backward(bool layer, const S* x, const S* w, const float* mean, const 
   if (!layer) mean = nullptr;  // RMSNorm: xhat = x rstd
   if (dx != nullptr && n > 0)
     pointwise_detail::norm_dispatch<S>(d, packs::all_aligned(x, w, dy, dx), [&](auto threads, auto width, auto held) {
-      launch(norm_backward_rows_kernel<S, decltype(threads)::value, decltype(width)::value, decltype(held)::value>,
+      launch(norm_backward_rows_kernel<S, decltype(threads)::value, decltype(width)::value, decltype(held)::value>, "norm_backward_rows_kernel",
              pointwise_detail::rows_grid(n), dim3(decltype(threads)::value), stream, layer, x, w, mean, rstd, dy, dx, dx_first, n, d);
     });
   if (dw != nullptr || db != nullptr)
-    launch(column_sums_kernel<S>, dim3(static_cast<unsigned>(ceil_div(d, column_tile))), dim3(column_tile, column_slices), stream,
+    launch(column_sums_kernel<S>, "column_sums_kernel", dim3(static_cast<unsigned>(ceil_div(d, column_tile))), dim3(column_tile, column_slices), stream,
            dw != nullptr ? x : nullptr, mean, rstd, dy, dw, dw_first, db, db_first, n, d);
 }
 
@@ -446,7 +446,7 @@ void norm_backward(bool layer, const S* x, const S* w, const float* mean, const 
 template <class S>
 void column_sums(const S* dy, S* db, bool first, std::int64_t n, std::int64_t d, cudaStream_t stream) {
   if (d <= 0) return;
-  launch(column_sums_kernel<S>, dim3(static_cast<unsigned>(ceil_div(d, column_tile))), dim3(column_tile, column_slices), stream,
+  launch(column_sums_kernel<S>, "column_sums_kernel", dim3(static_cast<unsigned>(ceil_div(d, column_tile))), dim3(column_tile, column_slices), stream,
          static_cast<const S*>(nullptr), static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), dy,
          static_cast<S*>(nullptr), false, db, first, n, d);
 }
@@ -486,14 +486,14 @@ __global__ void gelu_backward_kernel(const S* __restrict__ x, const S* __restric
 template <class S>
 void gelu_forward(const S* x, S* y, std::int64_t n, cudaStream_t stream) {
   packs::elementwise<packs::width<S>>(n, packs::all_aligned(x, y), [&](auto w, dim3 grid) {
-    launch(gelu_forward_kernel<S, decltype(w)::value>, grid, dim3(packs::threads), stream, x, y, n);
+    launch(gelu_forward_kernel<S, decltype(w)::value>, "gelu_forward_kernel", grid, dim3(packs::threads), stream, x, y, n);
   });
 }
 // x, dy, dx: (n)
 template <class S>
 void gelu_backward(const S* x, const S* dy, S* dx, bool first, std::int64_t n, cudaStream_t stream) {
   packs::elementwise<packs::width<S>>(n, packs::all_aligned(x, dy, dx), [&](auto w, dim3 grid) {
-    launch(gelu_backward_kernel<S, decltype(w)::value>, grid, dim3(packs::threads), stream, x, dy, dx, first, n);
+    launch(gelu_backward_kernel<S, decltype(w)::value>, "gelu_backward_kernel", grid, dim3(packs::threads), stream, x, dy, dx, first, n);
   });
 }
 
@@ -546,7 +546,7 @@ __global__ void swiglu_backward_kernel(const S* __restrict__ gate, const S* __re
 template <class S>
 void swiglu_forward(const S* gate, const S* up, S* h, std::int64_t n, cudaStream_t stream) {
   packs::elementwise<packs::width<S>>(n, packs::all_aligned(gate, up, h), [&](auto w, dim3 grid) {
-    launch(swiglu_forward_kernel<S, decltype(w)::value>, grid, dim3(packs::threads), stream, gate, up, h, n);
+    launch(swiglu_forward_kernel<S, decltype(w)::value>, "swiglu_forward_kernel", grid, dim3(packs::threads), stream, gate, up, h, n);
   });
 }
 // gate, up, dh, dgate, dup: (n); dgate / dup may be null
@@ -555,7 +555,7 @@ void swiglu_backward(const S* gate, const S* up, const S* dh, S* dgate, bool gat
                      cudaStream_t stream) {
   if (dgate == nullptr && dup == nullptr) return;
   packs::elementwise<packs::width<S>>(n, packs::all_aligned(gate, up, dh, dgate, dup), [&](auto w, dim3 grid) {
-    launch(swiglu_backward_kernel<S, decltype(w)::value>, grid, dim3(packs::threads), stream, gate, up, dh, dgate, gate_first,
+    launch(swiglu_backward_kernel<S, decltype(w)::value>, "swiglu_backward_kernel", grid, dim3(packs::threads), stream, gate, up, dh, dgate, gate_first,
            dup, up_first, n);
   });
 }
@@ -604,14 +604,14 @@ __global__ void cast_kernel(const Sin* __restrict__ x, Sout* __restrict__ y, std
 template <class S>
 void add_forward(const S* a, const S* b, S* y, std::int64_t n, cudaStream_t stream) {
   packs::elementwise<packs::width<S>>(n, packs::all_aligned(a, b, y), [&](auto w, dim3 grid) {
-    launch(add_forward_kernel<S, decltype(w)::value>, grid, dim3(packs::threads), stream, a, b, y, n);
+    launch(add_forward_kernel<S, decltype(w)::value>, "add_forward_kernel", grid, dim3(packs::threads), stream, a, b, y, n);
   });
 }
 // dy, dx: (n)
 template <class S>
 void accumulate(const S* dy, S* dx, bool first, std::int64_t n, cudaStream_t stream) {
   packs::elementwise<packs::width<S>>(n, packs::all_aligned(dy, dx), [&](auto w, dim3 grid) {
-    launch(accumulate_kernel<S, decltype(w)::value>, grid, dim3(packs::threads), stream, dy, dx, first, n);
+    launch(accumulate_kernel<S, decltype(w)::value>, "accumulate_kernel", grid, dim3(packs::threads), stream, dy, dx, first, n);
   });
 }
 // x: (n) Sin -> y: (n) Sout, e.g. f32 master weights -> bf16 weights
@@ -619,7 +619,7 @@ template <class Sin, class Sout>
 void cast(const Sin* x, Sout* y, std::int64_t n, cudaStream_t stream) {
   constexpr int W = packs::width<Sin> < packs::width<Sout> ? packs::width<Sin> : packs::width<Sout>;
   packs::elementwise<W>(n, packs::all_aligned(x, y), [&](auto w, dim3 grid) {
-    launch(cast_kernel<Sin, Sout, decltype(w)::value>, grid, dim3(packs::threads), stream, x, y, n);
+    launch(cast_kernel<Sin, Sout, decltype(w)::value>, "cast_kernel", grid, dim3(packs::threads), stream, x, y, n);
   });
 }
 

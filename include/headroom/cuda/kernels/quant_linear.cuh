@@ -216,7 +216,7 @@ void launch_quant_gemm(const S* a, const math::QuantView& w, const S* bias, S* c
   const std::int64_t ncols = Backward ? w.cols : w.rows;
   if (n <= 0 || ncols <= 0) return;
   const dim3 grid(static_cast<unsigned>(ceil_div(ncols, tile)), static_cast<unsigned>(ceil_div(n, tile)));
-  launch(quant_gemm_kernel<S, Backward>, grid, dim3(threads), stream, a, w, bias, c, accumulate, n);
+  launch(quant_gemm_kernel<S, Backward>, "quant_gemm_kernel", grid, dim3(threads), stream, a, w, bias, c, accumulate, n);
 }
 
 }  // namespace quant_linear_detail
