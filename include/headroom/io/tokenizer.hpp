@@ -30,6 +30,7 @@
 // eot_id() yourself between documents.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -458,6 +459,60 @@ class Gpt2Bpe {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
   }
 
+  // (left id, right id) -> its Merge: open addressing, linear probing, in a
+  // power-of-two array at most half full (one probe, usually, into 16-byte
+  // slots; BPE looks a pair up for every merge it considers).
+  class MergeTable {
+   public:
+    std::size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    // The merge of `key`, or null.
+    const Merge* find(std::uint64_t key) const {
+      if (slots_.empty()) return nullptr;
+      for (std::size_t i = slot_of(key);; i = (i + 1) & mask_) {
+        if (slots_[i].key == key) return &slots_[i].merge;
+        if (slots_[i].key == empty_key) return nullptr;
+      }
+    }
+    // Adds `key` -> `m`; when `key` is there already, returns its merge and
+    // changes nothing, else null.
+    const Merge* insert(std::uint64_t key, Merge m) {
+      if (const Merge* old = find(key)) return old;
+      if (2 * (size_ + 1) > slots_.size()) grow();
+      std::size_t i = slot_of(key);
+      while (slots_[i].key != empty_key) i = (i + 1) & mask_;
+      slots_[i] = {key, m};
+      ++size_;
+      return nullptr;
+    }
+
+   private:
+    static constexpr std::uint64_t empty_key = ~std::uint64_t{0};  // ids are >= 0: no pair has this key
+    struct Slot {
+      std::uint64_t key = empty_key;
+      Merge merge{};
+    };
+    std::size_t slot_of(std::uint64_t key) const {
+      return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);  // Fibonacci hashing
+    }
+    void grow() {
+      std::vector<Slot> old = std::move(slots_);
+      const std::size_t capacity = old.empty() ? 64 : 2 * old.size();
+      slots_.assign(capacity, Slot{});
+      mask_ = capacity - 1;
+      shift_ = 64 - static_cast<int>(std::countr_zero(capacity));
+      for (const Slot& s : old)
+        if (s.key != empty_key) {
+          std::size_t i = slot_of(s.key);
+          while (slots_[i].key != empty_key) i = (i + 1) & mask_;
+          slots_[i] = s;
+        }
+    }
+    std::vector<Slot> slots_;
+    std::size_t size_ = 0, mask_ = 0;
+    int shift_ = 64;
+  };
+
   // One piece's symbols while BPE runs on it, and its queue of pairs. A
   // symbol is named by the byte it starts at; symbol 0 is always alive. Kept
   // across the pieces of one encode() call so the storage is reused.
@@ -515,8 +570,7 @@ class Gpt2Bpe {
       const std::uint32_t j = sc.sym[i].next;
       if (j == none) return nullptr;
       ++stats.pair_lookups;
-      const auto it = merges_.find(pair_key(sc.sym[i].id, sc.sym[j].id));
-      return it == merges_.end() ? nullptr : &it->second;
+      return merges_.find(pair_key(sc.sym[i].id, sc.sym[j].id));
     };
     const auto queue = [&](std::uint32_t i) {  // the pair (i, next[i]) into its rank's bucket
       const Merge* m = lookup(i);
@@ -676,10 +730,9 @@ class Gpt2Bpe {
       if (m == ids_.end())
         fail("merge " + shown(line) + ": its result " + shown(left + right) + " is not in the encoder");
       const auto rank = static_cast<std::int32_t>(line_of_rank.size());
-      const auto [it, added] = merges_.emplace(pair_key(l->second, r->second), Merge{rank, m->second});
-      if (!added)
+      if (const Merge* first = merges_.insert(pair_key(l->second, r->second), Merge{rank, m->second}))
         fail("merge " + shown(line) + " repeats line " +
-             std::to_string(line_of_rank[static_cast<std::size_t>(it->second.rank)]));
+             std::to_string(line_of_rank[static_cast<std::size_t>(first->rank)]));
       line_of_rank.push_back(line_no);
     }
     if (merges_.empty())
@@ -690,7 +743,7 @@ class Gpt2Bpe {
   std::unordered_map<std::string, std::int32_t> ids_;    // token string (byte alphabet) -> id
   std::vector<std::string> token_bytes_;                 // id -> the bytes it stands for
   std::array<std::int32_t, 256> byte_id_{};              // byte -> id of its single-byte token
-  std::unordered_map<std::uint64_t, Merge> merges_;      // (left id, right id) -> rank, merged id
+  MergeTable merges_;                                    // (left id, right id) -> rank, merged id
   std::int32_t eot_id_ = -1;                             // -1 when the encoder has no "<|endoftext|>"
 };
 
