@@ -22,9 +22,9 @@
 //      pair has a rank (the reference's bpe(), src/encoder.py);
 //   4. encoder.json maps each resulting token string to its id.
 // Cost: pre-tokenization is linear in the text; BPE is O(n log n) in a piece's
-// n bytes (a priority queue of adjacent pairs, see Gpt2Bpe::bpe), so a long piece
-// without spaces (a base64 blob, a run of one character) costs no more per
-// byte than prose.
+// n bytes (a priority queue of adjacent pairs, see Gpt2Bpe::bpe), so a long
+// piece without spaces (a base64 blob, a run of one character) costs O(log n)
+// per byte, not O(n) (docs/benchmarks.md#tokenizer).
 // "<|endoftext|>" (id 50256) is an entry of encoder.json; encode() treats text
 // as plain text (as the reference encoder does) and never emits it: append
 // eot_id() yourself between documents.
