@@ -8,9 +8,19 @@
 //   [8 + N, size)   data buffer; offsets are relative to its first byte, and the
 //                   tensors cover it contiguously, without holes or overlaps.
 //
+// What the reader accepts (each refusal is an io::format_error naming the file
+// and, for the header, the byte offset in the file): a header of at most
+// 100,000,000 bytes (the reference implementation's limit), valid UTF-8 JSON
+// nested at most 64 deep, unique keys in every object; tensor names and
+// __metadata__ keys of at most 4096 bytes, free of NUL as metadata values are;
+// shapes of at most 64 dimensions (detail::safetensors::max_*). Opening
+// takes O(n log n) time in the tensor count and a small multiple of the header
+// in memory (docs/benchmarks.md, "Opening safetensors files").
+//
 // SafetensorsFile validates the whole header when opened and reads tensor data on
-// demand. write_safetensors writes through `path + ".tmp"` and renames over `path`,
-// so an interrupted save never leaves a broken file behind.
+// demand. write_safetensors writes through `path + ".tmp"`, fsyncs it and renames
+// it over `path` (io/durable.hpp), so an interrupted save never leaves a broken
+// file behind and a finished one survives a power cut.
 #include <algorithm>
 #include <charconv>
 #include <cstddef>
@@ -18,8 +28,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -30,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "durable.hpp"
 #include "json_string.hpp"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -64,9 +77,21 @@ struct TensorView {
 
 namespace detail::safetensors {
 
-// Headers beyond this size are refused (the reference implementation uses 100 MB).
+// Limits of the reader. Exceeding one is an io::format_error that names the
+// file, the limit and the byte offset in the file.
+//
+// Headers beyond max_header_bytes are refused before they are read: the limit
+// of the reference implementation (MAX_HEADER_SIZE = 100_000_000 in
+// huggingface/safetensors, safetensors/src/tensor.rs).
 inline constexpr std::uint64_t max_header_bytes = 100'000'000;
 inline constexpr std::size_t max_json_depth = 64;
+// Tensor names and __metadata__ keys: at most this many bytes of UTF-8.
+// (__metadata__ values are bounded by the header size only: trainers store
+// whole JSON configurations there.)
+inline constexpr std::size_t max_name_bytes = 4096;
+// Dimensions of a tensor's shape (numpy 2's NPY_MAXDIMS).
+inline constexpr std::size_t max_rank = 64;
+static_assert(max_header_bytes < (std::uint64_t{1} << 32), "header offsets and indices are kept in 32 bits");
 
 // safetensors dtype spelling <-> DType.
 inline std::optional<DType> parse_dtype(std::string_view s) {
@@ -118,164 +143,15 @@ inline std::optional<std::uint64_t> mul(std::uint64_t a, std::uint64_t b) {
   return a * b;
 }
 
-// ---------------------------------------------------------------------------
-// A strict JSON parser for the subset safetensors headers use: objects, arrays,
-// strings (with escapes), non-negative integers. Anything else is rejected.
-// ---------------------------------------------------------------------------
-struct Json {
-  enum class Kind : std::uint8_t { Object, Array, String, Integer };
-  Kind kind = Kind::Integer;
-  std::uint64_t integer = 0;
-  std::string string;
-  std::vector<std::string> keys;  // Object: keys[i] -> items[i], in source order
-  std::vector<Json> items;        // Object values or Array elements
-};
+// Test hook: while it points at a counter, every comparison of two names
+// (tensor names and __metadata__ keys, on open and on lookups) made on this
+// thread adds one to it.
+inline thread_local std::uint64_t* name_comparisons = nullptr;
 
-inline std::string_view kind_name(Json::Kind k) {
-  switch (k) {
-    case Json::Kind::Object: return "an object";
-    case Json::Kind::Array: return "an array";
-    case Json::Kind::String: return "a string";
-    case Json::Kind::Integer: return "an integer";
-  }
-  return "?";
+inline int compare_names(std::string_view a, std::string_view b) {
+  if (std::uint64_t* c = name_comparisons) ++*c;
+  return a.compare(b);
 }
-
-// Decodes the JSON string literal starting at text[pos] (a '"'), escapes
-// included, and moves pos past it; errors throw std::runtime_error("<what> at
-// byte N: ...").
-inline std::string decode_json_string(std::string_view text, std::size_t& pos, std::string_view what) {
-  return io::detail::decode_json_string(text, pos, [&](const std::string& why) {
-    throw std::runtime_error(std::string(what) + " at byte " + std::to_string(pos) + ": " + why);
-  });
-}
-
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view text) : text_(text) {}
-
-  // Parses the whole text as one value; trailing whitespace is allowed (headers
-  // are padded with spaces), anything else after the value is an error.
-  Json parse_document() {
-    skip_ws();
-    Json v = parse_value(0);
-    skip_ws();
-    if (pos_ != text_.size()) fail("unexpected trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error("invalid JSON header at byte " + std::to_string(pos_) + ": " + what);
-  }
-
-  void skip_ws() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
-      ++pos_;
-  }
-
-  char peek() const {
-    if (pos_ >= text_.size()) fail("unexpected end of header");
-    return text_[pos_];
-  }
-
-  void expect_char(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-
-  Json parse_value(std::size_t depth) {
-    if (depth > max_json_depth) fail("nesting too deep");
-    const char c = peek();
-    if (c == '{') return parse_object(depth);
-    if (c == '[') return parse_array(depth);
-    if (c == '"') {
-      Json v;
-      v.kind = Json::Kind::String;
-      v.string = parse_string();
-      return v;
-    }
-    if (c >= '0' && c <= '9') return parse_integer();
-    if (c == '-') fail("negative numbers are not allowed");
-    fail(std::string("unexpected character '") + c + "'");
-  }
-
-  Json parse_object(std::size_t depth) {
-    Json v;
-    v.kind = Json::Kind::Object;
-    expect_char('{');
-    skip_ws();
-    if (peek() == '}') {
-      ++pos_;
-      return v;
-    }
-    while (true) {
-      skip_ws();
-      if (peek() != '"') fail("expected a string key");
-      std::string key = parse_string();
-      for (const auto& k : v.keys)
-        if (k == key) fail("duplicate key \"" + key + "\"");
-      skip_ws();
-      expect_char(':');
-      skip_ws();
-      v.keys.push_back(std::move(key));
-      v.items.push_back(parse_value(depth + 1));
-      skip_ws();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect_char('}');
-      return v;
-    }
-  }
-
-  Json parse_array(std::size_t depth) {
-    Json v;
-    v.kind = Json::Kind::Array;
-    expect_char('[');
-    skip_ws();
-    if (peek() == ']') {
-      ++pos_;
-      return v;
-    }
-    while (true) {
-      skip_ws();
-      v.items.push_back(parse_value(depth + 1));
-      skip_ws();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect_char(']');
-      return v;
-    }
-  }
-
-  Json parse_integer() {
-    Json v;
-    v.kind = Json::Kind::Integer;
-    const std::size_t start = pos_;
-    std::uint64_t value = 0;
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-      const auto digit = static_cast<std::uint64_t>(text_[pos_] - '0');
-      if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) fail("integer too large");
-      value = value * 10 + digit;
-      ++pos_;
-    }
-    if (pos_ - start > 1 && text_[start] == '0') fail("leading zeros are not allowed");
-    if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E'))
-      fail("only non-negative integers are allowed");
-    v.integer = value;
-    return v;
-  }
-
-  std::string parse_string() { return decode_json_string(text_, pos_, "invalid JSON header"); }
-
-  std::string_view text_;
-  std::size_t pos_ = 0;
-};
 
 // JSON string literal for `s` (quotes, backslashes and control characters escaped).
 inline std::string json_quote(std::string_view s) {
@@ -294,6 +170,35 @@ inline std::string json_quote(std::string_view s) {
   return out + "\"";
 }
 
+// A name, dtype or key quoted for an error message: in single quotes, with
+// backslashes, quotes and control characters escaped, cut after 64 bytes (a
+// hostile one may be megabytes long).
+inline std::string printable(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::size_t cut = s.size();
+  if (cut > 64) {
+    cut = 64;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  }
+  std::string out = "'";
+  for (char c : s.substr(0, cut)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\'' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7F) {
+      out += "\\u00";
+      out += hex[u >> 4];
+      out += hex[u & 0xF];
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  if (cut < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
 [[noreturn]] inline void write_fail(const std::filesystem::path& path, const std::string& what) {
   throw format_error("safetensors: " + path.string() + ": " + what);
 }
@@ -308,15 +213,593 @@ inline void store_u64_le(unsigned char* p, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
+class HeaderParser;
+
+}  // namespace detail::safetensors
+
+// The "__metadata__" of a safetensors file: string keys to string values, in
+// key order. Keys and values share one buffer; lookups are binary searches.
+class SafetensorsMetadata {
+ public:
+  using value_type = std::pair<std::string_view, std::string_view>;  // key, value
+
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = SafetensorsMetadata::value_type;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = value_type;
+    const_iterator() = default;
+    value_type operator*() const { return m_->item(i_); }
+    const_iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    const_iterator operator++(int) {
+      const_iterator old = *this;
+      ++i_;
+      return old;
+    }
+    bool operator==(const const_iterator&) const = default;
+
+   private:
+    friend class SafetensorsMetadata;
+    const_iterator(const SafetensorsMetadata* m, std::size_t i) : m_(m), i_(i) {}
+    const SafetensorsMetadata* m_ = nullptr;
+    std::size_t i_ = 0;
+  };
+
+  std::size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, entries_.size()}; }
+
+  // The value for `key`, or nullopt.
+  std::optional<std::string_view> get(std::string_view key) const {
+    const auto it = std::lower_bound(entries_.begin(), entries_.end(), key, [&](const Entry& e, std::string_view k) {
+      return detail::safetensors::compare_names(key_of(e), k) < 0;
+    });
+    if (it == entries_.end() || detail::safetensors::compare_names(key_of(*it), key) != 0) return std::nullopt;
+    return value_of(*it);
+  }
+  bool contains(std::string_view key) const { return get(key).has_value(); }
+  // The value for `key`; throws std::out_of_range when there is none.
+  std::string_view at(std::string_view key) const {
+    if (auto v = get(key)) return *v;
+    throw std::out_of_range("safetensors metadata: no key " + detail::safetensors::printable(key));
+  }
+  std::map<std::string, std::string> to_map() const {
+    std::map<std::string, std::string> m;
+    for (const auto& [k, v] : *this) m.emplace(k, v);
+    return m;
+  }
+
+ private:
+  friend class detail::safetensors::HeaderParser;
+  // A key at text_[key, key + key_len), its value right after it.
+  struct Entry {
+    std::uint32_t key, key_len, value_len;
+  };
+  std::string_view key_of(const Entry& e) const { return std::string_view(text_).substr(e.key, e.key_len); }
+  std::string_view value_of(const Entry& e) const {
+    return std::string_view(text_).substr(e.key + e.key_len, e.value_len);
+  }
+  value_type item(std::size_t i) const { return {key_of(entries_[i]), value_of(entries_[i])}; }
+
+  std::string text_;
+  std::vector<Entry> entries_;  // sorted by key
+};
+
+namespace detail::safetensors {
+
+// A header as parsed: its tensors in header order, with the offset in the
+// header text of each one's name, and the metadata.
+struct Header {
+  std::vector<TensorInfo> tensors;
+  std::vector<std::uint32_t> name_at;
+  SafetensorsMetadata metadata;
+};
+
+// Reads a header in one pass straight into TensorInfo records and the compact
+// metadata: no tree of JSON values. The JSON accepted is the subset safetensors
+// uses: objects, arrays, strings, non-negative integers; unknown members of a
+// tensor entry are validated and skipped. Every string is checked as UTF-8;
+// names and metadata are checked against the limits above. Errors throw
+// format_error("<prefix><what>"), where `what` gives the offset in the file
+// (base + offset in the text) of the problem.
+//
+// Memory: besides the text, the records, with reservations sized from a
+// prescan and capped by the smallest text a valid member can have (so a
+// header of bare commas reserves little); see docs/benchmarks.md.
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view text, std::uint64_t data_size, std::string prefix, std::uint64_t base)
+      : text_(text), data_size_(data_size), prefix_(std::move(prefix)), base_(base) {}
+
+  Header parse() {
+    Header h;
+    ws();
+    if (pos_ < text_.size() && (text_[pos_] == '[' || text_[pos_] == '"' || is_digit(text_[pos_])))
+      fail("header is not a JSON object (it starts with " + describe(text_[pos_]) + ")");
+    if (peek() != '{') unexpected();
+    // A valid tensor member takes at least 50 bytes of text:
+    // "":{"dtype":"U8","shape":[],"data_offsets":[0,1]}, and one more for the comma.
+    const std::size_t members = std::min(prescan(pos_).members, text_.size() / 50 + 2);
+    h.tensors.reserve(members);
+    h.name_at.reserve(members);
+    ++pos_;
+    bool have_metadata = false;
+    std::size_t metadata_at = 0;
+    ws();
+    if (peek() == '}') ++pos_;
+    else
+      while (true) {
+        ws();
+        if (peek() != '"') syntax("expected a string key");
+        const std::size_t key_at = pos_;
+        name_.clear();
+        decode(name_, "tensor name", {max_name_bytes, false});
+        ws();
+        expect(':');
+        ws();
+        if (name_ == "__metadata__") {
+          if (have_metadata) duplicate("", "__metadata__", metadata_at, key_at);
+          have_metadata = true;
+          metadata_at = key_at;
+          parse_metadata(h.metadata);
+        } else {
+          h.tensors.push_back(parse_tensor());
+          h.name_at.push_back(static_cast<std::uint32_t>(key_at));
+        }
+        ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        if (peek() != '}') syntax("expected ',' or '}'");
+        ++pos_;
+        break;
+      }
+    ws();
+    if (pos_ != text_.size()) syntax("unexpected trailing characters");
+    return h;
+  }
+
+  // The offset in the file of text offset p.
+  std::string at(std::size_t p) const { return std::to_string(base_ + p); }
+
+ private:
+  struct Prescan {
+    std::size_t members = 0, bytes = 0;
+  };
+
+  static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+  static std::string describe(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x21 && u < 0x7F) return std::string("'") + c + "'";
+    static constexpr char hex[] = "0123456789ABCDEF";
+    return std::string("byte 0x") + hex[u >> 4] + hex[u & 0xF];
+  }
+
+  [[noreturn]] void fail(const std::string& what) const { throw format_error(prefix_ + what); }
+  [[noreturn]] void syntax(const std::string& why) const {
+    fail("invalid JSON header at byte " + at(pos_) + ": " + why);
+  }
+  [[noreturn]] void unexpected() const {
+    if (pos_ >= text_.size()) syntax("unexpected end of header");
+    if (text_[pos_] == '-') syntax("negative numbers are not allowed");
+    syntax("unexpected character " + describe(text_[pos_]));
+  }
+  [[noreturn]] void duplicate(const std::string& where, std::string_view key, std::size_t first,
+                              std::size_t second) const {
+    fail(where + "duplicate key " + printable(key) + " at bytes " + at(first) + " and " + at(second));
+  }
+
+  void ws() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+      ++pos_;
+  }
+  char peek() const {
+    if (pos_ >= text_.size()) syntax("unexpected end of header");
+    return text_[pos_];
+  }
+  void expect(char c) {
+    if (peek() != c) syntax(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+
+  // Appends the string at pos_ to out; `role` names it in errors.
+  void decode(std::string& out, std::string_view role, io::detail::JsonStringRules rules) {
+    io::detail::decode_json_string_into(
+        text_, pos_, out,
+        [&](const std::string& why) { fail(std::string(role) + " at byte " + at(pos_) + ": " + why); }, rules);
+  }
+
+  std::uint64_t parse_uint() {
+    const std::size_t start = pos_;
+    std::uint64_t value = 0;
+    while (pos_ < text_.size() && is_digit(text_[pos_])) {
+      const auto digit = static_cast<std::uint64_t>(text_[pos_] - '0');
+      if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) {
+        pos_ = start;
+        syntax("integer too large");
+      }
+      value = value * 10 + digit;
+      ++pos_;
+    }
+    if (pos_ - start > 1 && text_[start] == '0') {
+      pos_ = start;
+      syntax("leading zeros are not allowed");
+    }
+    if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E'))
+      syntax("only non-negative integers are allowed");
+    return value;
+  }
+
+  // Members of the object (or elements of the array) at text_[p] and its
+  // length, by a scan that follows only strings and brackets; the parse that
+  // follows validates. {0, 0} when it does not end.
+  Prescan prescan(std::size_t p) const {
+    std::size_t depth = 0, commas = 0;
+    bool any = false;
+    for (std::size_t i = p; i < text_.size(); ++i) {
+      const char c = text_[i];
+      if (c == '"') {
+        for (++i; i < text_.size() && text_[i] != '"'; ++i)
+          if (text_[i] == '\\') ++i;
+        if (i >= text_.size()) return {};
+        any = any || depth == 1;
+      } else if (c == '{' || c == '[') {
+        any = any || depth == 1;
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (--depth == 0) return {any ? commas + 1 : 0, i + 1 - p};
+      } else if (c == ',') {
+        commas += depth == 1;
+      } else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+        any = any || depth == 1;
+      }
+    }
+    return {};
+  }
+
+  // Checks, and steps over, any value of the accepted subset. Keys of objects
+  // inside it must be unique too.
+  void skip_value(std::size_t depth) {
+    if (depth > max_json_depth) syntax("nesting too deep");
+    const char c = peek();
+    if (c == '{') {
+      const std::size_t mark = keys_.size();
+      ++pos_;
+      ws();
+      if (peek() == '}') {
+        ++pos_;
+        return;
+      }
+      while (true) {
+        ws();
+        if (peek() != '"') syntax("expected a string key");
+        push_key();
+        ws();
+        expect(':');
+        ws();
+        skip_value(depth + 1);
+        ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        if (peek() != '}') syntax("expected ',' or '}'");
+        ++pos_;
+        break;
+      }
+      check_unique_keys(mark, "");
+    } else if (c == '[') {
+      ++pos_;
+      ws();
+      if (peek() == ']') {
+        ++pos_;
+        return;
+      }
+      while (true) {
+        ws();
+        skip_value(depth + 1);
+        ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        if (peek() != ']') syntax("expected ',' or ']'");
+        ++pos_;
+        break;
+      }
+    } else if (c == '"') {
+      scratch_.clear();
+      decode(scratch_, "string", {});
+    } else if (is_digit(c)) {
+      parse_uint();
+    } else {
+      unexpected();
+    }
+  }
+
+  // What the value at pos_ is, for messages (after skip_value accepted it).
+  std::string kind_at(std::size_t p) const {
+    switch (text_[p]) {
+      case '{': return "an object";
+      case '[': return "an array";
+      case '"': return "a string";
+      default: return "an integer";
+    }
+  }
+
+  // Rejects the value at pos_, which has the wrong kind: a syntax error in it
+  // is reported first, as it would be anywhere else.
+  [[noreturn]] void wrong_kind(const std::string& what, std::size_t depth = 2) {
+    skip_value(depth);
+    fail(what);
+  }
+
+  // The keys of the objects being skipped, innermost last, for the
+  // uniqueness check: key i is key_text_[keys_[i].text, + len).
+  struct Key {
+    std::uint32_t text, len, at;
+  };
+  void push_key() {
+    const std::size_t key_at = pos_, off = key_text_.size();
+    decode(key_text_, "key", {});
+    keys_.push_back(Key{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(key_text_.size() - off),
+                        static_cast<std::uint32_t>(key_at)});
+  }
+  void check_unique_keys(std::size_t mark, const std::string& where) {
+    const std::string_view all = key_text_;
+    auto key = [&](const Key& k) { return all.substr(k.text, k.len); };
+    if (keys_.size() - mark > 1) {
+      std::sort(keys_.begin() + static_cast<std::ptrdiff_t>(mark), keys_.end(), [&](const Key& a, const Key& b) {
+        const int c = compare_names(key(a), key(b));
+        return c != 0 ? c < 0 : a.at < b.at;
+      });
+      for (std::size_t i = mark + 1; i < keys_.size(); ++i)
+        if (compare_names(key(keys_[i - 1]), key(keys_[i])) == 0)
+          duplicate(where, key(keys_[i]), keys_[i - 1].at, keys_[i].at);
+    }
+    if (mark < keys_.size()) {
+      std::uint32_t text_mark = keys_[mark].text;
+      for (std::size_t i = mark; i < keys_.size(); ++i) text_mark = std::min(text_mark, keys_[i].text);
+      key_text_.resize(text_mark);
+      keys_.resize(mark);
+    }
+  }
+
+  // One tensor entry, named name_: {"dtype": s, "shape": [n...], "data_offsets": [b, e]}.
+  TensorInfo parse_tensor() {
+    auto bad = [&](const std::string& what) -> std::string { return "tensor " + quote_name() + ": " + what; };
+    if (peek() != '{') wrong_kind("entry for tensor " + quote_name() + " is not an object", 1);
+    ++pos_;
+    TensorInfo t;
+    std::optional<std::size_t> dtype_at, shape_at, offsets_at;
+    std::int64_t dims[max_rank];
+    std::size_t rank = 0;
+    const std::size_t mark = keys_.size();
+    ws();
+    if (peek() == '}') ++pos_;
+    else
+      while (true) {
+        ws();
+        if (peek() != '"') syntax("expected a string key");
+        const std::size_t key_at = pos_;
+        field_.clear();
+        decode(field_, "key", {});
+        ws();
+        expect(':');
+        ws();
+        if (field_ == "dtype") {
+          if (dtype_at) duplicate(bad(""), field_, *dtype_at, key_at);
+          dtype_at = key_at;
+          if (peek() != '"') wrong_kind(bad("\"dtype\" is not a string"));
+          field_.clear();
+          decode(field_, "dtype", {});
+          if (auto d = parse_dtype(field_)) t.dtype = *d;
+          else if (known_unsupported_dtype(field_)) fail(bad("unsupported dtype '" + field_ + "'"));
+          else fail(bad("unknown dtype " + printable(field_)));
+        } else if (field_ == "shape") {
+          if (shape_at) duplicate(bad(""), field_, *shape_at, key_at);
+          shape_at = key_at;
+          const std::size_t start = pos_;
+          if (peek() != '[') wrong_kind(bad("\"shape\" is not an array"));
+          ++pos_;
+          ws();
+          if (peek() == ']') ++pos_;
+          else
+            while (true) {
+              ws();
+              if (!is_digit(peek())) {
+                const std::string kind = kind_at(pos_);
+                pos_ = start;
+                wrong_kind(bad("\"shape\" holds " + kind));
+              }
+              const std::uint64_t d = parse_uint();
+              if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+                fail(bad("shape dimension too large"));
+              if (rank == max_rank)
+                fail(bad("shape has more than " + std::to_string(max_rank) + " dimensions (at byte " + at(start) + ")"));
+              dims[rank++] = static_cast<std::int64_t>(d);
+              ws();
+              if (peek() == ',') {
+                ++pos_;
+                continue;
+              }
+              if (peek() != ']') syntax("expected ',' or ']'");
+              ++pos_;
+              break;
+            }
+        } else if (field_ == "data_offsets") {
+          if (offsets_at) duplicate(bad(""), field_, *offsets_at, key_at);
+          offsets_at = key_at;
+          const std::size_t start = pos_;
+          std::uint64_t v[2] = {0, 0};
+          bool ok = peek() == '[';
+          for (int i = 0; ok && i < 2; ++i) {
+            ++pos_;  // '[' or ','
+            ws();
+            ok = is_digit(peek());
+            if (ok) v[i] = parse_uint();
+            ws();
+            ok = ok && peek() == (i == 0 ? ',' : ']');
+          }
+          if (!ok) {
+            pos_ = start;
+            wrong_kind(bad("\"data_offsets\" is not an array of two integers"));
+          }
+          ++pos_;  // ']'
+          t.begin = v[0];
+          t.end = v[1];
+        } else {
+          keys_.push_back(Key{static_cast<std::uint32_t>(key_text_.size()), static_cast<std::uint32_t>(field_.size()),
+                              static_cast<std::uint32_t>(key_at)});
+          key_text_ += field_;
+          skip_value(2);
+        }
+        ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        if (peek() != '}') syntax("expected ',' or '}'");
+        ++pos_;
+        break;
+      }
+    check_unique_keys(mark, bad(""));
+
+    if (!dtype_at) fail(bad("missing \"dtype\""));
+    if (!shape_at) fail(bad("missing \"shape\""));
+    if (!offsets_at) fail(bad("missing \"data_offsets\""));
+    t.shape.assign(dims, dims + rank);
+    std::uint64_t elements = 1;
+    for (std::size_t i = 0; i < rank; ++i) {
+      const auto e = mul(elements, static_cast<std::uint64_t>(dims[i]));
+      if (!e) fail(bad("shape product overflows"));
+      elements = *e;
+    }
+    auto offsets = [&] { return "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]"; };
+    if (t.begin > t.end) fail(bad(offsets() + " begin after end"));
+    if (t.end > data_size_)
+      fail(bad(offsets() + " out of range: the data buffer holds " + std::to_string(data_size_) + " bytes"));
+    const auto bytes = mul(elements, static_cast<std::uint64_t>(size_of(t.dtype)));
+    if (!bytes || *bytes != t.end - t.begin)
+      fail(bad("shape " + shape_string(t.shape) + " of " + std::string(dtype_name(t.dtype)) + " needs " +
+               (bytes ? std::to_string(*bytes) : std::string("too many")) + " bytes but " + offsets() + " span " +
+               std::to_string(t.end - t.begin)));
+    t.name = name_;
+    return t;
+  }
+
+  std::string quote_name() const { return printable(name_); }
+
+  // "__metadata__": {string: string}, decoded into m's one buffer.
+  void parse_metadata(SafetensorsMetadata& m) {
+    using Entry = SafetensorsMetadata::Entry;
+    if (peek() != '{') wrong_kind("\"__metadata__\" is not an object", 1);
+    const std::size_t open = pos_;
+    const Prescan scan = prescan(pos_);
+    // A member takes at least 6 bytes: "":"", ; decoded text is never longer than its literal.
+    m.entries_.reserve(std::min(scan.members, scan.bytes / 6 + 1));
+    m.text_.reserve(scan.bytes);
+    ++pos_;
+    ws();
+    if (peek() == '}') ++pos_;
+    else
+      while (true) {
+        ws();
+        if (peek() != '"') syntax("expected a string key");
+        const std::size_t key = m.text_.size();
+        decode(m.text_, "__metadata__ key", {max_name_bytes, false});
+        const std::size_t value = m.text_.size();
+        ws();
+        expect(':');
+        ws();
+        if (peek() != '"')
+          wrong_kind("\"__metadata__\" value for key " + printable(std::string_view(m.text_).substr(key)) +
+                     " is not a string");
+        decode(m.text_, "__metadata__ value", {std::numeric_limits<std::size_t>::max(), false});
+        m.entries_.push_back(Entry{static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(value - key),
+                                   static_cast<std::uint32_t>(m.text_.size() - value)});
+        ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        if (peek() != '}') syntax("expected ',' or '}'");
+        ++pos_;
+        break;
+      }
+    // Sorted by key, then by position (keys are stored in header order).
+    std::sort(m.entries_.begin(), m.entries_.end(), [&](const Entry& a, const Entry& b) {
+      const int c = compare_names(m.key_of(a), m.key_of(b));
+      return c != 0 ? c < 0 : a.key < b.key;
+    });
+    for (std::size_t i = 1; i < m.entries_.size(); ++i)
+      if (compare_names(m.key_of(m.entries_[i - 1]), m.key_of(m.entries_[i])) == 0) {
+        const std::size_t end = pos_;
+        // Two keys stored at one offset are both "" with "" values between them.
+        const std::size_t offset = m.entries_[i].key;
+        const std::size_t first = metadata_key_at(open, m.entries_[i - 1].key, 0);
+        const std::size_t second = metadata_key_at(open, offset, offset == m.entries_[i - 1].key ? 1 : 0);
+        pos_ = end;
+        duplicate("in \"__metadata__\": ", m.key_of(m.entries_[i]), first, second);
+      }
+  }
+
+  // Where in the text the metadata key stored at `offset` of the buffer
+  // starts (the one after `skip` others stored there): the object at `open`
+  // is read again (it is valid), adding up the decoded sizes. Only for
+  // messages, so the entries need not keep offsets.
+  std::size_t metadata_key_at(std::size_t open, std::size_t offset, int skip) {
+    pos_ = open + 1;
+    std::size_t decoded = 0;
+    while (true) {
+      ws();
+      const std::size_t key_at = pos_;
+      if (decoded == offset && skip-- == 0) return key_at;
+      for (int part = 0; part < 2; ++part) {  // key, value
+        scratch_.clear();
+        decode(scratch_, "__metadata__", {});
+        decoded += scratch_.size();
+        ws();
+        ++pos_;  // ':' or ','
+        ws();
+      }
+    }
+  }
+
+  std::string_view text_;
+  std::uint64_t data_size_;
+  std::string prefix_;
+  std::uint64_t base_;
+  std::size_t pos_ = 0;
+  std::string name_, field_, scratch_;  // reused for every tensor
+  std::string key_text_;
+  std::vector<Key> keys_;
+};
+
 }  // namespace detail::safetensors
 
 // An opened, validated safetensors file. Only the header is held in memory;
 // tensor data is read on demand.
+//
+// Opening takes O(n log n) time for n tensors (names and offsets are sorted
+// once), lookups by name O(log n), and at most a small multiple of the
+// header's size in memory, whatever the header holds (docs/benchmarks.md).
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(std::filesystem::path path) : path_(std::move(path)) {
     namespace st = detail::safetensors;
     std::error_code ec;
+    if (std::filesystem::is_directory(path_, ec))
+      fail("is a directory, not a safetensors file (name the .safetensors file inside it)");
     const std::uintmax_t file_size = std::filesystem::file_size(path_, ec);
     if (ec) fail("cannot open file: " + ec.message());
     std::ifstream in(path_, std::ios::binary);
@@ -336,49 +819,19 @@ class SafetensorsFile {
     data_start_ = 8 + n;
     const std::uint64_t data_size = file_size - data_start_;
 
-    std::string text(static_cast<std::size_t>(n), '\0');
-    if (n > 0 && !in.read(text.data(), static_cast<std::streamsize>(n)))
-      fail("file too short: cannot read the " + std::to_string(n) + "-byte header");
-
-    st::Json root;
-    try {
-      root = st::JsonParser(text).parse_document();
-    } catch (const std::runtime_error& e) {
-      fail(e.what());
-    }
-    if (root.kind != st::Json::Kind::Object) fail("header is not a JSON object");
-
-    for (std::size_t i = 0; i < root.keys.size(); ++i) {
-      const std::string& name = root.keys[i];
-      const st::Json& entry = root.items[i];
-      if (name == "__metadata__") {
-        parse_metadata(entry);
-        continue;
-      }
-      tensors_.push_back(parse_tensor(name, entry, data_size));
-    }
-
-    // The data buffer must be covered exactly: sorted by offset, each tensor
-    // starts where the previous one ended, and the last ends at the file's end.
-    std::stable_sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
-    std::uint64_t cursor = 0;
-    const TensorInfo* prev = nullptr;
-    for (const TensorInfo& t : tensors_) {
-      if (t.begin < cursor)
-        fail("tensor '" + t.name + "' data [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-             ") overlaps tensor '" + (prev ? prev->name : std::string()) + "' which ends at " +
-             std::to_string(cursor));
-      if (t.begin > cursor)
-        fail("hole in the data buffer: bytes [" + std::to_string(cursor) + ", " + std::to_string(t.begin) +
-             ") before tensor '" + t.name + "' belong to no tensor");
-      cursor = t.end;
-      prev = &t;
-    }
-    if (cursor != data_size)
-      fail("hole in the data buffer: bytes [" + std::to_string(cursor) + ", " + std::to_string(data_size) +
-           ") at the end of the file belong to no tensor");
+    st::Header h;
+    {
+      const auto text = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(n));
+      if (n > 0 && !in.read(text.get(), static_cast<std::streamsize>(n)))
+        fail("file too short: cannot read the " + std::to_string(n) + "-byte header");
+      in.close();
+      h = st::HeaderParser(std::string_view(text.get(), static_cast<std::size_t>(n)), data_size,
+                           "safetensors: " + path_.string() + ": ", 8)
+              .parse();
+    }  // the text is freed before the indices are built
+    tensors_ = std::move(h.tensors);
+    metadata_ = std::move(h.metadata);
+    index(h.name_at, data_size);
   }
 
   const std::filesystem::path& path() const { return path_; }
@@ -386,13 +839,16 @@ class SafetensorsFile {
   // Tensors in file (data offset) order.
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const SafetensorsMetadata& metadata() const { return metadata_; }
 
-  // The tensor called `name`, or nullptr.
+  // The tensor called `name`, or nullptr. O(log n).
   const TensorInfo* find(std::string_view name) const {
-    for (const TensorInfo& t : tensors_)
-      if (t.name == name) return &t;
-    return nullptr;
+    namespace st = detail::safetensors;
+    const auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name, [&](std::uint32_t i, std::string_view k) {
+      return st::compare_names(tensors_[i].name, k) < 0;
+    });
+    if (it == by_name_.end() || st::compare_names(tensors_[*it].name, name) != 0) return nullptr;
+    return &tensors_[*it];
   }
 
   // The tensor called `name`, checked against the dtype and shape the caller
@@ -438,89 +894,142 @@ class SafetensorsFile {
     throw format_error("safetensors: " + path_.string() + ": " + what);
   }
 
-  void parse_metadata(const detail::safetensors::Json& entry) {
-    using Kind = detail::safetensors::Json::Kind;
-    if (entry.kind != Kind::Object) fail("\"__metadata__\" is not an object");
-    for (std::size_t i = 0; i < entry.keys.size(); ++i) {
-      if (entry.items[i].kind != Kind::String)
-        fail("\"__metadata__\" value for key '" + entry.keys[i] + "' is not a string");
-      metadata_.emplace(entry.keys[i], entry.items[i].string);
-    }
-  }
-
-  TensorInfo parse_tensor(const std::string& name, const detail::safetensors::Json& entry,
-                          std::uint64_t data_size) const {
+  // Sorts names once (duplicates are then neighbours) and offsets once (the
+  // data buffer must be covered exactly: each tensor starts where the previous
+  // one ended, the last ends at the file's end); leaves tensors_ in offset
+  // order and by_name_ indexing it in name order. name_at: where each tensor's
+  // name is in the header text, in header order; it is used up.
+  void index(std::vector<std::uint32_t>& name_at, std::uint64_t data_size) {
     namespace st = detail::safetensors;
-    using Kind = st::Json::Kind;
-    for (const TensorInfo& t : tensors_)
-      if (t.name == name) fail("duplicate tensor name '" + name + "'");
-    if (entry.kind != Kind::Object) fail("entry for tensor '" + name + "' is not an object");
-    const st::Json* dtype = nullptr;
-    const st::Json* shape = nullptr;
-    const st::Json* offsets = nullptr;
-    for (std::size_t i = 0; i < entry.keys.size(); ++i) {
-      if (entry.keys[i] == "dtype") dtype = &entry.items[i];
-      else if (entry.keys[i] == "shape") shape = &entry.items[i];
-      else if (entry.keys[i] == "data_offsets") offsets = &entry.items[i];
+    const std::size_t n = tensors_.size();
+    auto at = [&](std::uint32_t i) { return std::to_string(8 + std::uint64_t{name_at[i]}); };
+
+    // (Writers often list tensors in name order, offset order or both: a
+    // sorted list costs one pass, not a sort.)
+    std::vector<std::uint32_t> by_name(n);
+    for (std::size_t i = 0; i < n; ++i) by_name[i] = static_cast<std::uint32_t>(i);
+    const auto name_less = [&](std::uint32_t a, std::uint32_t b) {
+      const int c = st::compare_names(tensors_[a].name, tensors_[b].name);
+      return c != 0 ? c < 0 : a < b;
+    };
+    if (!std::is_sorted(by_name.begin(), by_name.end(), name_less)) std::sort(by_name.begin(), by_name.end(), name_less);
+    for (std::size_t i = 1; i < n; ++i)
+      if (st::compare_names(tensors_[by_name[i - 1]].name, tensors_[by_name[i]].name) == 0)
+        fail("duplicate key " + st::printable(tensors_[by_name[i]].name) + " at bytes " + at(by_name[i - 1]) + " and " +
+             at(by_name[i]) + ": two tensors with one name");
+
+    std::vector<std::uint32_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
+    const auto offset_less = [&](std::uint32_t a, std::uint32_t b) {
+      const TensorInfo &x = tensors_[a], &y = tensors_[b];
+      if (x.begin != y.begin) return x.begin < y.begin;
+      if (x.end != y.end) return x.end < y.end;
+      return a < b;
+    };
+    if (!std::is_sorted(order.begin(), order.end(), offset_less)) std::sort(order.begin(), order.end(), offset_less);
+    std::uint64_t cursor = 0;
+    const TensorInfo* prev = nullptr;
+    for (std::uint32_t i : order) {
+      const TensorInfo& t = tensors_[i];
+      if (t.begin < cursor)
+        fail("tensor " + st::printable(t.name) + " data [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+             ") overlaps tensor " + st::printable(prev ? prev->name : std::string()) + " which ends at " +
+             std::to_string(cursor));
+      if (t.begin > cursor)
+        fail("hole in the data buffer: bytes [" + std::to_string(cursor) + ", " + std::to_string(t.begin) +
+             ") before tensor " + st::printable(t.name) + " belong to no tensor");
+      cursor = t.end;
+      prev = &t;
     }
-    const std::string where = "tensor '" + name + "': ";
-    if (!dtype) fail(where + "missing \"dtype\"");
-    if (!shape) fail(where + "missing \"shape\"");
-    if (!offsets) fail(where + "missing \"data_offsets\"");
+    if (cursor != data_size)
+      fail("hole in the data buffer: bytes [" + std::to_string(cursor) + ", " + std::to_string(data_size) +
+           ") at the end of the file belong to no tensor");
 
-    TensorInfo t;
-    t.name = name;
-    if (dtype->kind != Kind::String) fail(where + "\"dtype\" is not a string");
-    if (auto d = st::parse_dtype(dtype->string)) t.dtype = *d;
-    else if (st::known_unsupported_dtype(dtype->string))
-      fail(where + "unsupported dtype '" + dtype->string + "'");
-    else fail(where + "unknown dtype '" + dtype->string + "'");
-
-    if (shape->kind != Kind::Array) fail(where + "\"shape\" is not an array");
-    std::uint64_t elements = 1;
-    for (const st::Json& d : shape->items) {
-      if (d.kind != Kind::Integer) fail(where + "\"shape\" holds " + std::string(st::kind_name(d.kind)));
-      if (d.integer > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-        fail(where + "shape dimension too large");
-      const auto e = st::mul(elements, d.integer);
-      if (!e) fail(where + "shape product overflows");
-      elements = *e;
-      t.shape.push_back(static_cast<std::int64_t>(d.integer));
+    // Into offset order: by_name follows through the inverse permutation
+    // (name_at, no longer needed, holds it), tensors_ is permuted in place.
+    std::vector<std::uint32_t>& rank = name_at;
+    for (std::size_t i = 0; i < n; ++i) rank[order[i]] = static_cast<std::uint32_t>(i);
+    for (std::uint32_t& i : by_name) i = rank[i];
+    for (std::size_t i = 0; i < n; ++i) {  // cycle by cycle: new tensors_[i] = old tensors_[order[i]]
+      if (order[i] == i) continue;
+      TensorInfo held = std::move(tensors_[i]);
+      std::size_t j = i;
+      while (order[j] != i) {
+        const std::size_t k = order[j];
+        tensors_[j] = std::move(tensors_[k]);
+        order[j] = static_cast<std::uint32_t>(j);
+        j = k;
+      }
+      tensors_[j] = std::move(held);
+      order[j] = static_cast<std::uint32_t>(j);
     }
-
-    if (offsets->kind != Kind::Array || offsets->items.size() != 2 || offsets->items[0].kind != Kind::Integer ||
-        offsets->items[1].kind != Kind::Integer)
-      fail(where + "\"data_offsets\" is not an array of two integers");
-    t.begin = offsets->items[0].integer;
-    t.end = offsets->items[1].integer;
-    if (t.begin > t.end)
-      fail(where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-           "] begin after end");
-    if (t.end > data_size)
-      fail(where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-           "] out of range: the data buffer holds " + std::to_string(data_size) + " bytes");
-    const auto bytes = st::mul(elements, static_cast<std::uint64_t>(size_of(t.dtype)));
-    if (!bytes || *bytes != t.end - t.begin)
-      fail(where + "shape " + st::shape_string(t.shape) + " of " + std::string(st::dtype_name(t.dtype)) +
-           " needs " + (bytes ? std::to_string(*bytes) : std::string("too many")) + " bytes but data_offsets [" +
-           std::to_string(t.begin) + ", " + std::to_string(t.end) + "] span " + std::to_string(t.end - t.begin));
-    return t;
+    by_name_ = std::move(by_name);
   }
 
   std::filesystem::path path_;
   std::uint64_t data_start_ = 0;  // 8 + header length
   std::vector<TensorInfo> tensors_;
-  std::map<std::string, std::string> metadata_;
+  std::vector<std::uint32_t> by_name_;  // indices into tensors_, in name order
+  SafetensorsMetadata metadata_;
 };
 
+// Whether `path` looks like a safetensors file: a u64 header length N, a
+// file of at least 8 + N bytes, and a header that opens with '{'. The test
+// write_safetensors applies before it replaces an existing file.
+inline bool is_safetensors_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char head[9];
+  if (!in.read(reinterpret_cast<char*>(head), 9)) return false;
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | head[i];
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  return !ec && n >= 2 && n <= size - 8 && head[8] == '{';
+}
+
 // Writes `tensors` (in the given order) and `metadata` to `path` as safetensors.
-// The header is padded with spaces so the data starts 8-byte aligned. The file is
-// written to `path + ".tmp"` and renamed over `path` only when complete; on any
-// error the temporary is removed and an existing `path` is left untouched.
+// The header is padded with spaces so the data starts 8-byte aligned. Written
+// durably through io::replace_file (io/durable.hpp): only a missing path or an
+// existing safetensors file is replaced; the file and its directory are
+// fsync'ed; on any error an existing `path` is left untouched.
 inline void write_safetensors(const std::filesystem::path& path, const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   namespace st = detail::safetensors;
   auto fail = [&](const std::string& what) { st::write_fail(path, what); };
+
+  // What the reader accepts: names, metadata keys and values in well-formed
+  // UTF-8 without NUL, names and keys of at most max_name_bytes; no tensor
+  // name twice (found by one sort).
+  auto check_text = [&](const std::string& text, std::string_view what, std::size_t max_bytes) {
+    std::string shown = "'";  // the first 64 bytes, other than printable ASCII as \xHH
+    for (const char c : std::string_view(text).substr(0, 64)) {
+      static constexpr char hex[] = "0123456789ABCDEF";
+      const auto u = static_cast<unsigned char>(c);
+      if (u >= 0x20 && u < 0x7F) shown += c;
+      else shown += std::string("\\x") + hex[u >> 4] + hex[u & 15];
+    }
+    shown += text.size() > 64 ? "...'" : "'";
+    if (text.size() > max_bytes)
+      fail(std::string(what) + " " + shown + " is " + std::to_string(text.size()) + " bytes, more than " + std::to_string(max_bytes));
+    for (std::size_t k = 0; k < text.size();) {
+      const char* why = "a NUL byte";
+      const std::size_t n = text[k] == '\0' ? 0 : detail::utf8_sequence(std::string_view(text).substr(k), why);
+      if (n == 0) fail(std::string(what) + " " + shown + ", byte " + std::to_string(k) + ": " + why);
+      k += n;
+    }
+  };
+  {
+    std::vector<std::string_view> names;
+    names.reserve(tensors.size());
+    for (const TensorView& t : tensors) names.push_back(t.name);
+    std::sort(names.begin(), names.end());
+    if (const auto dup = std::adjacent_find(names.begin(), names.end()); dup != names.end())
+      fail("duplicate tensor name '" + std::string(*dup) + "'");
+  }
+  for (const auto& [key, value] : metadata) {
+    check_text(key, "__metadata__ key", st::max_name_bytes);
+    check_text(value, "__metadata__ value", std::string::npos);
+  }
 
   // Header JSON.
   std::vector<std::uint64_t> sizes;
@@ -541,8 +1050,7 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
     const TensorView& t = tensors[i];
     if (t.name.empty()) fail("tensor " + std::to_string(i) + " has an empty name");
     if (t.name == "__metadata__") fail("a tensor cannot be named \"__metadata__\"");
-    for (std::size_t j = 0; j < i; ++j)
-      if (tensors[j].name == t.name) fail("duplicate tensor name '" + t.name + "'");
+    check_text(t.name, "tensor name", st::max_name_bytes);
     std::uint64_t elements = 1;
     for (std::int64_t d : t.shape) {
       if (d < 0) fail("tensor '" + t.name + "' has a negative dimension");
@@ -566,32 +1074,21 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
   header += '}';
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  std::ofstream out;
-  try {
-    out.open(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot create temporary file " + tmp.string());
-    unsigned char len_bytes[8];
-    st::store_u64_le(len_bytes, header.size());
-    out.write(reinterpret_cast<const char*>(len_bytes), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (sizes[i] == 0) continue;
-      if (!tensors[i].data) fail("tensor '" + tensors[i].name + "' has no data (null pointer)");
-      out.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(sizes[i]));
-      if (!out) fail("write failed for tensor '" + tensors[i].name + "'");
-    }
-    out.flush();
-    if (!out) fail("write failed while flushing " + tmp.string());
-    out.close();
-    if (!out) fail("closing " + tmp.string() + " failed");
-    std::filesystem::rename(tmp, path);
-  } catch (...) {
-    if (out.is_open()) out.close();
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
+  replace_file(
+      path, "write_safetensors", "safetensors file", is_safetensors_file,
+      [&](std::ofstream& out) {
+        unsigned char len_bytes[8];
+        st::store_u64_le(len_bytes, header.size());
+        out.write(reinterpret_cast<const char*>(len_bytes), 8);
+        out.write(header.data(), static_cast<std::streamsize>(header.size()));
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+          if (sizes[i] == 0) continue;
+          if (!tensors[i].data) fail("tensor '" + tensors[i].name + "' has no data (null pointer)");
+          out.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(sizes[i]));
+          if (!out) fail("write failed for tensor '" + tensors[i].name + "'");
+        }
+      },
+      fail);
 }
 
 // ---------------------------------------------------------------------------
@@ -682,26 +1179,17 @@ void read_converted(const SafetensorsFile& file, const TensorInfo& t, std::span<
   }
 }
 
-// Flushes a file's or a directory's contents to the disk (fsync); throws
-// std::system_error on failure. A no-op where POSIX is unavailable.
-inline void sync_path(const std::filesystem::path& path) {
-#if defined(__unix__) || defined(__APPLE__)
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path.string() + " to fsync it");
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw std::system_error(err, std::generic_category(), "fsync of " + path.string() + " failed");
-#else
-  (void)path;
-#endif
-}
-
 // A small general JSON reader for the io/ headers' own JSON files (trainer.json,
 // adapter_config.json): null, booleans, numbers, strings, arrays, objects.
 // Every value keeps its [begin, end) span in the source text, so a caller can
-// hand back an embedded value verbatim.
+// hand back an embedded value verbatim. Strings must be UTF-8 (json_string.hpp),
+// keys of an object unique, nesting at most safetensors::max_json_depth deep,
+// numbers finite doubles; anything else throws parse_error naming the byte.
 namespace detail::json {
+
+struct parse_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct Value {
   enum class Kind : std::uint8_t { Null, Bool, Number, String, Array, Object };
@@ -743,7 +1231,7 @@ class Reader {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error("invalid JSON at byte " + std::to_string(pos_) + ": " + what);
+    throw parse_error("invalid JSON at byte " + std::to_string(pos_) + ": " + what);
   }
   void ws() {
     while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
@@ -758,6 +1246,25 @@ class Reader {
     pos_ += word.size();
     return true;
   }
+  std::string string() {
+    return io::detail::decode_json_string(text_, pos_, [&](const std::string& why) { fail(why); });
+  }
+  // Keys of one object, sorted once when it ends: duplicates are neighbours.
+  void check_unique(const Value& v, const std::vector<std::size_t>& key_at) {
+    if (v.keys.size() < 2) return;
+    std::vector<std::size_t> order(v.keys.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const int c = v.keys[a].compare(v.keys[b]);
+      return c != 0 ? c < 0 : a < b;
+    });
+    for (std::size_t i = 1; i < order.size(); ++i)
+      if (v.keys[order[i - 1]] == v.keys[order[i]]) {
+        pos_ = key_at[order[i]];
+        fail("duplicate key " + safetensors::printable(v.keys[order[i]]) + " (first at byte " +
+             std::to_string(key_at[order[i - 1]]) + ")");
+      }
+  }
   Value value(std::size_t depth) {
     if (depth > safetensors::max_json_depth) fail("nesting too deep");
     Value v;
@@ -765,6 +1272,7 @@ class Reader {
     const char c = peek();
     if (c == '{' || c == '[') {
       const bool object = c == '{';
+      std::vector<std::size_t> key_at;
       v.kind = object ? Value::Kind::Object : Value::Kind::Array;
       ++pos_;
       ws();
@@ -775,10 +1283,8 @@ class Reader {
           ws();
           if (object) {
             if (peek() != '"') fail("expected a string key");
-            std::string key = safetensors::decode_json_string(text_, pos_, "invalid JSON");
-            for (const auto& k : v.keys)
-              if (k == key) fail("duplicate key \"" + key + "\"");
-            v.keys.push_back(std::move(key));
+            key_at.push_back(pos_);
+            v.keys.push_back(string());
             ws();
             if (peek() != ':') fail("expected ':'");
             ++pos_;
@@ -795,9 +1301,14 @@ class Reader {
           break;
         }
       }
+      if (object) {
+        const std::size_t end = pos_;
+        check_unique(v, key_at);
+        pos_ = end;
+      }
     } else if (c == '"') {
       v.kind = Value::Kind::String;
-      v.string = safetensors::decode_json_string(text_, pos_, "invalid JSON");
+      v.string = string();
     } else if (literal("true") || literal("false")) {
       v.kind = Value::Kind::Bool;
       v.boolean = text_[v.begin] == 't';
@@ -825,10 +1336,14 @@ class Reader {
       }
       v.string = std::string(text_.substr(pos_, p - pos_));
       const auto r = std::from_chars(v.string.data(), v.string.data() + v.string.size(), v.number);
-      if (r.ec != std::errc() && r.ec != std::errc::result_out_of_range) fail("bad number");
+      // out of range: beyond a double's range (from_chars then leaves v.number as it was)
+      if (r.ec == std::errc::result_out_of_range) fail("number out of the range of a double");
+      if (r.ec != std::errc() || r.ptr != v.string.data() + v.string.size()) fail("bad number");
       pos_ = p;
     } else {
-      fail(std::string("unexpected character '") + c + "'");
+      const auto u = static_cast<unsigned char>(c);
+      if (u >= 0x21 && u < 0x7F) fail(std::string("unexpected character '") + c + "'");
+      fail("unexpected byte " + std::to_string(u));
     }
     v.end = pos_;
     return v;
