@@ -231,7 +231,7 @@ class JsonMapParser {
 
   // Calls put(key, value, key_offset) for each entry, in file order;
   // key_offset is the byte of the file where the key's opening '"' stands.
-  // Keys must be valid UTF-8 (escapes decode to UTF-8; raw bytes are checked).
+  // Keys must be valid UTF-8 (see parse_string).
   template <class Put>
   void parse(Put&& put) {
     skip_ws();
@@ -290,25 +290,10 @@ class JsonMapParser {
     if (pos_ - start > 1 && text_[start] == '0') fail("leading zeros are not allowed");
     return v;
   }
+  // Raw bytes must be UTF-8: decode_json_string checks them and names the
+  // offending byte (io/json_string.hpp).
   std::string parse_string() {
-    const std::size_t start = pos_;
-    std::string s = io::detail::decode_json_string(text_, pos_, [&](const std::string& why) { fail(why); });
-    // The literal's raw bytes (between the quotes) must be UTF-8: escapes are
-    // ASCII, so a bad sequence is a bad byte of the file, named by its offset.
-    for (std::size_t i = start + 1; i + 1 < pos_;) {
-      const CodePoint c = decode_utf8(text_.substr(0, pos_ - 1), i);
-      if (!c.valid) {
-        pos_ = i;
-        fail("invalid UTF-8 in a string (byte 0x" + hex_byte(text_[i]) + ")");
-      }
-      i += c.len;
-    }
-    return s;
-  }
-  static std::string hex_byte(char c) {
-    constexpr char digits[] = "0123456789ABCDEF";
-    const auto b = static_cast<unsigned char>(c);
-    return {digits[b >> 4], digits[b & 15]};
+    return io::detail::decode_json_string(text_, pos_, [&](const std::string& why) { fail(why); });
   }
 
   std::string_view text_;
