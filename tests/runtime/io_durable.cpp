@@ -122,6 +122,17 @@ TEST_CASE("durable: export_adapter, save_pretrained and save_merged fsync every 
   CHECK(rec.last_index_of(tmp.dir) > rec.index_of(tmp / "merged.safetensors.tmp"));
 }
 
+TEST_CASE("durable: write_tokens fsyncs the file before its rename and the directory after", "[io][durable]") {
+  TempDir tmp;
+  const fs::path path = tmp / "train.tok";
+  const std::vector<std::int32_t> ids = {1, 2, 3, 40};
+  FsyncRecorder rec;
+  io::write_tokens(path, ids, 48);
+  CHECK(rec.index_of(path.string() + ".tmp") >= 0);
+  CHECK(rec.last_index_of(tmp.dir) > rec.index_of(path.string() + ".tmp"));
+  CHECK(io::TokenFile(path).size() == 4);
+}
+
 TEST_CASE("durable: save_checkpoint fsyncs its files, the staging directory and the parent", "[io][durable]") {
   TempDir tmp;
   host::Trainer<LoRARun> t({.seed = 4});
