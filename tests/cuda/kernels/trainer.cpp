@@ -334,7 +334,6 @@ TEST_CASE("cuda::Trainer: an odd vocabulary's logits have a padded leading dimen
   constexpr models::GPT2Config odd{385, 64, 1, 4, 64};
   using H = Train<models::GPT2<odd>, Batch<2>, Seq<16>, LossChunk<12>>;
   using C = Train<models::GPT2<odd>, Batch<2>, Seq<16>, LossChunk<12>, OnCuda>;
-  constexpr std::int64_t padded = 448;
   host::Trainer<H> h(options());
   cuda::Trainer<C> c(options());
   const std::vector<std::int32_t> stream = token_pattern(33, odd.vocab, 3);
@@ -346,6 +345,8 @@ TEST_CASE("cuda::Trainer: an odd vocabulary's logits have a padded leading dimen
   const double lh = h.forward_backward(tokens, targets);
   CHECK(std::fabs(lc - lh) <= 1e-5 * lh);
 #if !defined(__CUDACC__)
+  constexpr std::int64_t padded = 448;
+  static_assert(CudaWorkspace::lm_head_logits_ld(odd.vocab) == padded);
   // cuBLASLt's column-major view: logits^T (V, rows) = W h^T, written at ld 448;
   // dh reads them as B (k = V), dW as B (n = V)
   int logits = 0, reads = 0;
