@@ -40,8 +40,10 @@ struct LMHeadLoss {
     op.n_out = 1;
     op.fused_loss = true;
     // host: logits / probabilities of one chunk, f32: (chunk, Vocab), plus row max and sum;
-    // CUDA: the logits of one chunk in the storage type (turned into dlogits in
-    // place), then every token's loss in f32 (summed once, in order, at the end)
+    // CUDA: the logits of one chunk in the storage type, (chunk, ld) with ld =
+    // Vocab rounded up to 64 so cuBLASLt keeps its fast kernels (turned into
+    // dlogits in place; the padding columns are never read), then every
+    // token's loss in f32 (summed once, in order, at the end)
     op.scratch_fwd = b.cfg.cuda() ? CudaWorkspace::lm_head_logits_bytes(chunk, Vocab, b.cfg.act_bytes()) + n * 4
                                   : chunk * (Vocab + 2) * b.cfg.compute_bytes();
     b.gemm(chunk, Vocab, D);  // logits = h W^T

@@ -31,7 +31,7 @@ struct TrainOptions {
 struct StepStats {
   int step = 0;             // optimizer steps done, this one included
   double loss = 0;          // mean over the step's tokens
-  double grad_norm = 0;     // global gradient norm, before clipping
+  double grad_norm = 0;     // global gradient norm, before clipping (cuda::Trainer: 0 with UpdateInBackward)
   double lr = 0;
 };
 
