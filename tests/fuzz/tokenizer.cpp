@@ -20,6 +20,8 @@
 // A failed check prints what differs and aborts.
 #include <headroom/io/tokenizer.hpp>
 
+#include "../runtime/support/reference_bpe.hpp"
+
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -43,71 +45,9 @@ using Ids = std::vector<std::int32_t>;
   std::abort();
 }
 
-std::string byte_token(unsigned char b) {
-  std::string s;
-  io::detail::append_utf8(s, gpt2::byte_to_unicode[b]);
-  return s;
-}
+std::string byte_token(unsigned char b) { return headroom::test::ReferenceBpe::byte_token(b); }
 
-// GPT-2's bpe() (openai/gpt-2, src/encoder.py) on token strings, built from
-// the same two files; only meaningful once Gpt2Bpe accepted them.
-struct Reference {
-  std::map<std::pair<std::string, std::string>, int> ranks;
-  std::map<std::string, std::int32_t> encoder;
-
-  Reference(std::string_view encoder_json, std::string_view vocab_bpe) {
-    gpt2::JsonMapParser(encoder_json, "encoder.json").parse([&](std::string k, std::uint64_t v, std::size_t) {
-      encoder[k] = static_cast<std::int32_t>(v);
-    });
-    int rank = 0;
-    std::size_t line_no = 0;
-    for (std::size_t pos = 0; pos < vocab_bpe.size();) {
-      std::size_t end = vocab_bpe.find('\n', pos);
-      if (end == std::string_view::npos) end = vocab_bpe.size();
-      std::string_view line = vocab_bpe.substr(pos, end - pos);
-      pos = end + 1;
-      ++line_no;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
-      const std::size_t space = line.find(' ');
-      ranks[{std::string(line.substr(0, space)), std::string(line.substr(space + 1))}] = rank++;
-    }
-  }
-
-  std::vector<std::string> bpe(std::vector<std::string> word) const {
-    while (word.size() > 1) {
-      int best = INT_MAX;
-      std::pair<std::string, std::string> bigram;
-      for (std::size_t i = 0; i + 1 < word.size(); ++i)
-        if (const auto it = ranks.find({word[i], word[i + 1]}); it != ranks.end() && it->second < best)
-          best = it->second, bigram = it->first;
-      if (best == INT_MAX) break;
-      std::vector<std::string> out;
-      for (std::size_t i = 0; i < word.size();) {
-        if (i + 1 < word.size() && word[i] == bigram.first && word[i + 1] == bigram.second) {
-          out.push_back(bigram.first + bigram.second);
-          i += 2;
-        } else {
-          out.push_back(word[i++]);
-        }
-      }
-      word = std::move(out);
-    }
-    return word;
-  }
-
-  Ids encode(std::string_view text) const {
-    Ids ids;
-    for (std::size_t i = 0; i < text.size();) {
-      const std::size_t n = gpt2::next_piece(text, i);
-      std::vector<std::string> word;
-      for (std::size_t k = i; k < i + n; ++k) word.push_back(byte_token(static_cast<unsigned char>(text[k])));
-      for (const auto& tok : bpe(std::move(word))) ids.push_back(encoder.at(tok));
-      i += n;
-    }
-    return ids;
-  }
-};
+using Reference = headroom::test::ReferenceBpe;
 
 void check_gpt2(const io::Gpt2Bpe& bpe, const Reference* ref, std::string_view text) {
   const Ids ids = bpe.encode(text);
@@ -202,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } else {
     static const Fixed fixed;
     static const io::Gpt2Bpe bpe = io::Gpt2Bpe::from_contents(fixed.json, fixed.merges);
-    static const Reference ref(fixed.json, fixed.merges);
+    static const Reference ref = Reference::from_contents(fixed.json, fixed.merges);
     check_gpt2(bpe, &ref, input);
     return 0;
   }
@@ -212,7 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const io::data_error&) {
     return 0;  // a bad file, refused as it should be
   }
-  const Reference ref(encoder_json, vocab_bpe);
+  const Reference ref = Reference::from_contents(encoder_json, vocab_bpe);
   check_gpt2(*bpe, &ref, text);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/fixtures.hpp"
+#include "support/reference_bpe.hpp"
 
 #include <headroom/io/tokenizer.hpp>
 
@@ -36,6 +37,7 @@
 #include <vector>
 
 namespace {
+using headroom::test::ReferenceBpe;
 using headroom::test::TempDir;
 using headroom::test::write_file;
 
@@ -86,80 +88,6 @@ std::vector<std::string> pieces(std::string_view text) {
   }
   return out;
 }
-
-// --- a transcription of GPT-2's bpe() (openai/gpt-2, src/encoder.py) ----------
-//
-//   while True:
-//       bigram = min(pairs, key=lambda pair: self.bpe_ranks.get(pair, float('inf')))
-//       if bigram not in self.bpe_ranks: break
-//       first, second = bigram
-//       new_word = []; i = 0
-//       while i < len(word):
-//           try: j = word.index(first, i); new_word.extend(word[i:j]); i = j
-//           except: new_word.extend(word[i:]); break
-//           if word[i] == first and i < len(word)-1 and word[i+1] == second:
-//               new_word.append(first+second); i += 2
-//           else: new_word.append(word[i]); i += 1
-//       word = tuple(new_word)
-//       if len(word) == 1: break
-//       else: pairs = get_pairs(word)
-//
-// on token strings (the byte alphabet), quadratic and independent of Gpt2Bpe's
-// ids and heap; only the pre-tokenization split (next_piece) is shared.
-struct ReferenceBpe {
-  std::map<std::pair<std::string, std::string>, int> ranks;
-  std::map<std::string, std::int32_t> encoder;
-
-  static std::string byte_token(unsigned char b) {
-    std::string s;
-    headroom::io::detail::append_utf8(s, headroom::io::detail::gpt2::byte_to_unicode[b]);
-    return s;
-  }
-
-  std::vector<std::string> bpe(std::vector<std::string> word) const {
-    while (word.size() > 1) {
-      int best = INT_MAX;
-      std::pair<std::string, std::string> bigram;
-      for (std::size_t i = 0; i + 1 < word.size(); ++i)
-        if (const auto it = ranks.find({word[i], word[i + 1]}); it != ranks.end() && it->second < best)
-          best = it->second, bigram = it->first;
-      if (best == INT_MAX) break;
-      const auto& [first, second] = bigram;
-      std::vector<std::string> out;
-      for (std::size_t i = 0; i < word.size();) {
-        const auto j = static_cast<std::size_t>(std::find(word.begin() + static_cast<long>(i), word.end(), first) -
-                                                word.begin());
-        if (j == word.size()) {
-          out.insert(out.end(), word.begin() + static_cast<long>(i), word.end());
-          break;
-        }
-        out.insert(out.end(), word.begin() + static_cast<long>(i), word.begin() + static_cast<long>(j));
-        i = j;
-        if (word[i] == first && i + 1 < word.size() && word[i + 1] == second) {
-          out.push_back(first + second);
-          i += 2;
-        } else {
-          out.push_back(word[i]);
-          i += 1;
-        }
-      }
-      word = std::move(out);
-    }
-    return word;
-  }
-
-  Ids encode(std::string_view text) const {
-    Ids ids;
-    for (std::size_t i = 0; i < text.size();) {
-      const std::size_t n = headroom::io::detail::gpt2::next_piece(text, i);
-      std::vector<std::string> word;
-      for (std::size_t k = i; k < i + n; ++k) word.push_back(byte_token(static_cast<unsigned char>(text[k])));
-      for (const auto& tok : bpe(std::move(word))) ids.push_back(encoder.at(tok));
-      i += n;
-    }
-    return ids;
-  }
-};
 
 // A random GPT-2-style vocabulary: the 256 byte tokens (id = byte), then merges
 // built over a few byte tokens of `alphabet` (each merge joins two tokens that
@@ -654,17 +582,10 @@ TEST_CASE("gpt2 bpe with GPT-2's own files gives GPT-2's ids", "[.gpt2][io][toke
 
   // against the transcription of GPT-2's bpe() with the same files: Austen's
   // opening, and a piece of 2 KB without spaces (its letters only)
-  ReferenceBpe ref;
   std::ifstream enc(dir / "encoder.json", std::ios::binary), merges(dir / "vocab.bpe", std::ios::binary);
   const std::string json{std::istreambuf_iterator<char>(enc), std::istreambuf_iterator<char>()};
-  headroom::io::detail::gpt2::JsonMapParser(json, dir / "encoder.json")
-      .parse([&](std::string k, std::uint64_t v, std::size_t) { ref.encoder[k] = static_cast<std::int32_t>(v); });
-  std::string line;
-  for (int rank = 0; std::getline(merges, line);)
-    if (!line.empty() && !line.starts_with("#version")) {
-      const std::size_t space = line.find(' ');
-      ref.ranks[{line.substr(0, space), line.substr(space + 1)}] = rank++;
-    }
+  const std::string merge_lines{std::istreambuf_iterator<char>(merges), std::istreambuf_iterator<char>()};
+  const ReferenceBpe ref = ReferenceBpe::from_contents(json, merge_lines);
   std::ifstream austen(corpus_dir() / "austen.txt", std::ios::binary);
   if (!austen) FAIL("austen.txt is not in " << corpus_dir().string() << "; run scripts/fetch-corpus");
   std::string book(100000, '\0'), letters;
