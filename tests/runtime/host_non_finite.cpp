@@ -44,20 +44,7 @@ using Model = models::Llama<cfg>;
 template <class... Options>
 using RunWith = Train<Model, Batch<4>, Seq<32>, Workers<2>, Options...>;
 
-// A learnable stream: mostly a fixed bigram map, sometimes mixing in the token two back.
-struct Stream {
-  std::vector<std::int32_t> tok, tgt;
-  explicit Stream(std::size_t n, std::uint32_t seed) : tok(n), tgt(n) {
-    std::vector<std::int32_t> s(n + 1);
-    s[0] = static_cast<std::int32_t>(seed % 64);
-    s[1] = static_cast<std::int32_t>((seed / 64) % 64);
-    for (std::size_t i = 2; i <= n; ++i) s[i] = (s[i - 1] * 5 + 1 + (i % 7 == 0 ? s[i - 2] : 0)) % 64;
-    for (std::size_t i = 0; i < n; ++i) {
-      tok[i] = s[i];
-      tgt[i] = s[i + 1];
-    }
-  }
-};
+using headroom::test::Stream;
 
 // Everything a step may change, as bytes: each parameter's weight and optimizer state.
 struct Snapshot {

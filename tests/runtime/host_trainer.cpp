@@ -2,6 +2,8 @@
 // clipping, AdamW8bit tracking AdamW, and clear errors for bad input.
 #include <catch2/catch.hpp>
 
+#include "support/fixtures.hpp"
+
 #include <cmath>
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
@@ -15,20 +17,7 @@ constexpr models::LlamaConfig cfg{64, 64, 128, 2, 4, 2, 64, false};
 using Model = models::Llama<cfg>;
 using Run = Train<Model, Batch<4>, Seq<32>, Workers<2>>;
 
-// A learnable stream: mostly a fixed bigram map, sometimes mixing in the token two back.
-struct Stream {
-  std::vector<std::int32_t> tok, tgt;
-  explicit Stream(std::size_t n, std::uint32_t seed) : tok(n), tgt(n) {
-    std::vector<std::int32_t> s(n + 1);
-    s[0] = static_cast<std::int32_t>(seed % 64);
-    s[1] = static_cast<std::int32_t>((seed / 64) % 64);
-    for (std::size_t i = 2; i <= n; ++i) s[i] = (s[i - 1] * 5 + 1 + (i % 7 == 0 ? s[i - 2] : 0)) % 64;
-    for (std::size_t i = 0; i < n; ++i) {
-      tok[i] = s[i];
-      tgt[i] = s[i + 1];
-    }
-  }
-};
+using headroom::test::Stream;
 }  // namespace
 
 TEST_CASE("training is deterministic for a seed and a thread count", "[host][trainer]") {
