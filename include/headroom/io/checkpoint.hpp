@@ -257,14 +257,6 @@ inline std::string read_text(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-inline void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path, "cannot create the file");
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.close();
-  if (!out) fail(path, "write failed");
-}
-
 // Bytes of the model's shared NF4 code tables: the largest any quantized
 // parameter needs (as the planner sizes it).
 template <class Trainer>
@@ -443,13 +435,13 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
     j += "  \"extra\": " + extra + "\n}\n";
 
     // The two safetensors files are durable already (write_safetensors
-    // fsyncs them and the staging directory); trainer.json is written and
-    // fsync'ed as a temporary, and its rename marks the checkpoint complete.
-    ck::write_text(staging / "trainer.json.tmp", j);
-    sync_path(staging / "trainer.json.tmp");
+    // fsyncs them and the staging directory); trainer.json goes the same way
+    // (an fsync'ed temporary, renamed), and its rename marks the checkpoint
+    // complete.
     ck::stage(ck::trainer_file);
-    fs::rename(staging / "trainer.json.tmp", staging / ck::trainer_file);
-    sync_path(staging);
+    write_durably(
+        staging / ck::trainer_file, [&](std::ofstream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
+        [&](const std::string& what) { ck::fail(staging / ck::trainer_file, what); });
     ck::stage("swap");
     ck::swap_in(staging, d);
   } catch (...) {
