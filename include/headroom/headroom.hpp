@@ -2,6 +2,7 @@
 // headroom: a transformer training run is a type; its memory plan is constexpr.
 #include "core/bytes.hpp"
 #include "core/config.hpp"
+#include "core/diagnostic.hpp"
 #include "core/dtype.hpp"
 #include "core/quant_format.hpp"
 #include "layers/attention.hpp"
@@ -16,6 +17,7 @@
 #include "models/gpt2.hpp"
 #include "models/llama.hpp"
 #include "optim/optimizer.hpp"
+#include "plan/budget.hpp"
 #include "plan/graph.hpp"
 #include "plan/lower.hpp"
 #include "plan/plan.hpp"

@@ -26,12 +26,12 @@ namespace headroom {
 
 template <std::int64_t B>
 struct Batch {
-  static_assert(B >= 1, "Batch<B>: B must be at least 1");
+  HEADROOM_REQUIRE(B >= 1, "Batch<B>: B must be at least 1 (it is {})", B);
   static constexpr std::int64_t value = B;
 };
 template <std::int64_t T>
 struct Seq {
-  static_assert(T >= 1, "Seq<T>: T must be at least 1");
+  HEADROOM_REQUIRE(T >= 1, "Seq<T>: T must be at least 1 (it is {})", T);
   static constexpr std::int64_t value = T;
 };
 template <DType T>
@@ -42,17 +42,17 @@ struct Precision {
 };
 template <int K>
 struct Accumulate {
-  static_assert(K >= 1, "Accumulate<K>: K must be at least 1");
+  HEADROOM_REQUIRE(K >= 1, "Accumulate<K>: K must be at least 1 (it is {})", K);
   static constexpr int value = K;
 };
 template <int W>
 struct Workers {
-  static_assert(W >= 1, "Workers<W>: W must be at least 1");
+  HEADROOM_REQUIRE(W >= 1, "Workers<W>: W must be at least 1 (it is {})", W);
   static constexpr int value = W;
 };
 template <std::int64_t C>
 struct LossChunk {
-  static_assert(C >= 1, "LossChunk<C>: C must be at least 1");
+  HEADROOM_REQUIRE(C >= 1, "LossChunk<C>: C must be at least 1 (it is {})", C);
   static constexpr std::int64_t value = C;
 };
 struct UpdateInBackward {};
@@ -82,6 +82,11 @@ template <class M>
 constexpr bool fits_context(std::int64_t seq) {
   if constexpr (requires { M::max_seq; }) return seq <= M::max_seq;
   else return true;
+}
+template <class M>
+constexpr std::int64_t context_length() {
+  if constexpr (requires { M::max_seq; }) return M::max_seq;
+  else return -1;
 }
 
 template <class... Os>
@@ -124,7 +129,8 @@ struct Train {
 
   static_assert(!update_in_backward || accumulate == 1,
                 "Train<Model, ...>: UpdateInBackward frees each layer's grads right after its update, so it needs Accumulate<1>");
-  static_assert(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T exceeds the model's context length");
+  HEADROOM_REQUIRE(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T ({}) exceeds the context length of the model ({})",
+                   seq, detail::context_length<M>());
 
   static constexpr RunConfig config() {
     RunConfig c{};

@@ -1,8 +1,15 @@
 # Run by ctest as: cmake -DSETTINGS=<file> -DSOURCE=<file.cpp> -P compile_fail.cmake
 #
-# Passes only if compiling SOURCE fails AND the compiler's output contains the
-# text of every "// expect: <text>" line of SOURCE (substring, case-sensitive,
-# trailing spaces ignored). A file with no expect line is an error.
+# Passes only if compiling SOURCE fails AND the first line of the compiler's
+# output that contains "error" (the first error) contains the text of every
+# expectation of SOURCE (substring, case-sensitive, trailing spaces ignored):
+#
+#   // expect: <text>         with every compiler
+#   // expect-gcc: <text>     with g++ only
+#   // expect-clang: <text>   with clang++ only
+#
+# The settings file names the compiler, its family (HEADROOM_CF_FAMILY: gcc or
+# clang) and its flags. A file with no expectation for the family is an error.
 cmake_minimum_required(VERSION 3.25)
 foreach(var SETTINGS SOURCE)
   if(NOT DEFINED ${var})
@@ -14,6 +21,9 @@ get_filename_component(name ${SOURCE} NAME)
 
 # Collect the expectations. The file is split into lines by hand so that ';',
 # '[' and ']' in an expectation survive CMake's list handling.
+if(NOT DEFINED HEADROOM_CF_FAMILY)
+  set(HEADROOM_CF_FAMILY gcc)
+endif()
 file(READ ${SOURCE} text)
 string(REPLACE ";" "@HEADROOM_SEMI@" text "${text}")
 string(REPLACE "[" "@HEADROOM_LB@" text "${text}")
@@ -21,15 +31,17 @@ string(REPLACE "]" "@HEADROOM_RB@" text "${text}")
 string(REPLACE "\n" ";" lines "${text}")
 set(expects "")
 foreach(line IN LISTS lines)
-  if(line MATCHES "^[ \t]*// expect: (.*)$")
-    string(STRIP "${CMAKE_MATCH_1}" e)
-    if(NOT e STREQUAL "")
+  if(line MATCHES "^[ \t]*// expect(-gcc|-clang)?: (.*)$")
+    set(family "${CMAKE_MATCH_1}")
+    string(STRIP "${CMAKE_MATCH_2}" e)
+    if(NOT e STREQUAL "" AND (family STREQUAL "" OR family STREQUAL "-${HEADROOM_CF_FAMILY}"))
       list(APPEND expects "${e}")
     endif()
   endif()
 endforeach()
 if(NOT expects)
-  message(FATAL_ERROR "${name}: no '// expect: <text>' line: say which error message the file must produce")
+  message(FATAL_ERROR "${name}: no '// expect: <text>' (or '// expect-${HEADROOM_CF_FAMILY}: <text>') line: "
+    "say which error message the file must produce")
 endif()
 
 # Build the command line.
@@ -68,21 +80,45 @@ if(rc EQUAL 0)
   show_output()
   message(FATAL_ERROR "${name}: compiled without error, but it must fail")
 endif()
+
+# The first error line.
+string(REPLACE ";" "@HEADROOM_SEMI@" o "${out}")
+string(REPLACE "[" "@HEADROOM_LB@" o "${o}")
+string(REPLACE "]" "@HEADROOM_RB@" o "${o}")
+string(REPLACE "\n" ";" o "${o}")
+set(first "")
+foreach(line IN LISTS o)
+  string(FIND "${line}" "error" pos)
+  if(NOT pos EQUAL -1)
+    set(first "${line}")
+    break()
+  endif()
+endforeach()
+string(REPLACE "@HEADROOM_SEMI@" ";" first "${first}")
+string(REPLACE "@HEADROOM_LB@" "[" first "${first}")
+string(REPLACE "@HEADROOM_RB@" "]" first "${first}")
+
 set(missing "")
 set(found "")
 foreach(e IN LISTS expects)
   string(REPLACE "@HEADROOM_SEMI@" ";" e "${e}")
   string(REPLACE "@HEADROOM_LB@" "[" e "${e}")
   string(REPLACE "@HEADROOM_RB@" "]" e "${e}")
-  string(FIND "${out}" "${e}" pos)
+  string(FIND "${first}" "${e}" pos)
   if(pos EQUAL -1)
-    string(APPEND missing "\n  expected text not found: ${e}")
+    string(FIND "${out}" "${e}" later)
+    if(later EQUAL -1)
+      string(APPEND missing "\n  expected text not found: ${e}")
+    else()
+      string(APPEND missing "\n  expected text found, but not on the first error line: ${e}")
+    endif()
   else()
     string(APPEND found "\n  found: ${e}")
   endif()
 endforeach()
 if(missing)
   show_output()
-  message(FATAL_ERROR "${name}: failed to compile (exit ${rc}), but not with the expected message:${missing}")
+  message(FATAL_ERROR "${name}: failed to compile (exit ${rc}), but not with the expected message (${HEADROOM_CF_FAMILY}):${missing}\n"
+    "  first error line: ${first}")
 endif()
-message("${name}: failed to compile, as expected${found}")
+message("${name}: failed to compile (${HEADROOM_CF_FAMILY}), as expected${found}")

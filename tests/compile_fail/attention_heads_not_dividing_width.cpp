@@ -1,5 +1,7 @@
 // Attention used directly with 5 heads over a width of 64.
-// expect: Attention<D, Heads, ...>: the number of heads must divide the model width D
+// expect-gcc: Attention<D, Heads, ...>: the number of heads (5) must divide the model width D (64)
+// expect-clang: headroom::diag::values<5, 64>::hold<false>
+// expect-clang: Attention<D, Heads, ...>: the number of heads ({}) must divide the model width D ({})
 #include <headroom/headroom.hpp>
 using namespace headroom;
 

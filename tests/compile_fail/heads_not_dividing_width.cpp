@@ -1,5 +1,7 @@
 // A Llama config whose head count (3) does not divide the width (256).
-// expect: Llama: the number of heads must divide the model width
+// expect-gcc: Llama: the number of heads (3) must divide the model width (256)
+// expect-clang: headroom::diag::values<3, 256>::hold<false>
+// expect-clang: Llama: the number of heads ({}) must divide the model width ({})
 #include <headroom/headroom.hpp>
 using namespace headroom;
 

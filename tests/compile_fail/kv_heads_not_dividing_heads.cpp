@@ -1,5 +1,7 @@
 // A Llama config with 4 heads and 3 KV heads: GQA needs KV heads | heads.
-// expect: Attention<D, Heads, KVHeads, ...>: KV heads must divide the number of heads (GQA)
+// expect-gcc: Attention<D, Heads, KVHeads, ...>: KV heads (3) must divide the number of heads (4) (GQA)
+// expect-clang: headroom::diag::values<3, 4>::hold<false>
+// expect-clang: Attention<D, Heads, KVHeads, ...>: KV heads ({}) must divide the number of heads ({}) (GQA)
 #include <headroom/headroom.hpp>
 using namespace headroom;
 

@@ -1,5 +1,7 @@
 // A LoRA rank larger than the projection's in_features (32) is rejected.
-// expect: LoRA<Rank, L>: rank must not exceed the projection's in_features or out_features
+// expect-gcc: LoRA<Rank, L>: rank (64) must not exceed in_features (32) or out_features (128) of the projection
+// expect-clang: headroom::diag::values<64, 32, 128>::hold<false>
+// expect-clang: LoRA<Rank, L>: rank ({}) must not exceed in_features ({}) or out_features ({}) of the projection
 #include <headroom/headroom.hpp>
 using namespace headroom;
 

@@ -1,5 +1,7 @@
 // GPT-2's context is 1024 positions.
-// expect: Train<Model, Seq<T>>: T exceeds the model's context length
+// expect-gcc: Train<Model, Seq<T>>: T (2048) exceeds the context length of the model (1024)
+// expect-clang: headroom::diag::values<2048, 1024>::hold<false>
+// expect-clang: Train<Model, Seq<T>>: T ({}) exceeds the context length of the model ({})
 #include <headroom/headroom.hpp>
 using namespace headroom;
 

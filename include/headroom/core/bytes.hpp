@@ -1,6 +1,7 @@
 #pragma once
 // Byte quantities and the literals used in budget assertions:
 //   static_assert(plan.peak_bytes() <= 24_GiB);
+//   static_assert(fits<Run, 24_GiB>);   // plan/budget.hpp: names both numbers when it fails
 #include <cstdint>
 
 namespace headroom {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "bytes.hpp"
+#include "diagnostic.hpp"
 
 namespace headroom {
 
@@ -42,15 +43,15 @@ struct QuantDesc {
 
 template <int Block = 64, bool DoubleQuant = false>
 struct NormalFloat4 {
-  static_assert(Block > 0 && Block % 2 == 0, "NF4: the block size must be a positive even number");
+  HEADROOM_REQUIRE(Block > 0 && Block % 2 == 0, "NF4: the block size must be a positive even number (it is {})", Block);
   static constexpr QuantDesc desc{QuantKind::nf4, 4, Block, DoubleQuant, 256};
   static constexpr std::string_view name = DoubleQuant ? "NF4+DQ" : "NF4";
 };
 
 template <int Bits, int Block = 64>
 struct BlockInt {
-  static_assert(Bits == 8 || Bits == 4, "BlockInt<Bits, Block>: Bits must be 8 or 4");
-  static_assert(Block > 0 && Block % 2 == 0, "BlockInt: the block size must be a positive even number");
+  HEADROOM_REQUIRE(Bits == 8 || Bits == 4, "BlockInt<Bits, Block>: Bits must be 8 or 4 (it is {})", Bits);
+  HEADROOM_REQUIRE(Block > 0 && Block % 2 == 0, "BlockInt: the block size must be a positive even number (it is {})", Block);
   static constexpr QuantDesc desc{Bits == 8 ? QuantKind::int8 : QuantKind::int4, Bits, Block, false, 256};
   static constexpr std::string_view name = Bits == 8 ? "Int8" : "Int4";
 };

@@ -76,13 +76,23 @@ constexpr bool attention_dims_ok = Heads > 0 && KVHeads > 0 && D % Heads == 0 &&
 template <std::int64_t D, std::int64_t Heads, std::int64_t KVHeads, Positions Pos, class Q, class K, class V, class O,
           std::int64_t RopeTheta = 10000>
 struct Attention {
-  static_assert(Heads > 0 && D % Heads == 0, "Attention<D, Heads, ...>: the number of heads must divide the model width D");
-  static_assert(KVHeads > 0 && Heads % KVHeads == 0, "Attention<D, Heads, KVHeads, ...>: KV heads must divide the number of heads (GQA)");
-  static constexpr std::int64_t head_dim = D / Heads;
-  static_assert(Q::in_features == D && Q::out_features == Heads * head_dim, "Attention: q_proj must map D to Heads * head_dim");
-  static_assert(K::in_features == D && K::out_features == KVHeads * head_dim, "Attention: k_proj must map D to KVHeads * head_dim");
-  static_assert(V::in_features == D && V::out_features == KVHeads * head_dim, "Attention: v_proj must map D to KVHeads * head_dim");
-  static_assert(O::in_features == Heads * head_dim && O::out_features == D, "Attention: o_proj must map Heads * head_dim to D");
+  HEADROOM_REQUIRE(Heads > 0 && D % Heads == 0,
+                   "Attention<D, Heads, ...>: the number of heads ({}) must divide the model width D ({})", Heads, D);
+  HEADROOM_REQUIRE(KVHeads > 0 && Heads % KVHeads == 0,
+                   "Attention<D, Heads, KVHeads, ...>: KV heads ({}) must divide the number of heads ({}) (GQA)", KVHeads, Heads);
+  static constexpr std::int64_t head_dim = Heads > 0 ? D / Heads : 0;
+  HEADROOM_REQUIRE(Q::in_features == D && Q::out_features == Heads * head_dim,
+                   "Attention: q_proj must map D to Heads * head_dim ({} to {}); it maps {} to {}", D, Heads * head_dim,
+                   Q::in_features, Q::out_features);
+  HEADROOM_REQUIRE(K::in_features == D && K::out_features == KVHeads * head_dim,
+                   "Attention: k_proj must map D to KVHeads * head_dim ({} to {}); it maps {} to {}", D, KVHeads * head_dim,
+                   K::in_features, K::out_features);
+  HEADROOM_REQUIRE(V::in_features == D && V::out_features == KVHeads * head_dim,
+                   "Attention: v_proj must map D to KVHeads * head_dim ({} to {}); it maps {} to {}", D, KVHeads * head_dim,
+                   V::in_features, V::out_features);
+  HEADROOM_REQUIRE(O::in_features == Heads * head_dim && O::out_features == D,
+                   "Attention: o_proj must map Heads * head_dim to D ({} to {}); it maps {} to {}", Heads * head_dim, D,
+                   O::in_features, O::out_features);
   static constexpr std::string_view kind = "Attention";
   static constexpr std::int64_t in_features = D, out_features = D;
   static constexpr std::int64_t heads = Heads, kv_heads = KVHeads;
@@ -102,9 +112,14 @@ struct Attention {
 
 template <std::int64_t D, std::int64_t Heads, class QKV, class O>
 struct FusedAttention {
-  static_assert(Heads > 0 && D % Heads == 0, "FusedAttention<D, Heads, ...>: the number of heads must divide the model width D");
-  static_assert(QKV::in_features == D && QKV::out_features == 3 * D, "FusedAttention: c_attn must map D to 3 D");
-  static_assert(O::in_features == D && O::out_features == D, "FusedAttention: c_proj must map D to D");
+  HEADROOM_REQUIRE(Heads > 0 && D % Heads == 0,
+                   "FusedAttention<D, Heads, ...>: the number of heads ({}) must divide the model width D ({})", Heads, D);
+  HEADROOM_REQUIRE(QKV::in_features == D && QKV::out_features == 3 * D,
+                   "FusedAttention: c_attn must map D to 3 D ({} to {}); it maps {} to {}", D, 3 * D, QKV::in_features,
+                   QKV::out_features);
+  HEADROOM_REQUIRE(O::in_features == D && O::out_features == D,
+                   "FusedAttention: c_proj must map D to D ({} to {}); it maps {} to {}", D, D, O::in_features,
+                   O::out_features);
   static constexpr std::string_view kind = "Attention";
   static constexpr std::int64_t in_features = D, out_features = D;
   static constexpr std::int64_t heads = Heads, kv_heads = Heads;

@@ -34,7 +34,8 @@ constexpr Ref residual_add(graph::Builder& b, Ref x, Ref f, std::int64_t feature
 // Residual<F>: y = x + F(x).
 template <class F>
 struct Residual {
-  static_assert(F::in_features == F::out_features, "Residual<F>: F must map D features to D features");
+  HEADROOM_REQUIRE(F::in_features == F::out_features,
+                   "Residual<F>: F must map D features to D features (it maps {} to {})", F::in_features, F::out_features);
   static constexpr std::string_view kind = "Residual";
   static constexpr std::int64_t in_features = F::in_features, out_features = F::out_features;
   using children = type_list<F>;
@@ -60,9 +61,11 @@ struct GPT2BlockNames {
 template <class Names, class Norm1, class Attn, class Norm2, class Mlp>
 struct PreNormBlock {
   static constexpr std::int64_t D = Attn::in_features;
-  static_assert(Norm1::in_features == D && Norm2::in_features == D && Mlp::in_features == D && Mlp::out_features == D &&
-                    Attn::out_features == D,
-                "PreNormBlock: norms, attention and MLP must all map D features to D features");
+  HEADROOM_REQUIRE(Norm1::in_features == D && Norm2::in_features == D && Mlp::in_features == D && Mlp::out_features == D &&
+                       Attn::out_features == D,
+                   "PreNormBlock: norms, attention and MLP must all map D features to D features (D = {}: norm1 takes {}, "
+                   "attention gives {}, norm2 takes {}, MLP maps {} to {})",
+                   D, Norm1::in_features, Attn::out_features, Norm2::in_features, Mlp::in_features, Mlp::out_features);
   static constexpr std::string_view kind = "Block";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<Norm1, Attn, Norm2, Mlp>;

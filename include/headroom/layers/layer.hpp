@@ -25,6 +25,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "../core/diagnostic.hpp"
 #include "../plan/graph.hpp"
 
 namespace headroom {

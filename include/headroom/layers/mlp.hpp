@@ -31,8 +31,12 @@ constexpr Ref elementwise(graph::Builder& b, graph::OpKind kind, std::string_vie
 
 template <std::int64_t D, std::int64_t F, class Fc, class Proj>
 struct MLP {
-  static_assert(Fc::in_features == D && Fc::out_features == F, "MLP<D, F, ...>: c_fc must map D to F");
-  static_assert(Proj::in_features == F && Proj::out_features == D, "MLP<D, F, ...>: c_proj must map F to D");
+  HEADROOM_REQUIRE(Fc::in_features == D && Fc::out_features == F,
+                   "MLP<D, F, ...>: c_fc must map D to F ({} to {}); it maps {} to {}", D, F, Fc::in_features,
+                   Fc::out_features);
+  HEADROOM_REQUIRE(Proj::in_features == F && Proj::out_features == D,
+                   "MLP<D, F, ...>: c_proj must map F to D ({} to {}); it maps {} to {}", F, D, Proj::in_features,
+                   Proj::out_features);
   static constexpr std::string_view kind = "MLP";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<Fc, Proj>;
@@ -48,9 +52,15 @@ struct MLP {
 
 template <std::int64_t D, std::int64_t F, class Gate, class Up, class Down>
 struct SwiGLU {
-  static_assert(Gate::in_features == D && Gate::out_features == F, "SwiGLU<D, F, ...>: gate_proj must map D to F");
-  static_assert(Up::in_features == D && Up::out_features == F, "SwiGLU<D, F, ...>: up_proj must map D to F");
-  static_assert(Down::in_features == F && Down::out_features == D, "SwiGLU<D, F, ...>: down_proj must map F to D");
+  HEADROOM_REQUIRE(Gate::in_features == D && Gate::out_features == F,
+                   "SwiGLU<D, F, ...>: gate_proj must map D to F ({} to {}); it maps {} to {}", D, F, Gate::in_features,
+                   Gate::out_features);
+  HEADROOM_REQUIRE(Up::in_features == D && Up::out_features == F,
+                   "SwiGLU<D, F, ...>: up_proj must map D to F ({} to {}); it maps {} to {}", D, F, Up::in_features,
+                   Up::out_features);
+  HEADROOM_REQUIRE(Down::in_features == F && Down::out_features == D,
+                   "SwiGLU<D, F, ...>: down_proj must map F to D ({} to {}); it maps {} to {}", F, D, Down::in_features,
+                   Down::out_features);
   static constexpr std::string_view kind = "SwiGLU";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<Gate, Up, Down>;

@@ -44,8 +44,10 @@ constexpr bool offload_only_at_top() {
 
 template <int N, class Block>
 struct Repeat {
-  static_assert(N >= 1, "Repeat<N, Block>: N must be at least 1");
-  static_assert(Block::in_features == Block::out_features, "Repeat<N, Block>: Block must map D features to D features");
+  HEADROOM_REQUIRE(N >= 1, "Repeat<N, Block>: N must be at least 1 (it is {})", N);
+  HEADROOM_REQUIRE(Block::in_features == Block::out_features,
+                   "Repeat<N, Block>: Block must map D features to D features (it maps {} to {})", Block::in_features,
+                   Block::out_features);
   static_assert(!detail::any_repeat<type_list<Block>>::value, "Repeat<N, Block>: Block must not contain another Repeat; write Repeat<N * M, Block>");
   static_assert(detail::offload_only_at_top<Block>(),
                 "Repeat<N, Block>: Offloaded<L> inside a repeated block must wrap the whole block (Apply<Offloaded<>, EveryBlock>)");
@@ -75,6 +77,16 @@ constexpr std::int64_t type_list_back_out() {
   constexpr std::int64_t outs[] = {Ls::out_features...};
   return outs[sizeof...(Ls) - 1];
 }
+template <class... Ls>
+constexpr std::int64_t type_list_in_at(int i) {
+  constexpr std::int64_t ins[] = {Ls::in_features...};
+  return i >= 0 && i < static_cast<int>(sizeof...(Ls)) ? ins[i] : 0;
+}
+template <class... Ls>
+constexpr std::int64_t type_list_out_at(int i) {
+  constexpr std::int64_t outs[] = {Ls::out_features...};
+  return i >= 0 && i < static_cast<int>(sizeof...(Ls)) ? outs[i] : 0;
+}
 }  // namespace detail
 
 template <class... Ls>
@@ -84,14 +96,20 @@ struct Sequential {
   using children = type_list<Ls...>;
   static constexpr std::int64_t in_features = detail::type_list_front_in<Ls...>();
   static constexpr std::int64_t out_features = detail::type_list_back_out<Ls...>();
-  static constexpr bool chained() {
+  // The first i whose out_features differ from the in_features of layer i + 1, or -1.
+  static constexpr int first_break() {
     constexpr std::int64_t ins[] = {Ls::in_features...};
     constexpr std::int64_t outs[] = {Ls::out_features...};
     for (std::size_t i = 0; i + 1 < sizeof...(Ls); ++i)
-      if (outs[i] != ins[i + 1]) return false;
-    return true;
+      if (outs[i] != ins[i + 1]) return static_cast<int>(i);
+    return -1;
   }
-  static_assert(chained(), "Sequential<Ls...>: each layer's out_features must equal the next layer's in_features");
+  static constexpr int break_at = first_break();
+  HEADROOM_REQUIRE(break_at < 0,
+                   "Sequential<Ls...>: the out_features of each layer must equal the in_features of the next (layer {} gives {}, "
+                   "layer {} takes {})",
+                   break_at, detail::type_list_out_at<Ls...>(break_at), break_at + 1,
+                   detail::type_list_in_at<Ls...>(break_at + 1));
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
     int i = 0;

@@ -32,9 +32,12 @@ using GPT2Slots = type_list<c_attn, c_proj, attn_c_proj, c_fc, mlp_c_proj>;
 template <GPT2Config C, class... Mods>
 struct GPT2 {
   static_assert((is_modifier_v<Mods> && ...), "GPT2<Config, Mods...>: every modifier must be an Apply<Recipe, On<...>> or Apply<Policy, EveryBlock>");
-  static_assert((detail::targets_known<GPT2Slots, Mods>::value && ...),
-                "GPT2: Apply<Recipe, On<...>> names a projection GPT-2 does not have (it has c_attn, c_proj, c_fc; attn_c_proj and mlp_c_proj pick one c_proj)");
-  static_assert(C.heads > 0 && C.dim % C.heads == 0, "GPT2: the number of heads must divide the model width");
+  HEADROOM_REQUIRE((detail::targets_known<GPT2Slots, Mods>::value && ...),
+                   "GPT2: Apply<Recipe, On<...>> names a projection GPT-2 does not have: {} (it has c_attn, c_proj, c_fc; "
+                   "attn_c_proj and mlp_c_proj pick one c_proj)",
+                   detail::unknown_target<GPT2Slots, Mods...>());
+  HEADROOM_REQUIRE(C.heads > 0 && C.dim % C.heads == 0, "GPT2: the number of heads ({}) must divide the model width ({})",
+                   C.heads, C.dim);
   static constexpr std::int64_t D = C.dim, F = 4 * C.dim;
   static constexpr GPT2Config config = C;
 
@@ -43,6 +46,26 @@ struct GPT2 {
   using attention = FusedAttention<D, C.heads, proj<type_list<c_attn>, D, 3 * D>, proj<type_list<c_proj, attn_c_proj>, D, D>>;
   using mlp = MLP<D, F, proj<type_list<c_fc>, D, F>, proj<type_list<c_proj, mlp_c_proj>, F, D>>;
   using block = every_block_t<PreNormBlock<GPT2BlockNames, LayerNorm<D>, attention, LayerNorm<D>, mlp>, Mods...>;
+
+  // One LoRA adapter per projection, however many Applys name it (c_proj
+  // names both attn.c_proj and mlp.c_proj).
+  template <class Slots>
+  static constexpr int adapters_on = adapter_count<proj<Slots, 1, 1>>::value;
+  static constexpr int adapters_on_c_attn = adapters_on<type_list<c_attn>>;
+  static constexpr int adapters_on_attn_c_proj = adapters_on<type_list<c_proj, attn_c_proj>>;
+  static constexpr int adapters_on_c_fc = adapters_on<type_list<c_fc>>;
+  static constexpr int adapters_on_mlp_c_proj = adapters_on<type_list<c_proj, mlp_c_proj>>;
+  HEADROOM_REQUIRE(adapters_on_c_attn <= 1,
+                   "GPT2: the Apply<...>s put {} LoRA adapters on attn.c_attn; a projection takes at most one",
+                   adapters_on_c_attn);
+  HEADROOM_REQUIRE(adapters_on_attn_c_proj <= 1,
+                   "GPT2: the Apply<...>s put {} LoRA adapters on attn.c_proj; a projection takes at most one",
+                   adapters_on_attn_c_proj);
+  HEADROOM_REQUIRE(adapters_on_c_fc <= 1,
+                   "GPT2: the Apply<...>s put {} LoRA adapters on mlp.c_fc; a projection takes at most one", adapters_on_c_fc);
+  HEADROOM_REQUIRE(adapters_on_mlp_c_proj <= 1,
+                   "GPT2: the Apply<...>s put {} LoRA adapters on mlp.c_proj; a projection takes at most one",
+                   adapters_on_mlp_c_proj);
 
   static constexpr std::string_view kind = "GPT2";
   static constexpr std::int64_t in_features = 0, out_features = 0;

@@ -45,9 +45,12 @@ using LlamaSlots = type_list<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
 template <LlamaConfig C, class... Mods>
 struct Llama {
   static_assert((is_modifier_v<Mods> && ...), "Llama<Config, Mods...>: every modifier must be an Apply<Recipe, On<...>> or Apply<Policy, EveryBlock>");
-  static_assert((detail::targets_known<LlamaSlots, Mods>::value && ...),
-                "Llama: Apply<Recipe, On<...>> names a projection Llama does not have (it has q_proj k_proj v_proj o_proj gate_proj up_proj down_proj)");
-  static_assert(C.heads > 0 && C.dim % C.heads == 0, "Llama: the number of heads must divide the model width");
+  HEADROOM_REQUIRE((detail::targets_known<LlamaSlots, Mods>::value && ...),
+                   "Llama: Apply<Recipe, On<...>> names a projection Llama does not have: {} (it has q_proj k_proj v_proj "
+                   "o_proj gate_proj up_proj down_proj)",
+                   detail::unknown_target<LlamaSlots, Mods...>());
+  HEADROOM_REQUIRE(C.heads > 0 && C.dim % C.heads == 0, "Llama: the number of heads ({}) must divide the model width ({})",
+                   C.heads, C.dim);
   static constexpr std::int64_t D = C.dim, F = C.ffn, H = C.heads, KV = C.kv_heads, hd = C.dim / C.heads;
   static constexpr LlamaConfig config = C;
 
@@ -57,6 +60,24 @@ struct Llama {
                               proj<v_proj, D, KV * hd>, proj<o_proj, H * hd, D>, C.rope_theta>;
   using mlp = SwiGLU<D, F, proj<gate_proj, D, F>, proj<up_proj, D, F>, proj<down_proj, F, D>>;
   using block = every_block_t<PreNormBlock<LlamaBlockNames, RMSNorm<D>, attention, RMSNorm<D>, mlp>, Mods...>;
+
+  // One LoRA adapter per projection, however many Applys name it.
+  template <class Slot>
+  static constexpr int adapters_on = adapter_count<proj<Slot, 1, 1>>::value;
+  HEADROOM_REQUIRE(adapters_on<q_proj> <= 1, "Llama: the Apply<...>s put {} LoRA adapters on q_proj; a projection takes at most one",
+                   adapters_on<q_proj>);
+  HEADROOM_REQUIRE(adapters_on<k_proj> <= 1, "Llama: the Apply<...>s put {} LoRA adapters on k_proj; a projection takes at most one",
+                   adapters_on<k_proj>);
+  HEADROOM_REQUIRE(adapters_on<v_proj> <= 1, "Llama: the Apply<...>s put {} LoRA adapters on v_proj; a projection takes at most one",
+                   adapters_on<v_proj>);
+  HEADROOM_REQUIRE(adapters_on<o_proj> <= 1, "Llama: the Apply<...>s put {} LoRA adapters on o_proj; a projection takes at most one",
+                   adapters_on<o_proj>);
+  HEADROOM_REQUIRE(adapters_on<gate_proj> <= 1,
+                   "Llama: the Apply<...>s put {} LoRA adapters on gate_proj; a projection takes at most one", adapters_on<gate_proj>);
+  HEADROOM_REQUIRE(adapters_on<up_proj> <= 1, "Llama: the Apply<...>s put {} LoRA adapters on up_proj; a projection takes at most one",
+                   adapters_on<up_proj>);
+  HEADROOM_REQUIRE(adapters_on<down_proj> <= 1,
+                   "Llama: the Apply<...>s put {} LoRA adapters on down_proj; a projection takes at most one", adapters_on<down_proj>);
 
   static constexpr std::string_view kind = "Llama";
   static constexpr std::int64_t in_features = 0, out_features = 0;

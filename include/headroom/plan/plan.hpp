@@ -3,6 +3,7 @@
 //
 //   constexpr auto plan = headroom::plan<Run>();
 //   static_assert(plan.peak_bytes() <= 24_GiB);
+//   static_assert(headroom::fits<Run, 24_GiB>);   // the same, naming both numbers when it fails (plan/budget.hpp)
 //
 // Steps (all constexpr):
 //   1. build   the model's graph (plan/graph.hpp): ops, tensors, events, endpoints;
@@ -598,6 +599,7 @@ constexpr Expanded expand() {
 
 struct Sizes {
   std::size_t buffers, events, nodes, params;
+  std::int64_t parameters = 0, trainable = 0;  // elements, all instances
 };
 
 // Array sizes of R's plan, from the graph alone (no resolution, no packing).
@@ -605,7 +607,14 @@ template <class R>
 constexpr Sizes sizes() {
   const graph::Builder b = build_graph<R>();
   const std::size_t buffers = buffer_count(b);
-  return Sizes{buffers, static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size()};
+  std::int64_t parameters = 0, trainable = 0;
+  for (const auto& pr : b.params) {
+    const std::int64_t n = pr.rows * pr.cols * (pr.group == graph::none ? 1 : b.groups[pr.group].count);
+    parameters += n;
+    if (pr.trainable) trainable += n;
+  }
+  return Sizes{buffers, static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size(), parameters,
+               trainable};
 }
 
 }  // namespace detail
@@ -685,6 +694,9 @@ RuntimePlan plan_at_run_time() {
 template <TrainingRun R>
 constexpr auto plan() {
   constexpr detail::Sizes n = detail::sizes<R>();
+  HEADROOM_REQUIRE(n.trainable > 0 || n.parameters == 0,
+                   "Train<Model, ...>: the optimizer has nothing to train: the model has {} trainable parameters of {}",
+                   n.trainable, n.parameters);
   const detail::Expanded x = detail::expand<R>();
   Plan<n.buffers, n.events, n.nodes, n.params> p{};
   p.config = x.cfg;

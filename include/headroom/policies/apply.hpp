@@ -117,6 +117,33 @@ struct targets_known : std::true_type {};
 template <class AllTags, class R, class... Ts>
 struct targets_known<AllTags, Apply<R, On<Ts...>>> : std::bool_constant<(in_list<Ts, AllTags>::value && ...)> {};
 
+// For messages: &T::name of the first target of the Applys that is not one
+// of AllTags (null if all are known).
+inline constexpr std::string_view unnamed_target = "a target without a name";
+template <class T>
+constexpr const std::string_view* target_name() {
+  if constexpr (requires { T::name; }) return &T::name;
+  else return &unnamed_target;
+}
+template <class AllTags, class M>
+struct first_unknown_target {
+  static constexpr const std::string_view* value = nullptr;
+};
+template <class AllTags, class R, class... Ts>
+struct first_unknown_target<AllTags, Apply<R, On<Ts...>>> {
+  static constexpr const std::string_view* value = [] {
+    const std::string_view* r = nullptr;
+    ((r == nullptr && !in_list<Ts, AllTags>::value ? (void)(r = target_name<Ts>()) : (void)0), ...);
+    return r;
+  }();
+};
+template <class AllTags, class... Mods>
+constexpr const std::string_view* unknown_target() {
+  const std::string_view* r = nullptr;
+  ((r == nullptr ? (void)(r = first_unknown_target<AllTags, Mods>::value) : (void)0), ...);
+  return r;
+}
+
 template <class M>
 struct is_modifier : std::false_type {};
 template <class R, class W>

@@ -12,9 +12,12 @@ template <int Rank, class L = Linear<>, class Alpha = Ratio<Rank>>
 struct LoRA {
   static constexpr bool is_recipe = headroom::is_recipe<L>();
   static_assert(is_projection_v<L>, "LoRA<Rank, L>: L must be a linear projection (Linear, or Quantized / Frozen over one)");
-  static_assert(Rank >= 1, "LoRA<Rank, L>: rank must be at least 1");
-  static_assert(is_recipe || (Rank <= L::in_features && Rank <= L::out_features),
-                "LoRA<Rank, L>: rank must not exceed the projection's in_features or out_features");
+  HEADROOM_REQUIRE(Rank >= 1, "LoRA<Rank, L>: rank must be at least 1 (it is {})", Rank);
+  HEADROOM_REQUIRE(is_recipe || (Rank <= L::in_features && Rank <= L::out_features),
+                   "LoRA<Rank, L>: rank ({}) must not exceed in_features ({}) or out_features ({}) of the projection", Rank,
+                   L::in_features, L::out_features);
+  HEADROOM_REQUIRE(adapter_count<L>::value == 0,
+                   "LoRA<Rank, L>: a projection takes at most one LoRA adapter, and L already has {}", adapter_count<L>::value);
   static_assert(Rank < 1 || Alpha::num > 0, "LoRA<Rank, L, Alpha>: alpha must be positive");
   static constexpr std::string_view kind = "LoRA";
   static constexpr std::int64_t in_features = L::in_features, out_features = L::out_features;
@@ -70,5 +73,9 @@ struct LoRA {
 };
 template <int R, class L, class A>
 struct is_projection<LoRA<R, L, A>> : std::true_type {};
+template <int R, class L, class A>
+struct adapter_count<LoRA<R, L, A>> : std::integral_constant<int, 1 + adapter_count<L>::value> {};
+template <int R, class L, class A>
+struct quant_format_of<LoRA<R, L, A>> : quant_format_of<L> {};
 
 }  // namespace headroom

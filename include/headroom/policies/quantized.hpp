@@ -7,13 +7,26 @@
 
 namespace headroom {
 
+namespace detail {
+// A format's name for a message (&Q::name), or null for void.
+template <class Q>
+constexpr const std::string_view* quant_name() {
+  if constexpr (requires { Q::name; }) return &Q::name;
+  else return nullptr;
+}
+}  // namespace detail
+
 template <class Q, class L = Linear<>>
 struct Quantized {
   static_assert(QuantFormat<Q>, "Quantized<Q, L>: Q must be a quantization format (NF4, NF4DQ, Int8, Int4)");
   static constexpr bool is_recipe = headroom::is_recipe<L>();
   static_assert(is_projection_v<L>, "Quantized<Q, L>: L must be a linear projection (Linear, or LoRA / Frozen over one)");
-  static_assert(is_recipe || L::in_features % Q::desc.block == 0,
-                "Quantized<Q, L>: the quantization block size of Q must divide the row length (in_features) of L");
+  HEADROOM_REQUIRE(is_recipe || L::in_features % Q::desc.block == 0,
+                   "Quantized<Q, L>: the quantization block size of Q ({}) must divide the row length (in_features) of L ({})",
+                   Q::desc.block, L::in_features);
+  HEADROOM_REQUIRE(std::is_void_v<typename quant_format_of<L>::type>,
+                   "Quantized<Q, L>: L is already quantized ({} inside {}); a weight is stored in one format",
+                   detail::quant_name<typename quant_format_of<L>::type>(), detail::quant_name<Q>());
   static constexpr std::string_view kind = "Quantized";
   static constexpr std::int64_t in_features = L::in_features, out_features = L::out_features;
   using format = Q;
@@ -31,5 +44,11 @@ struct Quantized {
 };
 template <class Q, class L>
 struct is_projection<Quantized<Q, L>> : std::true_type {};
+template <class Q, class L>
+struct adapter_count<Quantized<Q, L>> : adapter_count<L> {};
+template <class Q, class L>
+struct quant_format_of<Quantized<Q, L>> {
+  using type = Q;
+};
 
 }  // namespace headroom
