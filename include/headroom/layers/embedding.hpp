@@ -7,7 +7,7 @@ namespace headroom {
 
 template <std::int64_t Vocab, std::int64_t Dim>
 struct Embedding {
-  static_assert(Vocab > 0 && Dim > 0, "Embedding<Vocab, Dim>: dims must be positive");
+  HEADROOM_REQUIRE(Vocab > 0 && Dim > 0, "Embedding<Vocab, Dim>: dims must be positive (they are {} and {})", Vocab, Dim);
   static constexpr std::string_view kind = "Embedding";
   static constexpr std::int64_t in_features = 0, out_features = Dim;
   using children = type_list<>;
@@ -39,7 +39,8 @@ struct Embedding {
 
 template <std::int64_t MaxPos, std::int64_t Dim>
 struct LearnedPositions {
-  static_assert(MaxPos > 0 && Dim > 0, "LearnedPositions<MaxPos, Dim>: dims must be positive");
+  HEADROOM_REQUIRE(MaxPos > 0 && Dim > 0, "LearnedPositions<MaxPos, Dim>: dims must be positive (they are {} and {})", MaxPos,
+                   Dim);
   static constexpr std::string_view kind = "LearnedPositions";
   static constexpr std::int64_t in_features = Dim, out_features = Dim;
   static constexpr std::int64_t max_positions = MaxPos;

@@ -7,7 +7,7 @@ namespace headroom {
 
 template <std::int64_t In = 0, std::int64_t Out = 0, bool Bias = false>
 struct Linear {
-  static_assert(In >= 0 && Out >= 0, "Linear<In, Out>: dims must be positive");
+  HEADROOM_REQUIRE(In >= 0 && Out >= 0, "Linear<In, Out>: dims must be positive (they are {} and {})", In, Out);
   static constexpr std::string_view kind = "Linear";
   static constexpr std::int64_t in_features = In, out_features = Out;
   static constexpr bool bias = Bias;

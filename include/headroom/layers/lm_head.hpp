@@ -11,7 +11,7 @@ namespace headroom {
 
 template <std::int64_t Vocab, std::int64_t D, bool Tied>
 struct LMHeadLoss {
-  static_assert(Vocab > 0 && D > 0, "LMHeadLoss<Vocab, D, Tied>: dims must be positive");
+  HEADROOM_REQUIRE(Vocab > 0 && D > 0, "LMHeadLoss<Vocab, D, Tied>: dims must be positive (they are {} and {})", Vocab, D);
   static constexpr std::string_view kind = "LMHeadLoss";
   static constexpr std::int64_t in_features = D, out_features = 0;
   static constexpr bool tied = Tied;

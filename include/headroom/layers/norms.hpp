@@ -44,7 +44,7 @@ constexpr Ref norm_op(graph::Builder& b, Ref x, std::int64_t D, const std::strin
 
 template <std::int64_t D>
 struct RMSNorm {
-  static_assert(D > 0, "RMSNorm<D>: D must be positive");
+  HEADROOM_REQUIRE(D > 0, "RMSNorm<D>: D must be positive (it is {})", D);
   static constexpr std::string_view kind = "RMSNorm";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<>;
@@ -58,7 +58,7 @@ struct RMSNorm {
 
 template <std::int64_t D>
 struct LayerNorm {
-  static_assert(D > 0, "LayerNorm<D>: D must be positive");
+  HEADROOM_REQUIRE(D > 0, "LayerNorm<D>: D must be positive (it is {})", D);
   static constexpr std::string_view kind = "LayerNorm";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<>;

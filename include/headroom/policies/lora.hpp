@@ -18,7 +18,8 @@ struct LoRA {
                    L::in_features, L::out_features);
   HEADROOM_REQUIRE(adapter_count<L>::value == 0,
                    "LoRA<Rank, L>: a projection takes at most one LoRA adapter, and L already has {}", adapter_count<L>::value);
-  static_assert(Rank < 1 || Alpha::num > 0, "LoRA<Rank, L, Alpha>: alpha must be positive");
+  HEADROOM_REQUIRE(Rank < 1 || Alpha::num > 0, "LoRA<Rank, L, Alpha>: alpha must be positive (it is {} / {})", Alpha::num,
+                   Alpha::den);
   static constexpr std::string_view kind = "LoRA";
   static constexpr std::int64_t in_features = L::in_features, out_features = L::out_features;
   static constexpr int rank = Rank;

@@ -1,0 +1,8 @@
+// Accumulate<0>.
+// expect-gcc: Accumulate<K>: K must be at least 1 (it is 0)
+// expect-clang: headroom::diag::values<0>::hold<false>
+// expect-clang: Accumulate<K>: K must be at least 1 (it is {})
+#include <headroom/headroom.hpp>
+using namespace headroom;
+
+constexpr auto n = sizeof(Accumulate<0>);

@@ -1,0 +1,8 @@
+// Batch<0>.
+// expect-gcc: Batch<B>: B must be at least 1 (it is 0)
+// expect-clang: headroom::diag::values<0>::hold<false>
+// expect-clang: Batch<B>: B must be at least 1 (it is {})
+#include <headroom/headroom.hpp>
+using namespace headroom;
+
+constexpr auto n = sizeof(Batch<0>);

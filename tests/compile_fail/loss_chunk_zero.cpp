@@ -1,0 +1,8 @@
+// LossChunk<0>.
+// expect-gcc: LossChunk<C>: C must be at least 1 (it is 0)
+// expect-clang: headroom::diag::values<0>::hold<false>
+// expect-clang: LossChunk<C>: C must be at least 1 (it is {})
+#include <headroom/headroom.hpp>
+using namespace headroom;
+
+constexpr auto n = sizeof(LossChunk<0>);
