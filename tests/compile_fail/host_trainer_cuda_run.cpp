@@ -6,4 +6,4 @@
 using namespace headroom;
 
 using R = Train<models::Llama<models::tiny_llama>, Batch<1>, Seq<32>, OnCuda>;
-host::Trainer<R> t;
+host::Trainer<R> t({});

@@ -168,7 +168,7 @@ TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the ti
     // the file is unlinked at once: nothing is left in the directory
     CHECK(std::filesystem::is_empty(dir));
     const auto tok = pattern(Tr::tokens_per_step, 256, 0), tgt = pattern(Tr::tokens_per_step, 256, 1);
-    host::Trainer<Full> plain;
+    host::Trainer<Full> plain({});
     CHECK(t.step(tok, tgt).loss == plain.step(tok, tgt).loss);  // the same step, with the copies
   }
   std::filesystem::remove_all(dir);

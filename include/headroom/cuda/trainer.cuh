@@ -49,6 +49,7 @@
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
 #include "../train/common.hpp"
+#include "../train/op_table.hpp"
 #include "blas.cuh"
 #include "device.cuh"
 #include "kernels/attention.cuh"
@@ -56,9 +57,33 @@
 #include "kernels/optimizer.cuh"
 #include "kernels/pointwise.cuh"
 #include "kernels/quant_linear.cuh"
+#include "op_context.cuh"
 #include "runtime.cuh"
 
 namespace headroom::cuda {
+
+namespace detail {
+// Every op of the model runs on the CUDA engine: it has CUDA kernels, on the
+// compute lane.
+template <class S, class E>
+constexpr bool check_kernel() {
+  using O = typename E::op;
+  HEADROOM_REQUIRE((ops::RunsOn<O, OpContext<S>>),
+                   "cuda::Trainer: the op '{}' of layer '{}' has no kernel for the CUDA engine (it needs static forward(const "
+                   "cuda::OpContext<S>&) and backward(const cuda::OpContext<S>&), or loss(k, grads), declared where "
+                   "HEADROOM_CUDA_KERNELS is set)",
+                   &O::name, &E::layer::kind);
+  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute,
+                   "cuda::Trainer: the op '{}' of layer '{}' runs on a lane other than compute, which the CUDA engine does not "
+                   "run yet",
+                   &O::name, &E::layer::kind);
+  return true;
+}
+template <class S, class... Es>
+constexpr bool check_kernels(type_list<Es...>) {
+  return (check_kernel<S, Es>() && ...);
+}
+}  // namespace detail
 
 template <TrainingRun R>
 class Trainer {
@@ -81,10 +106,13 @@ class Trainer {
   static_assert(!config.update_in_backward || sched.params.size() <= static_cast<std::size_t>(reduction_slots),
                 "cuda::Trainer: with UpdateInBackward a step keeps one finiteness flag per parameter in the reductions "
                 "buffer (2,048 slots); this run has more parameters");
+  using Ops = trainers::OpTable<R, sched>;
+  static constexpr bool kernels_checked = detail::check_kernels<S>(typename Ops::ops{});
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
 
-  explicit Trainer(TrainOptions o = {})
+  // Options are always given: cuda::Trainer<R> t({}) for the defaults.
+  explicit Trainer(TrainOptions o)
       : opt_(o),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload)),
@@ -263,11 +291,6 @@ class Trainer {
   U* ptr(const Slot& s) const {
     return s.bound() ? device_.at<U>(s.offset) : nullptr;
   }
-  S* param_weight(int k) const { return k >= 0 ? device_.at<S>(sched.params[k].weight) : nullptr; }
-  S* param_grad(int k) const {
-    return k >= 0 && sched.params[k].trainable && sched.params[k].grad >= 0 ? device_.at<S>(sched.params[k].grad) : nullptr;
-  }
-  bool quantized(int k) const { return k >= 0 && sched.params[k].quant.kind != QuantKind::none; }
   math::QuantView quant(const ParamSlot& p) const {
     return math::QuantView{p.quant, device_.at<std::uint8_t>(p.weight), device_.at<std::uint8_t>(p.scales),
                            sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
@@ -494,211 +517,57 @@ class Trainer {
     }
   }
 
-  static AttentionShape attention_shape(const Step& st) {
-    return AttentionShape{config.batch, config.seq, st.dim[0], st.dim[1], st.dim[2], st.dim[3] > 0,
-                          static_cast<float>(st.dim[3] > 0 ? st.dim[3] : 10000)};
+  // The kernels' view of a step: every operand resolved to its device pointer.
+  OpContext<S> context(const Step& st) const {
+    OpContext<S> k{};
+    trainers::bind_step(k, sched, st, device_.at<std::byte>(0));
+    k.compute = compute_;
+    k.cublas = const_cast<Blas*>(&blas_);
+    k.control_block = control();
+    k.loss_sum = ptr<float>(sched.loss);
+    return k;
   }
 
+  // Forward and recompute: the step's op, and the next one with it when it
+  // runs in this op's epilogue.
   void forward(const Step& st) {
-    if (st.fused_into_previous) return;  // computed by the projection before it
-    const std::int64_t n = tokens_per_micro_batch;
-    using graph::OpKind;
-    switch (st.op) {
-      case OpKind::embedding:
-        embedding_forward(ptr<std::int32_t>(st.in[0]), param_weight(st.param[0]), ptr(st.out[0]), n, st.dim[1], compute_);
-        break;
-      case OpKind::positions:
-        positions_forward(param_weight(st.param[0]), ptr(st.inout), config.batch, config.seq, st.dim[1], compute_);
-        break;
-      case OpKind::linear: linear_forward(st); break;
-      case OpKind::lora: {
-        const float scale = static_cast<float>(st.scale_num) / static_cast<float>(st.scale_den);
-        const std::int64_t in = st.dim[0], out = st.dim[1], rank = st.dim[2];
-        // ax (N, r) = x A^T;  y (N, out) += s ax B^T, straight into the base output
-        blas_.gemm<S>(Trans::no, Trans::yes, n, rank, in, 1.0f, ptr(st.in[0]), in, param_weight(st.param[0]), in, 0.0f,
-                      ptr(st.out[0]), rank, compute_);
-        if (st.inout.bound())
-          blas_.gemm<S>(Trans::no, Trans::yes, n, out, rank, scale, ptr(st.out[0]), rank, param_weight(st.param[1]), rank, 1.0f,
-                        ptr(st.inout), out, compute_);
-        break;
-      }
-      case OpKind::rmsnorm:
-        norm_forward<S>(false, ptr(st.in[0]), param_weight(st.param[0]), nullptr, ptr(st.out[0]), nullptr, ptr<float>(st.out[1]), n,
-                        st.dim[0], compute_);
-        break;
-      case OpKind::layernorm:
-        norm_forward<S>(true, ptr(st.in[0]), param_weight(st.param[0]), param_weight(st.param[1]), ptr(st.out[0]),
-                        ptr<float>(st.out[1]), ptr<float>(st.out[2]), n, st.dim[0], compute_);
-        break;
-      case OpKind::attention: {
-        const AttentionShape d = attention_shape(st);
-        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
-        if (st.in[1].bound()) {
-          attention_forward<S>(d, ptr(st.in[0]), q_cols, ptr(st.in[1]), kv_cols, ptr(st.in[2]), kv_cols, ptr(st.out[0]),
-                               ptr<float>(st.out[1]), compute_);
-        } else {  // one fused (N, 3D) q|k|v input
-          const S* qkv = ptr(st.in[0]);
-          const std::int64_t ld = q_cols + 2 * kv_cols;
-          attention_forward<S>(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.out[0]), ptr<float>(st.out[1]),
-                               compute_);
-        }
-        break;
-      }
-      case OpKind::gelu: gelu_forward<S>(ptr(st.in[0]), ptr(st.out[0]), n * st.dim[0], compute_); break;
-      case OpKind::swiglu: swiglu_forward<S>(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], compute_); break;
-      case OpKind::add: add_forward<S>(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], compute_); break;
-      case OpKind::lm_head_loss:
-      case OpKind::custom: unsupported(st); break;
+    if (st.fused_into_previous) return;  // computed by the op before it
+    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    OpContext<S> k = context(st);
+    OpContext<S> next{};
+    if (st.fuse_next) {
+      next = context(sched.steps[g + 1]);
+      k.next_ = &next;
+      k.next_op_ = sched.steps[g + 1].op;
     }
+    Ops::visit(g, [&]<class E>() {
+      if constexpr (requires { E::op::forward(k); }) E::op::forward(k);
+      else unsupported(st);
+    });
   }
 
-  // y = x W^T + b, and the activation the schedule fused after it (GELU in
-  // cuBLASLt's epilogue when it fits; SwiGLU as its own kernel).
-  void linear_forward(const Step& st) {
-    const std::int64_t n = tokens_per_micro_batch, in = st.dim[0], out = st.dim[1];
-    const S* bias = param_weight(st.param[1]);
-    S* y = ptr(st.out[0]);
-    using graph::OpKind;
-    const Step* next = st.fuse_next != OpKind::custom ? &st + 1 : nullptr;
-    if (quantized(st.param[0])) {
-      quant_linear_forward<S>(ptr(st.in[0]), quant(sched.params[st.param[0]]), bias, y, n, compute_);
-    } else if (next != nullptr && st.fuse_next == OpKind::gelu && bias != nullptr && Blas::gelu_epilogue_fits(out)) {
-      // pre-activation y (saved for backward) and gelu(y) in one GEMM
-      blas_.gemm<S>(Trans::no, Trans::yes, n, out, in, 1.0f, ptr(st.in[0]), in, param_weight(st.param[0]), in, 0.0f,
-                    ptr(next->out[0]), out, compute_, GemmEpilogue::gelu_aux_bias, bias, y);
-      return;
-    } else {
-      blas_.gemm<S>(Trans::no, Trans::yes, n, out, in, 1.0f, ptr(st.in[0]), in, param_weight(st.param[0]), in, 0.0f, y, out, compute_,
-                    bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none, bias);
-    }
-    if (next == nullptr) return;
-    if (st.fuse_next == OpKind::gelu) gelu_forward<S>(y, ptr(next->out[0]), n * out, compute_);
-    else swiglu_forward<S>(ptr(next->in[0]), y, ptr(next->out[0]), n * out, compute_);
-  }
-
-  // The fused LM head + loss, chunk by chunk; the summed loss goes to the loss slot.
+  // The loss event (an op with a fused loss): the summed loss goes to the
+  // loss slot and the control block.
   void loss_step(const Step& st, bool grads) {
-    const std::int64_t n = tokens_per_micro_batch, vocab = st.dim[0], d = st.dim[1], chunk = st.dim[2];
-    const float scale = 1.0f / static_cast<float>(n * config.accumulate);
-    const S* h = ptr(st.in[0]);
-    const S* w = param_weight(st.param[0]);
-    const std::int32_t* targets = ptr<std::int32_t>(st.in[1]);
-    S* dh = grads ? ptr(st.d_in[0]) : nullptr;
-    S* dw = grads ? param_grad(st.param[0]) : nullptr;
-    // (chunk, V) at row stride ld = V rounded up to 64 (aligned rows for
-    // cuBLASLt); columns [V, ld) are never written or read
-    const std::int64_t ld = CudaWorkspace::lm_head_logits_ld(vocab);
-    S* logits = ptr(st.scratch);
-    float* row_loss = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(logits) +
-                                               CudaWorkspace::lm_head_logits_bytes(chunk, vocab, sizeof(S)));  // (N)
-    for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
-      const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
-      blas_.gemm<S>(Trans::no, Trans::yes, rows, vocab, d, 1.0f, h + c0 * d, d, w, d, 0.0f, logits, ld, compute_);
-      cross_entropy_rows<S>(logits, targets + c0, row_loss + c0, scale, dh != nullptr || dw != nullptr, rows, vocab, ld, compute_);
-      if (dh != nullptr)
-        blas_.gemm<S>(Trans::no, Trans::no, rows, d, vocab, 1.0f, logits, ld, w, d, st.d_in[0].first ? 0.0f : 1.0f, dh + c0 * d, d,
-                      compute_);
-      if (dw != nullptr)
-        blas_.gemm<S>(Trans::yes, Trans::no, vocab, d, rows, 1.0f, logits, ld, h + c0 * d, d,
-                      (st.grad_first[0] && c0 == 0) ? 0.0f : 1.0f, dw, d, compute_);
-    }
-    sum_rows(row_loss, n, ptr<float>(sched.loss), compute_);
-    finish_loss(ptr<float>(sched.loss), 1.0f / static_cast<float>(n * config.accumulate), control(), compute_);
+    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    const OpContext<S> k = context(st);
+    Ops::visit(g, [&]<class E>() {
+      if constexpr (requires { E::op::loss(k, grads); }) E::op::loss(k, grads);
+      else unsupported(st);
+    });
   }
 
   void backward(const Step& st) {
-    const std::int64_t n = tokens_per_micro_batch;
-    using graph::OpKind;
-    const S* dy = ptr(st.d_out[0]);
-    switch (st.op) {
-      case OpKind::embedding:
-        if (S* g = param_grad(st.param[0]))
-          embedding_backward<S>(ptr<std::int32_t>(st.saved[0]), dy, g, st.grad_first[0], n, st.dim[0], st.dim[1], compute_);
-        break;
-      case OpKind::positions:
-        if (S* g = param_grad(st.param[0]))
-          positions_backward<S>(ptr(st.d_inout), g, st.grad_first[0], config.batch, config.seq, st.dim[0], st.dim[1], compute_);
-        break;
-      case OpKind::linear: {
-        const std::int64_t in = st.dim[0], out = st.dim[1];
-        S* dx = ptr(st.d_in[0]);
-        if (quantized(st.param[0])) {
-          if (dx != nullptr) quant_linear_backward_input<S>(dy, quant(sched.params[st.param[0]]), dx, st.d_in[0].first, n, compute_);
-        } else {
-          if (dx != nullptr)  // dx (N, in) = dy W
-            blas_.gemm<S>(Trans::no, Trans::no, n, in, out, 1.0f, dy, out, param_weight(st.param[0]), in,
-                          st.d_in[0].first ? 0.0f : 1.0f, dx, in, compute_);
-          if (S* dw = param_grad(st.param[0]))  // dW (out, in) = dy^T x
-            blas_.gemm<S>(Trans::yes, Trans::no, out, in, n, 1.0f, dy, out, ptr(st.saved[0]), in, st.grad_first[0] ? 0.0f : 1.0f, dw,
-                          in, compute_);
-        }
-        if (S* db = param_grad(st.param[1])) column_sums<S>(dy, db, st.grad_first[1], n, out, compute_);
-        break;
-      }
-      case OpKind::lora: {
-        const float scale = static_cast<float>(st.scale_num) / static_cast<float>(st.scale_den);
-        const std::int64_t in = st.dim[0], out = st.dim[1], rank = st.dim[2];
-        const S* dyl = ptr(st.d_inout);
-        const S* x = ptr(st.saved[0]);
-        const S* ax = ptr(st.saved[1]);
-        S* dax = ptr(st.scratch);  // (N, r)
-        if (S* db = param_grad(st.param[1]))  // dB (out, r) = s dy^T ax
-          blas_.gemm<S>(Trans::yes, Trans::no, out, rank, n, scale, dyl, out, ax, rank, st.grad_first[1] ? 0.0f : 1.0f, db, rank,
-                        compute_);
-        blas_.gemm<S>(Trans::no, Trans::no, n, rank, out, scale, dyl, out, param_weight(st.param[1]), rank, 0.0f, dax, rank, compute_);
-        if (S* da = param_grad(st.param[0]))  // dA (r, in) = dax^T x
-          blas_.gemm<S>(Trans::yes, Trans::no, rank, in, n, 1.0f, dax, rank, x, in, st.grad_first[0] ? 0.0f : 1.0f, da, in, compute_);
-        if (S* dx = ptr(st.d_in[0]))  // dx (N, in) += dax A
-          blas_.gemm<S>(Trans::no, Trans::no, n, in, rank, 1.0f, dax, rank, param_weight(st.param[0]), in,
-                        st.d_in[0].first ? 0.0f : 1.0f, dx, in, compute_);
-        break;
-      }
-      case OpKind::rmsnorm:
-        norm_backward<S>(false, ptr(st.saved[0]), param_weight(st.param[0]), nullptr, ptr<float>(st.saved[1]), dy, ptr(st.d_in[0]),
-                         st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], nullptr, false, n, st.dim[0], compute_);
-        break;
-      case OpKind::layernorm:
-        norm_backward<S>(true, ptr(st.saved[0]), param_weight(st.param[0]), ptr<float>(st.saved[1]), ptr<float>(st.saved[2]), dy,
-                         ptr(st.d_in[0]), st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], param_grad(st.param[1]),
-                         st.grad_first[1], n, st.dim[0], compute_);
-        break;
-      case OpKind::attention: {
-        const AttentionShape d = attention_shape(st);
-        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
-        for (int q = 0; q < graph::max_in; ++q)
-          if (st.d_in[q].bound() && !st.d_in[q].first) unsupported(st);  // attention overwrites its input gradients
-        float* delta = ptr<float>(st.scratch);
-        if (st.saved[3].bound()) {  // saved: q, k, v, o, lse
-          attention_backward<S>(d, ptr(st.saved[0]), q_cols, ptr(st.saved[1]), kv_cols, ptr(st.saved[2]), kv_cols, ptr(st.saved[3]),
-                                ptr<float>(st.saved[4]), dy, ptr(st.d_in[0]), q_cols, ptr(st.d_in[1]), kv_cols, ptr(st.d_in[2]),
-                                kv_cols, delta, compute_);
-        } else {  // saved: qkv, o, lse
-          const std::int64_t ld = q_cols + 2 * kv_cols;
-          const S* qkv = ptr(st.saved[0]);
-          S* dqkv = ptr(st.d_in[0]);
-          attention_backward<S>(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.saved[1]), ptr<float>(st.saved[2]),
-                                dy, dqkv, ld, dqkv + q_cols, ld, dqkv + q_cols + kv_cols, ld, delta, compute_);
-        }
-        break;
-      }
-      case OpKind::gelu:
-        if (st.d_in[0].bound()) gelu_backward<S>(ptr(st.saved[0]), dy, ptr(st.d_in[0]), st.d_in[0].first, n * st.dim[0], compute_);
-        break;
-      case OpKind::swiglu:
-        swiglu_backward<S>(ptr(st.saved[0]), ptr(st.saved[1]), dy, ptr(st.d_in[0]), st.d_in[0].first, ptr(st.d_in[1]),
-                           st.d_in[1].first, n * st.dim[0], compute_);
-        break;
-      case OpKind::add:
-        for (int q = 0; q < 2; ++q)
-          if (st.d_in[q].bound()) accumulate<S>(dy, ptr(st.d_in[q]), st.d_in[q].first, n * st.dim[0], compute_);
-        break;
-      case OpKind::lm_head_loss:
-      case OpKind::custom: unsupported(st); break;
-    }
+    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    const OpContext<S> k = context(st);
+    Ops::visit(g, [&]<class E>() {
+      if constexpr (requires { E::op::backward(k); }) E::op::backward(k);
+      else unsupported(st);
+    });
   }
 
   [[noreturn]] static void unsupported(const Step& st) {
-    throw std::logic_error("cuda::Trainer: no CUDA kernel for op '" + std::string(graph::name_of(st.op)) + "' in event '" +
+    throw std::logic_error("cuda::Trainer: op '" + std::string(st.op) + "' has no CUDA kernel for event '" +
                            std::string(name_of(st.kind)) + "' of node " + trainers::node_path(plan, st.node, st.instance));
   }
 

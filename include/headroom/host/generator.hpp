@@ -59,7 +59,7 @@ constexpr std::int64_t gen_round(std::int64_t b) { return (b + gen_align - 1) / 
 
 // the steps a decode runs: the forward ops and the LM head
 constexpr bool decodes(const Step& s) {
-  return s.kind == EventKind::forward || (s.kind == EventKind::loss && s.op == graph::OpKind::lm_head_loss);
+  return s.kind == EventKind::forward || (s.kind == EventKind::loss && s.op == ops::LmHeadLoss::name);
 }
 
 template <TrainingRun R, std::int64_t C, std::int64_t B, class Sched, class Plan>
@@ -73,7 +73,7 @@ constexpr auto generation_plan(const Sched& s, const Plan& training, std::int64_
   for (std::size_t k = 0; k < s.steps.size(); ++k) {
     const Step& st = s.steps[k];
     for (auto& a : g.at[k]) a = -1;
-    if (st.kind == EventKind::forward && st.op == graph::OpKind::attention) {
+    if (st.kind == EventKind::forward && st.op == ops::Attention::name) {
       g.at[k][7] = kv;
       kv += 2 * st.dim[1] * st.dim[2] * C * B * elem;
       ++g.attention_layers;
@@ -110,11 +110,14 @@ constexpr auto generation_plan(const Sched& s, const Plan& training, std::int64_
   // scratch: logits, token ids, and the largest per-op need
   std::int64_t vocab = 0, need = 0;
   for (const Step& st : s.steps) {
-    if (st.op == graph::OpKind::lm_head_loss) vocab = st.dim[0];
+    using A = ops::Attention;
+    if (st.op == ops::LmHeadLoss::name) vocab = st.dim[ops::LmHeadLoss::vocab.index];
     if (st.kind != EventKind::forward) continue;
-    if (st.op == graph::OpKind::linear && st.scratch.bound()) need = std::max(need, st.scratch.bytes / R::config().compute_bytes() * elem);
-    if (st.op == graph::OpKind::attention)  // the decode row, plus dense copies of a fused q|k|v
-      need = std::max(need, (R::config().workers * (C + 2 * st.dim[2]) + B * (st.dim[0] + 2 * st.dim[1]) * st.dim[2]) * elem);
+    if (st.op == ops::Linear::name && st.scratch.bound()) need = std::max(need, st.scratch.bytes / R::config().compute_bytes() * elem);
+    if (st.op == A::name)  // the decode row, plus dense copies of a fused q|k|v
+      need = std::max(need, A::decode_scratch(st.dim[A::heads.index], st.dim[A::kv_heads.index], st.dim[A::head_dim.index], C, B,
+                                              R::config().workers) *
+                                elem);
   }
   g.scratch_bytes = gen_round(B * vocab * elem) + gen_round(B * 4) + gen_round(need);
   g.weight_bytes = training.bytes(Role::weights, Tier::device) + training.bytes(Role::quant_scales, Tier::device);
@@ -217,80 +220,53 @@ class Generator {
   T* at(std::int64_t off) const { return off >= 0 ? arena_.at<T>(off) : nullptr; }
   const T* weight(int k) const { return k >= 0 ? tr_.weight(Tr::param(static_cast<std::size_t>(k))) : nullptr; }
 
-  void decode() {
-    const GemmPanels<T> ws = tr_.gemm_panels();
-    const int w = tr_.threads();
-    const std::int64_t n = batch;
-    using graph::OpKind;
-    for (std::size_t k = 0; k < Tr::sched.steps.size(); ++k) {
-      const Step& st = Tr::sched.steps[k];
-      if (st.kind == EventKind::loss && st.op == OpKind::lm_head_loss) {
-        const T* h = at(plan.at[k][0]);
-        gemm(Trans::no, Trans::yes, n, st.dim[0], st.dim[1], T(1), h, st.dim[1], weight(st.param[0]), st.dim[1], T(0), logits_mut(),
-             st.dim[0], ws, w);
-        continue;
-      }
-      if (st.kind != EventKind::forward) continue;
-      const auto& a = plan.at[k];
-      switch (st.op) {
-        case OpKind::embedding: embedding_forward(token_buf(), weight(st.param[0]), at(a[3]), n, st.dim[1], w); break;
-        case OpKind::positions: {
-          T* x = at(a[6]);
-          const T* p = weight(st.param[0]) + pos_ * st.dim[1];
-          for (std::int64_t r = 0; r < n; ++r)
-            for (std::int64_t j = 0; j < st.dim[1]; ++j) x[r * st.dim[1] + j] += p[j];
-          break;
-        }
-        case OpKind::linear: {
-          Epilogue<T> ep{};
-          ep.bias = weight(st.param[1]);
-          const ParamSlot& p = Tr::param(static_cast<std::size_t>(st.param[0]));
-          if (p.quant.kind != QuantKind::none) quant_linear_forward(at(a[0]), tr_.quant(p), at(a[3]), n, ep, scratch(), ws, w);
-          else linear_forward(at(a[0]), weight(st.param[0]), at(a[3]), n, st.dim[0], st.dim[1], ep, ws, w);
-          break;
-        }
-        case OpKind::lora:
-          lora_forward(at(a[0]), weight(st.param[0]), weight(st.param[1]), at(a[3]), at(a[6]),
-                       static_cast<T>(st.scale_num) / static_cast<T>(st.scale_den), n, st.dim[0], st.dim[1], st.dim[2], ws, w);
-          break;
-        case OpKind::rmsnorm:
-          norm_forward<T>(false, at(a[0]), weight(st.param[0]), nullptr, at(a[3]), nullptr, at(a[4]), n, st.dim[0], w);
-          break;
-        case OpKind::layernorm:
-          norm_forward<T>(true, at(a[0]), weight(st.param[0]), weight(st.param[1]), at(a[3]), at(a[4]), at(a[5]), n, st.dim[0], w);
-          break;
-        case OpKind::attention: attend(st, a); break;
-        case OpKind::gelu: gelu_forward(at(a[0]), at(a[3]), n * st.dim[0], w); break;
-        case OpKind::swiglu: swiglu_forward(at(a[0]), at(a[1]), at(a[3]), n * st.dim[0], w); break;
-        case OpKind::add: add_forward(at(a[0]), at(a[1]), at(a[3]), n * st.dim[0], w); break;
-        case OpKind::lm_head_loss:
-        case OpKind::custom: throw std::logic_error("Generator: no decode kernel for op " + std::string(graph::name_of(st.op)));
-      }
+  // A decode step's view of training step k: operands in the generation
+  // arena, batch rows at the current position, the op's KV cache as its state.
+  OpContext<T> context_of(const Step& st, const std::array<std::int64_t, 8>& a) const {
+    OpContext<T> c{};
+    c.event = EventKind::forward;
+    for (int d = 0; d < graph::max_dims; ++d) c.dims[d] = st.dim[d];
+    c.n_rows = batch;
+    c.n_batch = batch;
+    c.n_seq = 1;
+    c.first_position = pos_;
+    c.context_length = context;
+    c.n_workers = tr_.threads();
+    c.gemm_panels = tr_.gemm_panels();
+    for (int q = 0; q < 3; ++q) c.in_[q] = a[q] == -2 ? static_cast<void*>(token_buf()) : static_cast<void*>(at(a[q]));
+    for (int q = 0; q < 3; ++q) c.out_[q] = at(a[3 + q]);
+    c.inout_ = at(a[6]);
+    c.state_ = a[7] >= 0 ? static_cast<void*>(arena_.at<T>(a[7])) : nullptr;
+    c.scratch_ = scratch();
+    for (int w = 0; w < graph::max_weights; ++w) {
+      if (st.param[w] < 0) continue;
+      const ParamSlot& p = Tr::param(static_cast<std::size_t>(st.param[w]));
+      c.quantized_[w] = p.quant.kind != QuantKind::none;
+      if (c.quantized_[w]) c.quant_[w] = tr_.quant(p);
+      else c.weight_[w] = const_cast<T*>(weight(st.param[w]));
     }
+    return c;
   }
 
-  void attend(const Step& st, const std::array<std::int64_t, 8>& a) {
-    const AttentionDims d = headroom::host::detail::attention_dims(st, batch, 1);
-    const std::int64_t qc = d.heads * d.head_dim, kc = d.kv_heads * d.head_dim;
-    T* kcache = arena_.at<T>(a[7]);
-    T* vcache = kcache + d.kv_heads * d.head_dim * context * batch;
-    T* s = scratch();
-    const T *q = at(a[0]), *k = at(a[1]), *v = at(a[2]);
-    if (a[1] < 0) {  // fused q|k|v rows: copy into dense rows first
-      const T* qkv = at(a[0]);
-      T* dq = s + tr_.threads() * (context + 2 * d.head_dim);
-      T* dk = dq + batch * qc;
-      T* dv = dk + batch * kc;
-      for (std::int64_t r = 0; r < batch; ++r) {
-        std::copy(qkv + r * (qc + 2 * kc), qkv + r * (qc + 2 * kc) + qc, dq + r * qc);
-        std::copy(qkv + r * (qc + 2 * kc) + qc, qkv + r * (qc + 2 * kc) + qc + kc, dk + r * kc);
-        std::copy(qkv + r * (qc + 2 * kc) + qc + kc, qkv + r * (qc + 2 * kc) + qc + 2 * kc, dv + r * kc);
+  // Every forward op on the decode rows (decode(), where an op has one),
+  // then the LM head's logits.
+  void decode() {
+    for (std::size_t k = 0; k < Tr::sched.steps.size(); ++k) {
+      const Step& st = Tr::sched.steps[k];
+      if (!headroom::detail::decodes(st)) continue;
+      OpContext<T> c = context_of(st, plan.at[k]);
+      if (st.kind == EventKind::loss) {
+        c.state_ = logits_mut();
+        ops::LmHeadLoss::decode(c);
+        continue;
       }
-      q = dq;
-      k = dk;
-      v = dv;
+      Tr::Ops::visit(k, [&]<class E>() {
+        using O = typename E::op;
+        if constexpr (ops::Decodes<O, OpContext<T>>) O::decode(c);
+        else if constexpr (requires { O::forward(c); }) O::forward(c);
+        else throw std::logic_error("Generator: op '" + std::string(O::name) + "' has no forward kernel to decode with");
+      });
     }
-    attention_decode(d, context, pos_, q, k, v, kcache, vcache, at(a[3]), s, tr_.threads());
   }
 };
 

@@ -41,13 +41,11 @@
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
 #include "../train/common.hpp"
+#include "../train/op_table.hpp"
 #include "arena.hpp"
-#include "attention.hpp"
 #include "gemm.hpp"
-#include "kernels/linear.hpp"
-#include "kernels/lm_head.hpp"
 #include "kernels/optimizer.hpp"
-#include "kernels/pointwise.hpp"
+#include "op_context.hpp"
 #include "quant.hpp"
 
 namespace headroom::host {
@@ -65,17 +63,25 @@ struct host_scalar {
   using type = std::conditional_t<D == DType::F64, double, float>;
 };
 
-// The kernels' view of an attention step (OpKind::attention's dims).
-inline AttentionDims attention_dims(const Step& st, std::int64_t batch, std::int64_t seq) {
-  AttentionDims d{};
-  d.batch = batch;
-  d.seq = seq;
-  d.heads = st.dim[0];
-  d.kv_heads = st.dim[1];
-  d.head_dim = st.dim[2];
-  d.rope = st.dim[3] > 0;
-  d.rope_theta = static_cast<double>(st.dim[3] > 0 ? st.dim[3] : 10000);
-  return d;
+
+// Every op of the model runs on the host engine: it has host kernels, on
+// the compute lane.
+template <class T, class E>
+constexpr bool check_kernel() {
+  using O = typename E::op;
+  HEADROOM_REQUIRE((ops::RunsOn<O, OpContext<T>>),
+                   "host::Trainer: the op '{}' of layer '{}' has no kernel for the host engine (it needs static forward(const "
+                   "host::OpContext<T>&) and backward(const host::OpContext<T>&), or loss(k, grads))",
+                   &O::name, &E::layer::kind);
+  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute,
+                   "host::Trainer: the op '{}' of layer '{}' runs on a lane other than compute, which the host engine does not "
+                   "run",
+                   &O::name, &E::layer::kind);
+  return true;
+}
+template <class T, class... Es>
+constexpr bool check_kernels(type_list<Es...>) {
+  return (check_kernel<T, Es>() && ...);
 }
 }  // namespace detail
 
@@ -94,8 +100,13 @@ class Trainer {
   static_assert(config.engine == Engine::host,
                 "host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda), whose workspace and scratch the host kernels "
                 "cannot use; drop OnCuda from Train<...> to train it on the host");
+  using Ops = trainers::OpTable<R, sched>;
+  static constexpr bool kernels_checked = detail::check_kernels<T>(typename Ops::ops{});
 
-  explicit Trainer(TrainOptions o = {})
+  // Options are always given: host::Trainer<R> t({}) for the defaults, or
+  // t({.lr = 1e-3, ...}). (A default argument would make t({}) ambiguous with
+  // the copy and move constructors.)
+  explicit Trainer(TrainOptions o)
       : opt_(o),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload), o.offload_dir.empty() ? default_offload_dir() : o.offload_dir) {
@@ -159,6 +170,26 @@ class Trainer {
   }
 
   double lr_at(int step) const { return trainers::lr_at(opt_, step); }
+
+  // ---- event by event (for tools that check kernels: testing/layer_test.hpp) -----------------------------
+  // Loads one micro-batch; then run_event(g) runs step g of the schedule
+  // (g from 1 up to the update step, in order): a forward, recompute,
+  // backward or tier copy, or the loss, whose mean it returns and stores.
+  void load(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    check_batch(tokens, targets, tokens_per_micro_batch);
+    if (config.accumulate > 1) zero_grads();
+    load_batch(tokens, targets);
+  }
+  double run_event(std::size_t g) {
+    const Step& st = sched.steps.at(g);
+    if (st.kind != EventKind::loss) {
+      run_step(st);
+      return 0;
+    }
+    const double loss = loss_step(st, true) / tokens_per_micro_batch;
+    *ptr(sched.loss) = static_cast<T>(loss);
+    return loss;
+  }
 
   // ---- the arena ---------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
@@ -287,158 +318,57 @@ class Trainer {
   T* param_grad(int k) const {
     return k >= 0 && sched.params[k].trainable && sched.params[k].grad >= 0 ? device_.at<T>(sched.params[k].grad) : nullptr;
   }
-  bool quantized(int k) const { return k >= 0 && sched.params[k].quant.kind != QuantKind::none; }
-  static AttentionDims attention_dims(const Step& st) { return detail::attention_dims(st, config.batch, config.seq); }
 
-  void forward(const Step& st) {
-    if (st.fused_into_previous) return;  // computed by the projection before it
-    const std::int64_t n = tokens_per_micro_batch;
-    const int w = workers_;
-    using graph::OpKind;
-    switch (st.op) {
-      case OpKind::embedding:
-        embedding_forward(ptr<std::int32_t>(st.in[0]), param_weight(st.param[0]), ptr(st.out[0]), n, st.dim[1], w);
-        break;
-      case OpKind::positions:
-        positions_forward(param_weight(st.param[0]), ptr(st.inout), config.batch, config.seq, st.dim[1], w);
-        break;
-      case OpKind::linear: {
-        Epilogue<T> ep{};
-        ep.bias = param_weight(st.param[1]);
-        if (st.fuse_next != OpKind::custom) {  // the next step's activation, in this GEMM's epilogue
-          const Step& next = (&st)[1];
-          ep.act = st.fuse_next == OpKind::gelu ? Fused::gelu : Fused::swiglu_up;
-          ep.act_out = ptr(next.out[0]);
-          ep.gate = st.fuse_next == OpKind::swiglu ? ptr(next.in[0]) : nullptr;
-        }
-        if (quantized(st.param[0]))
-          quant_linear_forward(ptr(st.in[0]), quant(sched.params[st.param[0]]), ptr(st.out[0]), n, ep, ptr(st.scratch), panels_, w);
-        else
-          linear_forward(ptr(st.in[0]), param_weight(st.param[0]), ptr(st.out[0]), n, st.dim[0], st.dim[1], ep, panels_, w);
-        break;
-      }
-      case OpKind::lora:
-        lora_forward(ptr(st.in[0]), param_weight(st.param[0]), param_weight(st.param[1]), ptr(st.out[0]), ptr(st.inout),
-                     static_cast<T>(st.scale_num) / static_cast<T>(st.scale_den), n, st.dim[0], st.dim[1], st.dim[2], panels_, w);
-        break;
-      case OpKind::rmsnorm:
-        norm_forward<T>(false, ptr(st.in[0]), param_weight(st.param[0]), nullptr, ptr(st.out[0]), nullptr, ptr(st.out[1]), n,
-                        st.dim[0], w);
-        break;
-      case OpKind::layernorm:
-        norm_forward<T>(true, ptr(st.in[0]), param_weight(st.param[0]), param_weight(st.param[1]), ptr(st.out[0]), ptr(st.out[1]),
-                        ptr(st.out[2]), n, st.dim[0], w);
-        break;
-      case OpKind::attention: {
-        const AttentionDims d = attention_dims(st);
-        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
-        if (st.in[1].bound()) {
-          attention_forward(d, ptr(st.in[0]), q_cols, ptr(st.in[1]), kv_cols, ptr(st.in[2]), kv_cols, ptr(st.out[0]),
-                            ptr(st.out[1]), ptr(st.scratch), w);
-        } else {  // one fused (N, 3D) q|k|v input
-          T* qkv = ptr(st.in[0]);
-          const std::int64_t ld = q_cols + 2 * kv_cols;
-          attention_forward(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.out[0]), ptr(st.out[1]),
-                            ptr(st.scratch), w);
-        }
-        break;
-      }
-      case OpKind::gelu: gelu_forward(ptr(st.in[0]), ptr(st.out[0]), n * st.dim[0], w); break;
-      case OpKind::swiglu: swiglu_forward(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], w); break;
-      case OpKind::add: add_forward(ptr(st.in[0]), ptr(st.in[1]), ptr(st.out[0]), n * st.dim[0], w); break;
-      case OpKind::lm_head_loss:
-      case OpKind::custom: unsupported(st); break;
-    }
+  // The kernels' view of a step: every operand resolved to its pointer.
+  OpContext<T> context(const Step& st) const {
+    OpContext<T> k{};
+    trainers::bind_step(k, sched, st, device_.at<std::byte>(0));
+    k.n_workers = workers_;
+    k.gemm_panels = panels_;
+    return k;
   }
 
-  // The fused LM head + loss; returns the summed loss of the micro-batch.
+  // Forward and recompute: the step's op, and the next one with it when it
+  // runs in this op's epilogue.
+  void forward(const Step& st) {
+    if (st.fused_into_previous) return;  // computed by the op before it
+    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    OpContext<T> k = context(st);
+    OpContext<T> next{};
+    if (st.fuse_next) {
+      next = context(sched.steps[g + 1]);
+      k.next_ = &next;
+      k.next_op_ = sched.steps[g + 1].op;
+    }
+    Ops::visit(g, [&]<class E>() {
+      if constexpr (requires { E::op::forward(k); }) E::op::forward(k);
+      else unsupported(st);
+    });
+  }
+
+  // The loss event (an op with a fused loss); returns the summed loss of the micro-batch.
   double loss_step(const Step& st, bool grads) {
-    const std::int64_t n = tokens_per_micro_batch;
-    const T scale = T(1) / static_cast<T>(n * config.accumulate);
-    T* dh = grads ? ptr(st.d_in[0]) : nullptr;
-    T* dw = grads ? param_grad(st.param[0]) : nullptr;
-    return lm_head_loss(ptr(st.in[0]), param_weight(st.param[0]), ptr<std::int32_t>(st.in[1]), dh, st.d_in[0].first, dw,
-                        st.grad_first[0], scale, n, st.dim[1], st.dim[0], st.dim[2], ptr(st.scratch), panels_, workers_);
+    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    const OpContext<T> k = context(st);
+    double loss = 0;
+    Ops::visit(g, [&]<class E>() {
+      if constexpr (requires { E::op::loss(k, grads); }) loss = E::op::loss(k, grads);
+      else unsupported(st);
+    });
+    return loss;
   }
 
   void backward(const Step& st) {
-    const std::int64_t n = tokens_per_micro_batch;
-    const int w = workers_;
-    using graph::OpKind;
-    const T* dy = ptr(st.d_out[0]);
-    switch (st.op) {
-      case OpKind::embedding:
-        if (T* g = param_grad(st.param[0]))
-          embedding_backward(ptr<std::int32_t>(st.saved[0]), dy, g, st.grad_first[0], n, st.dim[0], st.dim[1], w);
-        break;
-      case OpKind::positions:
-        if (T* g = param_grad(st.param[0]))
-          positions_backward(ptr(st.d_inout), g, st.grad_first[0], config.batch, config.seq, st.dim[0], st.dim[1], w);
-        break;
-      case OpKind::linear: {
-        T* dx = ptr(st.d_in[0]);
-        if (quantized(st.param[0])) {  // frozen matrix: the input's gradient, and the bias's
-          if (dx != nullptr)
-            quant_linear_backward_input(dy, quant(sched.params[st.param[0]]), dx, st.d_in[0].first, n, ptr(st.scratch), panels_, w);
-          linear_backward<T>(dy, nullptr, nullptr, nullptr, false, nullptr, false, param_grad(st.param[1]), st.grad_first[1], n,
-                             st.dim[0], st.dim[1], panels_, w);
-        } else {
-          linear_backward(dy, ptr(st.saved[0]), param_weight(st.param[0]), dx, st.d_in[0].first, param_grad(st.param[0]),
-                          st.grad_first[0], param_grad(st.param[1]), st.grad_first[1], n, st.dim[0], st.dim[1], panels_, w);
-        }
-        break;
-      }
-      case OpKind::lora:
-        lora_backward(ptr(st.d_inout), ptr(st.saved[0]), ptr(st.saved[1]), param_weight(st.param[0]), param_weight(st.param[1]),
-                      ptr(st.scratch), param_grad(st.param[0]), st.grad_first[0], param_grad(st.param[1]), st.grad_first[1],
-                      ptr(st.d_in[0]), st.d_in[0].first, static_cast<T>(st.scale_num) / static_cast<T>(st.scale_den), n,
-                      st.dim[0], st.dim[1], st.dim[2], panels_, w);
-        break;
-      case OpKind::rmsnorm:
-        norm_backward<T>(false, ptr(st.saved[0]), param_weight(st.param[0]), nullptr, ptr(st.saved[1]), dy, ptr(st.d_in[0]),
-                         st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], nullptr, false, n, st.dim[0], w);
-        break;
-      case OpKind::layernorm:
-        norm_backward<T>(true, ptr(st.saved[0]), param_weight(st.param[0]), ptr(st.saved[1]), ptr(st.saved[2]), dy,
-                         ptr(st.d_in[0]), st.d_in[0].first, param_grad(st.param[0]), st.grad_first[0], param_grad(st.param[1]),
-                         st.grad_first[1], n, st.dim[0], w);
-        break;
-      case OpKind::attention: {
-        const AttentionDims d = attention_dims(st);
-        const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
-        for (int q = 0; q < graph::max_in; ++q)
-          if (st.d_in[q].bound() && !st.d_in[q].first) unsupported(st);  // attention overwrites its input gradients
-        if (st.saved[3].bound()) {  // saved: q, k, v, o, lse
-          attention_backward(d, ptr(st.saved[0]), q_cols, ptr(st.saved[1]), kv_cols, ptr(st.saved[2]), kv_cols, ptr(st.saved[3]),
-                             ptr(st.saved[4]), dy, ptr(st.d_in[0]), q_cols, ptr(st.d_in[1]), kv_cols, ptr(st.d_in[2]), kv_cols,
-                             ptr(st.scratch), w);
-        } else {  // saved: qkv, o, lse
-          const std::int64_t ld = q_cols + 2 * kv_cols;
-          T* qkv = ptr(st.saved[0]);
-          T* dqkv = ptr(st.d_in[0]);
-          attention_backward(d, qkv, ld, qkv + q_cols, ld, qkv + q_cols + kv_cols, ld, ptr(st.saved[1]), ptr(st.saved[2]), dy, dqkv,
-                             ld, dqkv + q_cols, ld, dqkv + q_cols + kv_cols, ld, ptr(st.scratch), w);
-        }
-        break;
-      }
-      case OpKind::gelu:
-        if (st.d_in[0].bound()) gelu_backward(ptr(st.saved[0]), dy, ptr(st.d_in[0]), st.d_in[0].first, n * st.dim[0], w);
-        break;
-      case OpKind::swiglu:
-        swiglu_backward(ptr(st.saved[0]), ptr(st.saved[1]), dy, ptr(st.d_in[0]), st.d_in[0].first, ptr(st.d_in[1]),
-                        st.d_in[1].first, n * st.dim[0], w);
-        break;
-      case OpKind::add:
-        for (int q = 0; q < 2; ++q)
-          if (st.d_in[q].bound()) accumulate(dy, ptr(st.d_in[q]), st.d_in[q].first, n * st.dim[0], w);
-        break;
-      case OpKind::lm_head_loss:
-      case OpKind::custom: unsupported(st); break;
-    }
+    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    const OpContext<T> k = context(st);
+    Ops::visit(g, [&]<class E>() {
+      if constexpr (requires { E::op::backward(k); }) E::op::backward(k);
+      else unsupported(st);
+    });
   }
 
   [[noreturn]] static void unsupported(const Step& st) {
-    throw std::logic_error("host::Trainer: no host kernel for op '" + std::string(graph::name_of(st.op)) + "' in event '" +
+    throw std::logic_error("host::Trainer: op '" + std::string(st.op) + "' has no host kernel for event '" +
                            std::string(name_of(st.kind)) + "' of node " + node_path(st.node, st.instance));
   }
 

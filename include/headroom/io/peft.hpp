@@ -57,6 +57,8 @@
 #include <string_view>
 #include <vector>
 
+#include "../ops/linear.hpp"
+#include "../ops/lora.hpp"
 #include "hf_names.hpp"
 #include "safetensors.hpp"
 
@@ -84,7 +86,8 @@ template <class Trainer>
 std::vector<LoraModule> lora_modules() {
   std::vector<LoraModule> out;
   for (const Step& st : Trainer::sched.steps) {
-    if (st.op != graph::OpKind::lora || st.kind != EventKind::forward) continue;
+    using L = ops::LoRA;
+    if (st.op != L::name || st.kind != EventKind::forward) continue;
     const std::string module = Trainer::node_path(st.node, st.instance);
     bool seen = false;
     for (const LoraModule& m : out) seen = seen || m.module == module;
@@ -92,13 +95,13 @@ std::vector<LoraModule> lora_modules() {
     LoraModule m;
     m.module = module;
     m.hf_module = hf_module_path(hf_family<Trainer>(), module);
-    m.A = &Trainer::param(static_cast<std::size_t>(st.param[0]));
-    m.B = &Trainer::param(static_cast<std::size_t>(st.param[1]));
-    m.in = st.dim[0];
-    m.out = st.dim[1];
-    m.rank = st.dim[2];
-    m.scale_num = st.scale_num;
-    m.scale_den = st.scale_den;
+    m.A = &Trainer::param(static_cast<std::size_t>(st.param[L::a.index]));
+    m.B = &Trainer::param(static_cast<std::size_t>(st.param[L::b.index]));
+    m.in = st.dim[L::in.index];
+    m.out = st.dim[L::out.index];
+    m.rank = st.dim[L::rank.index];
+    m.scale_num = st.dim[L::scale_num.index];
+    m.scale_den = st.dim[L::scale_den.index];
     for (const ParamSlot& p : Trainer::sched.params)
       if (p.node == st.node && p.instance == st.instance && p.name == "weight") m.weight = &p;
     if (m.A->rows != m.rank || m.A->cols != m.in || m.B->rows != m.out || m.B->cols != m.rank ||
@@ -140,7 +143,7 @@ template <class Trainer>
 std::vector<std::string> target_modules(const std::vector<LoraModule>& mods) {
   std::vector<std::string> projections;  // every projection of the model, HF paths
   for (const Step& st : Trainer::sched.steps) {
-    if ((st.op != graph::OpKind::linear && st.op != graph::OpKind::lora) || st.kind != EventKind::forward) continue;
+    if ((st.op != ops::Linear::name && st.op != ops::LoRA::name) || st.kind != EventKind::forward) continue;
     const std::string m = hf_module_path(hf_family<Trainer>(), Trainer::node_path(st.node, st.instance));
     if (std::find(projections.begin(), projections.end(), m) == projections.end()) projections.push_back(m);
   }

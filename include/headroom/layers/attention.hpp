@@ -7,6 +7,7 @@
 //
 // Attention<D, Heads, KVHeads, Rope, Q, K, V, O>: separate projections (Llama).
 // FusedAttention<D, Heads, QKV, O>: one fused q|k|v projection (GPT-2's c_attn).
+#include "../ops/attention.hpp"
 #include "layer.hpp"
 
 namespace headroom {
@@ -22,49 +23,11 @@ struct AttentionCore {
   static constexpr std::int64_t in_features = (Heads + 2 * KVHeads) * HeadDim;
   static constexpr std::int64_t out_features = Heads * HeadDim;
   using children = type_list<>;
+  using ops = type_list<headroom::ops::Attention>;
 
   // inputs: either one fused (N, (H + 2 KV) hd) tensor or q (N, H hd), k, v (N, KV hd)
   static constexpr Ref build_from(graph::Builder& b, const Ref* in, int n_in) {
-    const std::int64_t B = b.cfg.batch, T = b.cfg.seq, W = b.cfg.workers, cb = b.cfg.compute_bytes();
-    Op op{};
-    op.kind = graph::OpKind::attention;
-    op.dim[0] = Heads;
-    op.dim[1] = KVHeads;
-    op.dim[2] = HeadDim;
-    op.dim[3] = Pos == Positions::rope ? Theta : 0;
-    for (int i = 0; i < n_in; ++i) {
-      op.in[i] = in[i];
-      op.in_grad[i] = true;
-      op.saved[op.n_saved++] = in[i];
-    }
-    op.n_in = n_in;
-    const Ref o = b.activation("o", Heads * HeadDim);           // o: (N, H hd)
-    const Ref lse = b.produced("lse", B * Heads * T * cb);        // lse: (B, H, T) in the compute type
-    op.out[0] = o;
-    op.out[1] = lse;
-    op.n_out = 2;
-    op.saved[op.n_saved++] = o;
-    op.saved[op.n_saved++] = lse;
-    const std::int64_t t = detail::tile;
-    if (b.cfg.cuda()) {
-      // CUDA: RoPE is computed as tiles load; backward keeps only
-      // delta = rowsum(dO * O): (B, H, T) f32
-      op.scratch_fwd = 0;
-      op.scratch_bwd = B * Heads * T * 4;
-    } else {
-      // a RoPE cos/sin table (T, hd); per worker: a (t, t) score tile, rotated
-      // q and k tiles and an (t, hd) accumulator, row max and sum
-      op.scratch_fwd = (T * HeadDim + W * (t * t + 3 * t * HeadDim + 2 * t)) * cb;
-      // delta = rowsum(dO * O): (B, H, T); the RoPE table; per worker: score
-      // and dscore tiles, rotated q / k tiles, dq / dK / dV accumulators
-      op.scratch_bwd = (B * Heads * T + T * HeadDim + W * (2 * t * t + 5 * t * HeadDim + 2 * t)) * cb;
-    }
-    // causal: half of QK^T and PV; backward is 2.5x forward (5 matmuls vs 2)
-    op.flops_fwd = 2 * B * Heads * T * T * HeadDim;
-    op.flops_bwd = 5 * B * Heads * T * T * HeadDim;
-    if constexpr (Pos == Positions::rope) op.flops_fwd += 3 * B * T * (Heads + KVHeads) * HeadDim;
-    b.emit(op);
-    return o;
+    return headroom::ops::Attention::emit(b, in, n_in, Heads, KVHeads, HeadDim, Pos == Positions::rope ? Theta : 0);  // o: (N, H hd)
   }
 };
 
@@ -98,6 +61,7 @@ struct Attention {
   static constexpr std::int64_t heads = Heads, kv_heads = KVHeads;
   static constexpr Positions positions = Pos;
   using children = type_list<Q, K, V, O>;
+  using ops = type_list<headroom::ops::Attention>;  // its core's
   static constexpr std::int64_t rope_theta = RopeTheta;
   using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos, RopeTheta>;
 
@@ -125,6 +89,7 @@ struct FusedAttention {
   static constexpr std::int64_t heads = Heads, kv_heads = Heads;
   static constexpr Positions positions = Positions::none;
   using children = type_list<QKV, O>;
+  using ops = type_list<headroom::ops::Attention>;  // its core's
   using core = detail::AttentionCore<Heads, Heads, D / Heads, Positions::none>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)

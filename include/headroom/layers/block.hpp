@@ -1,35 +1,26 @@
 #pragma once
 // Residual composition and the pre-norm transformer block.
 //
-// residual_add emits y = x + f. Its backward writes nothing new: the
-// gradients of x and f *are* the gradient of y (one buffer), so a stack of
-// residual blocks carries one activation-gradient stream, accumulated in
-// place, as in llm.c.
+// residual_add emits y = x + f (ops::Add), for blocks of any shape.
 //
 // PreNormBlock<Names, Norm1, Attn, Norm2, Mlp>:
 //   x2 = x + Attn(Norm1(x));  y = x2 + Mlp(Norm2(x2))
+#include "../ops/elementwise.hpp"
 #include "layer.hpp"
 
 namespace headroom {
 
-namespace detail {
-constexpr Ref residual_add(graph::Builder& b, Ref x, Ref f, std::int64_t features) {
-  Op op{};
-  op.kind = graph::OpKind::add;
-  op.dim[0] = features;
-  op.in[0] = x;
-  op.in[1] = f;
-  op.in_grad[0] = op.in_grad[1] = true;
-  op.in_alias[0] = op.in_alias[1] = true;
-  op.n_in = 2;
-  const Ref y = b.activation("residual", features);  // y: (N, D)
-  op.out[0] = y;
-  op.n_out = 1;
-  op.flops_fwd = b.tokens_count() * features;
-  b.emit(op);
+// y = x + f under a node `name` (kind "Add"): the residual connection of a
+// block (ops::Add). Its backward writes nothing new: the gradients of x and f
+// are the gradient of y itself (one buffer), so a stack of residual blocks
+// carries one activation-gradient stream, accumulated in place, as in
+// llm.c. A layer that calls it lists headroom::ops::Add in its `ops`.
+constexpr Ref residual_add(graph::Builder& b, std::string_view name, Ref x, Ref f, std::int64_t features) {  // x, f: (N, D)
+  b.open(name, "Add");
+  const Ref y = ops::Add::emit(b, x, f, features);  // y: (N, D)
+  b.close();
   return y;
 }
-}  // namespace detail
 
 // Residual<F>: y = x + F(x).
 template <class F>
@@ -39,13 +30,11 @@ struct Residual {
   static constexpr std::string_view kind = "Residual";
   static constexpr std::int64_t in_features = F::in_features, out_features = F::out_features;
   using children = type_list<F>;
+  using ops = type_list<headroom::ops::Add>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
     const Ref f = b.child<F>("fn", x);
-    b.open("add", "Add");
-    const Ref y = detail::residual_add(b, x, f, out_features);
-    b.close();
-    return y;
+    return residual_add(b, "add", x, f, out_features);
   }
 };
 
@@ -69,17 +58,13 @@ struct PreNormBlock {
   static constexpr std::string_view kind = "Block";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<Norm1, Attn, Norm2, Mlp>;
+  using ops = type_list<headroom::ops::Add>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     const Ref a = b.child<Attn>(Names::attn, b.child<Norm1>(Names::norm1, x));
-    b.open("residual_1", "Add");
-    const Ref x2 = detail::residual_add(b, x, a, D);  // x2: (N, D)
-    b.close();
+    const Ref x2 = residual_add(b, "residual_1", x, a, D);  // x2: (N, D)
     const Ref m = b.child<Mlp>(Names::mlp, b.child<Norm2>(Names::norm2, x2));
-    b.open("residual_2", "Add");
-    const Ref y = detail::residual_add(b, x2, m, D);  // y: (N, D)
-    b.close();
-    return y;
+    return residual_add(b, "residual_2", x2, m, D);  // y: (N, D)
   }
 };
 

@@ -2,32 +2,10 @@
 // The feed-forward halves of a block.
 // MLP<D, F, Fc, Proj>: proj(gelu_tanh(fc(x))) (GPT-2; Hendrycks & Gimpel 2016).
 // SwiGLU<D, F, Gate, Up, Down>: down(silu(gate(x)) * up(x)) (Shazeer 2020; Llama).
+#include "../ops/elementwise.hpp"
 #include "layer.hpp"
 
 namespace headroom {
-
-namespace detail {
-// An elementwise op over (N, F) inputs producing (N, F); saves its inputs.
-constexpr Ref elementwise(graph::Builder& b, graph::OpKind kind, std::string_view out_name, const Ref* in, int n_in,
-                          std::int64_t features, std::int64_t flops_per_elem) {
-  Op op{};
-  op.kind = kind;
-  op.dim[0] = features;
-  for (int i = 0; i < n_in; ++i) {
-    op.in[i] = in[i];
-    op.in_grad[i] = true;
-    op.saved[op.n_saved++] = in[i];
-  }
-  op.n_in = n_in;
-  const Ref y = b.activation(out_name, features);
-  op.out[0] = y;
-  op.n_out = 1;
-  op.flops_fwd = flops_per_elem * b.tokens_count() * features;
-  op.flops_bwd = 2 * op.flops_fwd;
-  b.emit(op);
-  return y;
-}
-}  // namespace detail
 
 template <std::int64_t D, std::int64_t F, class Fc, class Proj>
 struct MLP {
@@ -40,11 +18,12 @@ struct MLP {
   static constexpr std::string_view kind = "MLP";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<Fc, Proj>;
+  using ops = type_list<headroom::ops::Gelu>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     const Ref pre = b.child<Fc>("c_fc", x);                // pre: (N, F)
     b.open("act", "GELU");
-    const Ref g = detail::elementwise(b, graph::OpKind::gelu, "gelu", &pre, 1, F, 8);  // g: (N, F)
+    const Ref g = headroom::ops::Gelu::emit(b, pre, F);  // g: (N, F)
     b.close();
     return b.child<Proj>("c_proj", g);
   }
@@ -64,11 +43,12 @@ struct SwiGLU {
   static constexpr std::string_view kind = "SwiGLU";
   static constexpr std::int64_t in_features = D, out_features = D;
   using children = type_list<Gate, Up, Down>;
+  using ops = type_list<headroom::ops::SwiGLU>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     const Ref gu[2] = {b.child<Gate>("gate_proj", x), b.child<Up>("up_proj", x)};  // (N, F) each
     b.open("act", "SiLU*");
-    const Ref s = detail::elementwise(b, graph::OpKind::swiglu, "silu_mul", gu, 2, F, 5);  // s: (N, F)
+    const Ref s = headroom::ops::SwiGLU::emit(b, gu[0], gu[1], F);  // s: (N, F)
     b.close();
     return b.child<Down>("down_proj", s);
   }

@@ -89,6 +89,32 @@ constexpr std::int64_t type_list_out_at(int i) {
 }
 }  // namespace detail
 
+// A name for a string template argument: Named<"up", Linear<D, F>>.
+template <std::size_t N>
+struct child_label {
+  char s[N]{};
+  constexpr child_label(const char (&a)[N]) {
+    for (std::size_t i = 0; i < N; ++i) s[i] = a[i];
+  }
+  constexpr std::string_view view() const { return std::string_view(s, N - 1); }
+};
+
+// Named<"up", L>: L as a child of Sequential under the name "up", so that
+// reports and parameter paths read `ffn.up.weight`, not `ffn.1.weight`. It
+// is L in every other respect (kind, dims, children, ops, build).
+template <child_label Name, class L>
+struct Named : L {
+  static constexpr std::string_view child_name = Name.view();
+};
+
+namespace detail {
+template <class L>
+constexpr std::string_view child_name() {
+  if constexpr (requires { L::child_name; }) return L::child_name;
+  else return {};
+}
+}  // namespace detail
+
 template <class... Ls>
 struct Sequential {
   static_assert(sizeof...(Ls) >= 1, "Sequential<Ls...>: needs at least one layer");
@@ -113,7 +139,7 @@ struct Sequential {
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
     int i = 0;
-    ((x = b.child<Ls>("", x, i++)), ...);
+    ((x = detail::child_name<Ls>().empty() ? b.child<Ls>("", x, i) : b.child<Ls>(detail::child_name<Ls>(), x), ++i), ...);
     return x;
   }
 };

@@ -22,6 +22,7 @@
 #include "../core/dtype.hpp"
 #include "../core/quant_format.hpp"
 #include "../optim/optimizer.hpp"
+#include "../ops/operands.hpp"
 #include "roles.hpp"
 
 namespace headroom {
@@ -164,40 +165,14 @@ struct Param {
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
-inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4;
+inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_dims = 6, max_weights = 2;
 
-// What an op computes: the engines dispatch on it. Each kind's operands:
-//   embedding     in: tokens                 out: x            param: table           dim: vocab, D
-//   positions     inout: x                                     param: table           dim: max positions, D
-//   linear        in: x                      out: y            param: weight, bias    dim: in, out
-//   lora          in: x  inout: y (base out) out: A x          param: A, B            dim: in, out, rank; scale
-//   rmsnorm       in: x                      out: h, rstd      param: weight          dim: D
-//   layernorm     in: x                      out: h, mean, rstd param: weight, bias   dim: D
-//   attention     in: q, k, v (or fused qkv) out: o, lse                              dim: heads, kv heads, head dim, rope theta (0: none)
-//   gelu          in: x                      out: y                                   dim: features
-//   swiglu        in: gate, up               out: y                                   dim: features
-//   add           in: x, f                   out: y                                   dim: features
-//   lm_head_loss  in: h, targets             out: loss         param: weight          dim: vocab, D, chunk
-enum class OpKind : std::uint8_t { custom, embedding, positions, linear, lora, rmsnorm, layernorm, attention, gelu, swiglu, add, lm_head_loss };
-
-constexpr std::string_view name_of(OpKind k) {
-  switch (k) {
-    case OpKind::custom: return "custom";
-    case OpKind::embedding: return "embedding";
-    case OpKind::positions: return "positions";
-    case OpKind::linear: return "linear";
-    case OpKind::lora: return "lora";
-    case OpKind::rmsnorm: return "rmsnorm";
-    case OpKind::layernorm: return "layernorm";
-    case OpKind::attention: return "attention";
-    case OpKind::gelu: return "gelu";
-    case OpKind::swiglu: return "swiglu";
-    case OpKind::add: return "add";
-    case OpKind::lm_head_loss: return "lm_head_loss";
-  }
-  return "?";
-}
-
+// One op of the step: what it reads, writes and keeps for backward, with its
+// FLOPs and scratch. `kind` is the name of the op type that runs it (ops/,
+// e.g. ops::Linear::name == "linear"); the engines find that type among the
+// ops the model's layers list (ops_of<Model>) and run its kernels. Operands
+// are bound by name through the op type's tags (ops/operands.hpp):
+//   op.input(Linear::x, x);  op.output(Linear::y, y);  op.set(Linear::in, In);
 struct Op {
   int node = none;
   int group = none;
@@ -216,10 +191,55 @@ struct Op {
   std::int64_t scratch_fwd = 0, scratch_bwd = 0;
   std::int64_t flops_fwd = 0, flops_bwd = 0;
   bool fused_loss = false;   // forward computes loss and input gradient in one pass
-  OpKind kind = OpKind::custom;
-  int param[2] = {none, none};  // the parameters it reads (see OpKind)
-  std::int64_t dim[4]{};        // its dimensions (see OpKind)
-  std::int64_t scale_num = 1, scale_den = 1;  // LoRA's alpha / rank
+  std::string_view kind{};   // the op type's name
+  ops::Lane lane = ops::Lane::compute;
+  // This op can run inside the epilogue of the op named here, when that op
+  // comes right before it and its output is this op's input epilogue_input
+  // (GELU and SwiGLU after a linear: the schedule fuses them).
+  std::string_view epilogue_of{};
+  int epilogue_input = 0;
+  int param[max_weights] = {none, none};  // the parameters it reads (ops::Weight<i>)
+  std::int64_t dim[max_dims]{};           // its dimensions (ops::Dim<i>)
+
+  // ---- binding operands by name -----------------------------------------------
+  // An input; backward writes its gradient unless `grad` is false; `alias`:
+  // that gradient is the gradient of out[0] itself (a residual add).
+  template <int I>
+  constexpr void input(ops::In<I>, Ref r, bool grad = true, bool alias = false) {
+    static_assert(I < max_in, "graph::Op: at most max_in inputs");
+    in[I] = r;
+    in_grad[I] = grad;
+    in_alias[I] = alias;
+    if (n_in <= I) n_in = I + 1;
+  }
+  template <int I>
+  constexpr void output(ops::Out<I>, Ref r) {
+    static_assert(I < max_out, "graph::Op: at most max_out outputs");
+    out[I] = r;
+    if (n_out <= I) n_out = I + 1;
+  }
+  constexpr void update(ops::InOut, Ref r) { inout = r; }
+  template <int I>
+  constexpr void save(ops::Saved<I>, Ref r) {
+    static_assert(I < max_saved, "graph::Op: at most max_saved saved tensors");
+    saved[I] = r;
+    if (n_saved <= I) n_saved = I + 1;
+  }
+  template <int I>
+  constexpr void set(ops::Dim<I>, std::int64_t v) {
+    static_assert(I < max_dims, "graph::Op: at most max_dims dimensions");
+    dim[I] = v;
+  }
+  // Reads parameter `index` (b.param / b.matrix / b.adapter); `grad`: the
+  // parameter's gradient tensor its backward writes (none when frozen).
+  template <int I>
+  constexpr void use(ops::Weight<I>, int index, int grad) {
+    static_assert(I < max_weights, "graph::Op: at most max_weights parameters");
+    param[I] = index;
+    if (grad != none) grads[n_grads++] = grad;
+  }
+  template <int I>
+  constexpr std::int64_t operator[](ops::Dim<I>) const { return dim[I]; }
 };
 
 // The tensors one event reads and writes, slot by slot, as the engine binds

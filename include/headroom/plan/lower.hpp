@@ -1,7 +1,7 @@
 #pragma once
 // Lowering: what a kernel sees of a layer type — integers and enums only.
 //
-// The planner's types (recipes, policies, Hana-free but template-heavy)
+// The planner's types (recipes and policies: template-heavy)
 // stay on the host side; a CUDA kernel template takes a lowered descriptor
 // as its compile-time argument:
 //

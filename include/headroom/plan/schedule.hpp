@@ -4,7 +4,7 @@
 //   constexpr auto s = headroom::schedule<Run>();
 //
 // One Step per event of the plan's timeline, in order, each naming the op it
-// runs (OpKind and dimensions) and every tensor it touches as a byte offset
+// runs (its op type's name and dimensions) and every tensor it touches as a byte offset
 // into its tier's arena, slot by slot (graph::Binding): inputs, outputs, the
 // saved tensors backward reads (already redirected to recomputed or
 // prefetched copies), gradients of outputs and inputs, parameters, scratch.
@@ -53,25 +53,28 @@ struct CopyStep {
 
 struct Step {
   EventKind kind = EventKind::forward;
-  graph::OpKind op = graph::OpKind::custom;
+  std::string_view op{};  // the op type's name (ops::Linear::name, ...); empty for events without an op
+  ops::Lane lane = ops::Lane::compute;
   int op_index = -1;  // graph op id
   int node = -1;
   int instance = 0;
-  std::int64_t dim[4]{};
-  std::int64_t scale_num = 1, scale_den = 1;
+  std::int64_t dim[graph::max_dims]{};
   Slot in[graph::max_in]{}, out[graph::max_out]{}, inout{};
   Slot saved[graph::max_saved]{};
   Slot d_out[graph::max_out]{}, d_inout{}, d_in[graph::max_in]{};
   Slot scratch{};
-  int param[2] = {-1, -1};             // ParamSlot indices
-  bool grad_first[2] = {false, false}; // this event writes that parameter's gradient first
+  int param[graph::max_weights] = {-1, -1};             // ParamSlot indices
+  bool grad_first[graph::max_weights] = {false, false}; // this event writes that parameter's gradient first
   int copy_begin = 0, copy_end = 0;    // offload / prefetch: its CopySteps
   int update_begin = 0, update_end = 0;  // UpdateInBackward: parameters whose gradients are complete after this step
-  // Fusion: a projection whose output the next step's activation reads right
-  // away computes that activation in its GEMM epilogue (fuse_next = the
-  // activation's op); the activation's own step then has nothing to do.
-  graph::OpKind fuse_next = graph::OpKind::custom;
+  // Fusion: an op whose output the next step reads right away, where that
+  // step's op declares it can run in this op's epilogue (graph::Op::
+  // epilogue_of), computes it there (fuse_next); the next step's own kernel
+  // then does not run (fused_into_previous).
+  bool fuse_next = false;
   bool fused_into_previous = false;
+  std::string_view epilogue_of{};
+  int epilogue_input = 0;
 };
 
 template <std::size_t NS, std::size_t NC, std::size_t NP>
@@ -219,11 +222,12 @@ constexpr auto schedule() {
       if (ev.op != graph::none) {
         const graph::Op& op = b.ops[ev.op];
         st.op = op.kind;
+        st.lane = op.lane;
         st.op_index = ev.op;
-        for (int d = 0; d < 4; ++d) st.dim[d] = op.dim[d];
-        st.scale_num = op.scale_num;
-        st.scale_den = op.scale_den;
-        for (int q = 0; q < 2; ++q) {
+        st.epilogue_of = op.epilogue_of;
+        st.epilogue_input = op.epilogue_input;
+        for (int d = 0; d < graph::max_dims; ++d) st.dim[d] = op.dim[d];
+        for (int q = 0; q < graph::max_weights; ++q) {
           const int p = op.param[q];
           if (p == graph::none) continue;
           const graph::Param& pr = b.params[p];
@@ -265,16 +269,32 @@ constexpr auto schedule() {
     }
   }
 
-  // GEMM epilogues: linear -> gelu, and up_proj -> swiglu (gate already computed)
+  // Epilogues: a step whose op runs in the previous op's epilogue (GELU after
+  // a linear; SwiGLU after up_proj, its gate already computed) and reads that
+  // op's output, in that input only
   for (std::size_t g = 0; g + 1 < s.steps.size(); ++g) {
     Step& a = s.steps[g];
     Step& n = s.steps[g + 1];
-    if (a.op != graph::OpKind::linear || (a.kind != EventKind::forward && a.kind != EventKind::recompute)) continue;
-    if (n.kind != a.kind || n.instance != a.instance || !a.out[0].bound()) continue;
-    const bool gelu = n.op == graph::OpKind::gelu && n.in[0].offset == a.out[0].offset;
-    const bool swiglu = n.op == graph::OpKind::swiglu && n.in[1].offset == a.out[0].offset && n.in[0].offset != a.out[0].offset;
-    if (gelu || swiglu) {
-      a.fuse_next = n.op;
+    if (a.kind != EventKind::forward && a.kind != EventKind::recompute) continue;
+    if (n.kind != a.kind || n.instance != a.instance || !a.out[0].bound() || n.epilogue_of.empty() || n.epilogue_of != a.op) continue;
+    bool fits = n.in[n.epilogue_input].offset == a.out[0].offset;
+    for (int q = 0; q < graph::max_in; ++q)
+      if (q != n.epilogue_input && n.in[q].bound() && n.in[q].offset == a.out[0].offset) fits = false;
+    // The fused op's outputs are written one step before the plan has them
+    // alive: only where they share no byte with what step g reads or writes
+    // (a buffer that dies at step g is one that step g uses).
+    auto overlaps = [](const Slot& x, const Slot& y) {
+      return x.bound() && y.bound() && x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+    };
+    for (int o = 0; o < graph::max_out; ++o) {
+      const Slot& w = n.out[o];
+      for (int q = 0; q < graph::max_in; ++q) fits = fits && !overlaps(w, a.in[q]);
+      for (int q = 0; q < graph::max_out; ++q) fits = fits && !overlaps(w, a.out[q]);
+      for (int q = 0; q < graph::max_saved; ++q) fits = fits && !overlaps(w, a.saved[q]);
+      fits = fits && !overlaps(w, a.inout) && !overlaps(w, a.scratch);
+    }
+    if (fits) {
+      a.fuse_next = true;
       n.fused_into_previous = true;
     }
   }

@@ -4,6 +4,7 @@
 // at zero so the wrapped layer starts as the base. Alpha is an integer ratio
 // (default Alpha = Rank, scale 1). Forward adds the low-rank product into the
 // base output in place and saves x and A x (N, Rank) for backward.
+#include "../ops/lora.hpp"
 #include "projection.hpp"
 
 namespace headroom {
@@ -26,6 +27,7 @@ struct LoRA {
   using alpha = Alpha;
   using inner = L;
   using children = type_list<L>;
+  using ops = type_list<headroom::ops::LoRA>;
   template <class New>
   using rebind = LoRA<Rank, New, Alpha>;
 
@@ -35,40 +37,8 @@ struct LoRA {
     b.pop_frozen();
     const int a_id = b.adapter("lora_A", Rank, in_features);   // A: (Rank, In)
     const int b_id = b.adapter("lora_B", out_features, Rank);  // B: (Out, Rank)
-    const graph::Param pa = b.params[a_id];
-    const graph::Param pb = b.params[b_id];
-    const std::int64_t n = b.tokens_count();
-    Op op{};
-    op.kind = graph::OpKind::lora;
-    op.param[0] = a_id;
-    op.param[1] = b_id;
-    op.dim[0] = in_features;
-    op.dim[1] = out_features;
-    op.dim[2] = Rank;
-    op.scale_num = Alpha::num;
-    op.scale_den = Alpha::den * Rank;
-    op.in[0] = x;
-    op.in_grad[0] = true;
-    op.n_in = 1;
-    op.inout = y;                                                // y += s * B (A x)
-    const Ref ax = b.produced("lora_ax", n * Rank * b.cfg.act_bytes());  // A x: (N, Rank)
-    op.out[0] = ax;
-    op.n_out = 1;
-    op.saved[op.n_saved++] = x;
-    op.saved[op.n_saved++] = ax;
-    op.grads[op.n_grads++] = pa.grad;
-    op.grads[op.n_grads++] = pb.grad;
-    // d(A x): (N, Rank) in the compute type; on CUDA in the storage type (a GEMM operand)
-    op.scratch_bwd = n * Rank * (b.cfg.cuda() ? b.cfg.act_bytes() : b.cfg.compute_bytes());
-    b.gemm(n, Rank, in_features);   // A x;  dx += d(Ax) A
-    b.gemm(n, out_features, Rank);  // y += B (A x)
-    b.gemm(n, Rank, out_features);  // d(Ax) = dy B
-    b.gemm(n, in_features, Rank);
-    b.gemm(out_features, Rank, n);  // dB = dy^T (A x)
-    b.gemm(Rank, in_features, n);   // dA = d(Ax)^T x
-    op.flops_fwd = 2 * n * Rank * (in_features + out_features);
-    op.flops_bwd = 2 * op.flops_fwd;
-    b.emit(op);
+    // y += (alpha / Rank) B (A x), in place
+    headroom::ops::LoRA::emit(b, x, y, a_id, b_id, in_features, out_features, Rank, Alpha::num, Alpha::den * Rank);
     return y;
   }
 };

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../ops/lm_head_loss.hpp"
 #include "../plan/graph.hpp"
 
 namespace headroom {
@@ -135,7 +136,7 @@ const auto* find_param(const Plan& plan, const Schedule& sched, std::string_view
 template <class Schedule>
 constexpr std::int64_t vocab_size(const Schedule& sched) {
   for (const auto& s : sched.steps)
-    if (s.op == graph::OpKind::lm_head_loss) return s.dim[0];
+    if (s.op == ops::LmHeadLoss::name) return s.dim[ops::LmHeadLoss::vocab.index];
   return 0;
 }
 

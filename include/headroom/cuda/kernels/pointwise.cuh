@@ -497,6 +497,49 @@ void gelu_backward(const S* x, const S* dy, S* dx, bool first, std::int64_t n, c
   });
 }
 
+// An elementwise op from its element math alone (a user op's kernels):
+// F::forward(x) and F::backward(x, dy) -> dx, HEADROOM_HOST_DEVICE, in f32.
+// y = F(x);  dx (+)= F'(x) dy.
+template <class F, class S, int W>
+__global__ void map_forward_kernel(const S* __restrict__ x, S* __restrict__ y, std::int64_t n) {
+  packs::grid_stride<W>(n, [&](std::int64_t i, auto width) {
+    float v[decltype(width)::value];
+    packs::load(x + i, v);
+    for (float& e : v) e = F::forward(e);
+    packs::store(y + i, v);
+  });
+}
+template <class F, class S, int W>
+__global__ void map_backward_kernel(const S* __restrict__ x, const S* __restrict__ dy, S* __restrict__ dx, bool first,
+                                    std::int64_t n) {
+  packs::grid_stride<W>(n, [&](std::int64_t i, auto width) {
+    constexpr int K = decltype(width)::value;
+    float xv[K], g[K], old[K];
+    packs::load(x + i, xv);
+    packs::load(dy + i, g);
+    if (!first) packs::load(dx + i, old);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      g[k] = F::backward(xv[k], g[k]);
+      if (!first) g[k] = old[k] + g[k];
+    }
+    packs::store(dx + i, g);
+  });
+}
+template <class F, class S>
+void map_forward(const S* x, S* y, std::int64_t n, cudaStream_t stream) {
+  packs::elementwise<packs::width<S>>(n, packs::all_aligned(x, y), [&](auto w, dim3 grid) {
+    launch(map_forward_kernel<F, S, decltype(w)::value>, "map_forward_kernel", grid, dim3(packs::threads), stream, x, y, n);
+  });
+}
+template <class F, class S>
+void map_backward(const S* x, const S* dy, S* dx, bool first, std::int64_t n, cudaStream_t stream) {
+  packs::elementwise<packs::width<S>>(n, packs::all_aligned(x, dy, dx), [&](auto w, dim3 grid) {
+    launch(map_backward_kernel<F, S, decltype(w)::value>, "map_backward_kernel", grid, dim3(packs::threads), stream, x, dy, dx,
+           first, n);
+  });
+}
+
 // h = silu(gate) up
 template <class S, int W>
 __global__ void swiglu_forward_kernel(const S* __restrict__ gate, const S* __restrict__ up, S* __restrict__ h, std::int64_t n) {

@@ -92,6 +92,27 @@ void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgate, bool dga
   });
 }
 
+// An elementwise op from its element math alone (a user op's kernels):
+// F::forward(x) and F::backward(x, dy) -> dx, HEADROOM_HOST_DEVICE, on the
+// compute type. y = F(x);  dx (+)= F'(x) dy.
+template <class F, class T>
+void map_forward(const T* x, T* y, std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = F::forward(x[i]);
+  });
+}
+template <class F, class T>
+void map_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
+  team(workers, [&](int w, int c) {
+    const Range r = share(count, c, w);
+    for (std::int64_t i = r.begin; i < r.end; ++i) {
+      const T g = F::backward(x[i], dy[i]);
+      dx[i] = dx_first ? g : dx[i] + g;
+    }
+  });
+}
+
 // y = x + f; backward adds dy into whichever input gradient is a buffer of
 // its own (the residual stream usually *is* dy, and then there is nothing to do).
 template <class T>

@@ -1,0 +1,32 @@
+#pragma once
+// host::OpContext<T>: what an op's host kernels see of one event: its operands
+// by name (ops::Bound<T>) and the engine's worker threads and GEMM panels.
+//
+//   template <class T>
+//   static void forward(const host::OpContext<T>& k) {     // in an op type (ops/op.hpp)
+//     gelu_forward(k[x], k[y], k.rows() * k[features], k.workers());
+//   }
+//
+// host::Trainer builds one per event of a training step, host::Generator one
+// per op of a decode step.
+#include "../ops/bound.hpp"
+#include "gemm.hpp"
+
+namespace headroom::host {
+
+template <class T>
+struct OpContext : ops::Bound<T> {
+  static constexpr const char* engine = "host";
+  int n_workers = 1;
+  GemmPanels<T> gemm_panels{};
+
+  int workers() const { return n_workers; }
+  const GemmPanels<T>& panels() const { return gemm_panels; }
+  // The next event when it runs in this op's epilogue and is an O; else null.
+  template <class O>
+  const OpContext* fused() const {
+    return this->next_ != nullptr && this->next_op_ == O::name ? static_cast<const OpContext*>(this->next_) : nullptr;
+  }
+};
+
+}  // namespace headroom::host

@@ -1,0 +1,112 @@
+#pragma once
+// The LoRA adapter op (Hu et al. 2021): y += s * B (A x) into the frozen
+// base's output, in place; saves x and A x (N, rank) for backward. s is
+// alpha / rank, kept as the integer ratio scale_num / scale_den.
+#include <cstdint>
+#include <string_view>
+
+#include "../host/kernels/linear.hpp"
+#include "../host/op_context.hpp"
+#include "op.hpp"
+#if HEADROOM_CUDA_KERNELS
+#include "../cuda/op_context.cuh"
+#endif
+
+namespace headroom::ops {
+
+struct LoRA {
+  static constexpr std::string_view name = "lora";
+  static constexpr In<0> x{};            // (N, in)
+  static constexpr InOut y{};            // (N, out): the base output
+  static constexpr Out<0> ax{};          // (N, rank)
+  static constexpr Saved<0> x_saved{};
+  static constexpr Saved<1> ax_saved{};
+  static constexpr Weight<0> a{};        // (rank, in)
+  static constexpr Weight<1> b{};        // (out, rank)
+  static constexpr Dim<0> in{};
+  static constexpr Dim<1> out{};
+  static constexpr Dim<2> rank{};
+  static constexpr Dim<3> scale_num{};
+  static constexpr Dim<4> scale_den{};
+
+  // A and B are adapter parameters a_id (rank, in), b_id (out, rank); `base`
+  // is the base projection's output (N, out), which the op adds into.
+  static constexpr graph::Ref emit(graph::Builder& bd, graph::Ref input, graph::Ref base, int a_id, int b_id, std::int64_t in_f,
+                                   std::int64_t out_f, std::int64_t r, std::int64_t num, std::int64_t den) {
+    const std::int64_t n = bd.tokens_count();
+    graph::Op op = make<LoRA>();
+    op.use(a, a_id, bd.params[a_id].grad);
+    op.use(b, b_id, bd.params[b_id].grad);
+    op.set(in, in_f);
+    op.set(out, out_f);
+    op.set(rank, r);
+    op.set(scale_num, num);
+    op.set(scale_den, den);
+    op.input(x, input);
+    op.update(y, base);
+    const graph::Ref prod = bd.produced("lora_ax", n * r * bd.cfg.act_bytes());  // A x: (N, rank)
+    op.output(ax, prod);
+    op.save(x_saved, input);
+    op.save(ax_saved, prod);
+    // d(A x): (N, rank) in the compute type; on CUDA in the storage type (a GEMM operand)
+    op.scratch_bwd = n * r * (bd.cfg.cuda() ? bd.cfg.act_bytes() : bd.cfg.compute_bytes());
+    bd.gemm(n, r, in_f);   // A x;  dx += d(Ax) A
+    bd.gemm(n, out_f, r);  // y += B (A x)
+    bd.gemm(n, r, out_f);  // d(Ax) = dy B
+    bd.gemm(n, in_f, r);
+    bd.gemm(out_f, r, n);  // dB = dy^T (A x)
+    bd.gemm(r, in_f, n);   // dA = d(Ax)^T x
+    op.flops_fwd = 2 * n * r * (in_f + out_f);
+    op.flops_bwd = 2 * op.flops_fwd;
+    bd.emit(op);
+    return base;
+  }
+
+  template <class U>
+  static U scale(const auto& k) {
+    return static_cast<U>(k[scale_num]) / static_cast<U>(k[scale_den]);
+  }
+
+  template <class T>
+  static void forward(const host::OpContext<T>& k) {
+    host::lora_forward(k[x], k[a], k[b], k[ax], k[y], scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
+  }
+  template <class T>
+  static void backward(const host::OpContext<T>& k) {
+    host::lora_backward(k.grad(y), k[x_saved], k[ax_saved], k[a], k[b], k.scratch(), k.grad(a), k.first(a), k.grad(b), k.first(b),
+                        k.grad(x), k.first(x), scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
+  }
+#if HEADROOM_CUDA_KERNELS
+  template <class S>
+  static void forward(const cuda::OpContext<S>& k) {
+    using cuda::Trans;
+    const std::int64_t n = k.rows();
+    // ax (N, r) = x A^T;  y (N, out) += s ax B^T, straight into the base output
+    k.blas().template gemm<S>(Trans::no, Trans::yes, n, k[rank], k[in], 1.0f, k[x], k[in], k[a], k[in], 0.0f, k[ax], k[rank],
+                              k.stream());
+    if (k[y] != nullptr)
+      k.blas().template gemm<S>(Trans::no, Trans::yes, n, k[out], k[rank], scale<float>(k), k[ax], k[rank], k[b], k[rank], 1.0f, k[y],
+                                k[out], k.stream());
+  }
+  template <class S>
+  static void backward(const cuda::OpContext<S>& k) {
+    using cuda::Trans;
+    const std::int64_t n = k.rows(), r = k[rank];
+    const float s = scale<float>(k);
+    const S* dy = k.grad(y);
+    S* dax = k.template scratch<S>();  // (N, r)
+    if (S* db = k.grad(b))  // dB (out, r) = s dy^T ax
+      k.blas().template gemm<S>(Trans::yes, Trans::no, k[out], r, n, s, dy, k[out], k[ax_saved], r, k.first(b) ? 0.0f : 1.0f, db, r,
+                                k.stream());
+    k.blas().template gemm<S>(Trans::no, Trans::no, n, r, k[out], s, dy, k[out], k[b], r, 0.0f, dax, r, k.stream());
+    if (S* da = k.grad(a))  // dA (r, in) = dax^T x
+      k.blas().template gemm<S>(Trans::yes, Trans::no, r, k[in], n, 1.0f, dax, r, k[x_saved], k[in], k.first(a) ? 0.0f : 1.0f, da,
+                                k[in], k.stream());
+    if (S* dx = k.grad(x))  // dx (N, in) += dax A
+      k.blas().template gemm<S>(Trans::no, Trans::no, n, k[in], r, 1.0f, dax, r, k[a], k[in], k.first(x) ? 0.0f : 1.0f, dx, k[in],
+                                k.stream());
+  }
+#endif
+};
+
+}  // namespace headroom::ops

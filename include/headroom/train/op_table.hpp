@@ -1,0 +1,108 @@
+#pragma once
+// The ops an engine runs for a run type, chosen at compile time.
+//
+//   using Table = OpTable<Run>;          // ops_of<Run::model>
+//   Table::kernel[g]                      // step g's position in Table::ops (-1: no op)
+//   Table::visit(g, [&]<class E>() { E::op::forward(k); });
+//
+// The table is computed from the schedule while the engine compiles: every
+// op a step runs must be the op of some layer's `ops` list (ops_of), named
+// uniquely; each engine then checks its own kernels (check_kernels).
+#include <array>
+#include <cstddef>
+#include <string_view>
+
+#include "../core/diagnostic.hpp"
+#include "../layers/ops_of.hpp"
+#include "../ops/bound.hpp"
+#include "../plan/schedule.hpp"
+
+namespace headroom::trainers {
+
+namespace detail {
+// Whether two ops of the list share a name (the schedule could not tell them apart).
+template <class... Es>
+constexpr int duplicate_name(type_list<Es...>) {
+  constexpr std::string_view names[] = {std::string_view(Es::op::name)..., std::string_view{}};
+  for (std::size_t i = 0; i < sizeof...(Es); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (names[i] == names[j]) return static_cast<int>(i);
+  return -1;
+}
+}  // namespace detail
+
+template <class R, const auto& Sched>
+struct OpTable {
+  using ops = ops_of<typename R::model>;
+  static constexpr std::size_t steps = Sched.steps.size();
+  static constexpr std::array<int, steps> kernel = [] {
+    std::array<int, steps> k{};
+    for (std::size_t g = 0; g < steps; ++g) k[g] = Sched.steps[g].op.empty() ? -1 : op_index(ops{}, Sched.steps[g].op);
+    return k;
+  }();
+  // the first step whose op no layer lists, or -1
+  static constexpr int unlisted = [] {
+    for (std::size_t g = 0; g < steps; ++g)
+      if (!Sched.steps[g].op.empty() && kernel[g] < 0) return static_cast<int>(g);
+    return -1;
+  }();
+  static constexpr int unlisted_node = unlisted < 0 ? -1 : Sched.steps[unlisted].node;
+  HEADROOM_REQUIRE(unlisted < 0,
+                   "Train<Model, ...>: step {} (graph node {}) runs an op that no layer of the model lists; the layer that emits it "
+                   "must list its op type in `using ops = type_list<...>`",
+                   unlisted, unlisted_node);
+  static constexpr int duplicate = detail::duplicate_name(ops{});
+  HEADROOM_REQUIRE(duplicate < 0, "Train<Model, ...>: two op types of the model have the same name (op {} of ops_of<Model>)",
+                   duplicate);
+
+  template <class F>
+  static void visit(std::size_t g, F&& f) {
+    visit_op(ops{}, kernel[g], f);
+  }
+};
+
+// Binds step `st` for a kernel: every operand of the step, as a pointer into
+// the arena whose base is `base` (the device tier), the parameters' weights,
+// gradients and quantized views, and the run's shape.
+template <class T, class Sched>
+void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* base) {
+  const RunConfig& cfg = sched.config;
+  auto at = [base](const Slot& s) -> void* { return s.bound() ? base + s.offset : nullptr; };
+  k.event = st.kind;
+  for (int d = 0; d < graph::max_dims; ++d) k.dims[d] = st.dim[d];
+  k.n_rows = cfg.batch * cfg.seq;
+  k.n_batch = cfg.batch;
+  k.n_seq = cfg.seq;
+  k.accumulated = cfg.accumulate;
+  for (int q = 0; q < graph::max_in; ++q) {
+    k.in_[q] = at(st.in[q]);
+    k.d_in_[q] = at(st.d_in[q]);
+    k.d_in_first_[q] = st.d_in[q].first;
+  }
+  for (int q = 0; q < graph::max_out; ++q) {
+    k.out_[q] = at(st.out[q]);
+    k.d_out_[q] = at(st.d_out[q]);
+  }
+  for (int q = 0; q < graph::max_saved; ++q) k.saved_[q] = at(st.saved[q]);
+  k.inout_ = at(st.inout);
+  k.d_inout_ = at(st.d_inout);
+  k.scratch_ = at(st.scratch);
+  k.scratch_bytes_ = st.scratch.bytes;
+  for (int w = 0; w < graph::max_weights; ++w) {
+    if (st.param[w] < 0) continue;
+    const ParamSlot& p = sched.params[st.param[w]];
+    if (p.quant.kind != QuantKind::none) {
+      k.quantized_[w] = true;
+      k.quant_[w] = math::QuantView{p.quant, reinterpret_cast<std::uint8_t*>(base + p.weight),
+                                    reinterpret_cast<std::uint8_t*>(base + p.scales),
+                                    sched.quant_table >= 0 ? reinterpret_cast<float*>(base + sched.quant_table) : nullptr, p.rows,
+                                    p.cols};
+    } else {
+      k.weight_[w] = reinterpret_cast<T*>(base + p.weight);
+    }
+    k.weight_grad_[w] = p.trainable && p.grad >= 0 ? reinterpret_cast<T*>(base + p.grad) : nullptr;
+    k.weight_grad_first_[w] = st.grad_first[w];
+  }
+}
+
+}  // namespace headroom::trainers

@@ -1,0 +1,55 @@
+// testing::test_layer over every built-in layer: f64 gradients of the input
+// and of every parameter against central differences, and each step's
+// writes and reads confined to the buffers the plan gave it (poisoned arena).
+#include <catch2/catch.hpp>
+
+#include <headroom/testing/layer_test.hpp>
+
+namespace {
+using namespace headroom;
+
+template <class L, class... Options>
+void check() {
+  const testing::LayerTestResult r = testing::test_layer<L, Options...>();
+  INFO(r.report);
+  CHECK(r.passed);
+  CHECK(r.elements_checked > 0);
+  CHECK(r.steps_checked > 0);
+}
+
+constexpr std::int64_t D = 8, F = 12;
+using Q = Linear<16, 16>;
+using KV = Linear<16, 8>;
+using O = Linear<16, 16>;
+}  // namespace
+
+TEST_CASE("Linear, with and without bias", "[harness]") {
+  check<Linear<D, F>>();
+  check<Linear<D, F, true>>();
+}
+
+TEST_CASE("RMSNorm and LayerNorm", "[harness]") {
+  check<RMSNorm<D>>();
+  check<LayerNorm<D>>();
+}
+
+TEST_CASE("learned positions", "[harness]") { check<LearnedPositions<8, D>>(); }
+
+TEST_CASE("GELU MLP (the activation fused into the projection's epilogue)", "[harness]") {
+  check<MLP<D, F, Linear<D, F, true>, Linear<F, D, true>>>();
+}
+
+TEST_CASE("SwiGLU MLP", "[harness]") { check<SwiGLU<D, F, Linear<D, F>, Linear<D, F>, Linear<F, D>>>(); }
+
+TEST_CASE("attention: GQA with RoPE, and fused q|k|v", "[harness]") {
+  check<Attention<16, 4, 2, Positions::rope, Q, KV, KV, O>>();
+  check<FusedAttention<16, 4, Linear<16, 48, true>, Linear<16, 16, true>>>();
+}
+
+TEST_CASE("a residual block and a pre-norm transformer block", "[harness]") {
+  check<Residual<Sequential<RMSNorm<D>, Linear<D, D>>>>();
+  using Block = PreNormBlock<LlamaBlockNames, RMSNorm<16>, Attention<16, 4, 2, Positions::rope, Q, KV, KV, O>, RMSNorm<16>,
+                             SwiGLU<16, 24, Linear<16, 24>, Linear<16, 24>, Linear<24, 16>>>;
+  check<Block>();
+  check<Repeat<2, Block>>();
+}
