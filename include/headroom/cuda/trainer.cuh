@@ -69,12 +69,12 @@ template <class S, class E>
 constexpr bool check_kernel() {
   using O = typename E::op;
   HEADROOM_REQUIRE((ops::RunsOn<O, OpContext<S>>),
-                   "cuda::Trainer: the op '{}' of layer '{}' has no kernel for the CUDA engine (it needs static forward(const "
+                   "cuda::Trainer: the op {} of layer {} has no kernel for the CUDA engine (it needs static forward(const "
                    "cuda::OpContext<S>&) and backward(const cuda::OpContext<S>&), or loss(k, grads), declared where "
                    "HEADROOM_CUDA_KERNELS is set)",
                    &O::name, &E::layer::kind);
   HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute,
-                   "cuda::Trainer: the op '{}' of layer '{}' runs on a lane other than compute, which the CUDA engine does not "
+                   "cuda::Trainer: the op {} of layer {} runs on a lane other than compute, which the CUDA engine does not "
                    "run yet",
                    &O::name, &E::layer::kind);
   return true;
@@ -107,7 +107,8 @@ class Trainer {
                 "cuda::Trainer: with UpdateInBackward a step keeps one finiteness flag per parameter in the reductions "
                 "buffer (2,048 slots); this run has more parameters");
   using Ops = trainers::OpTable<R, sched>;
-  static constexpr bool kernels_checked = detail::check_kernels<S>(typename Ops::ops{});
+  // every op of the plan is listed by a layer and has this engine's kernels
+  static_assert(sizeof(Ops) > 0 && detail::check_kernels<S>(typename Ops::ops{}));
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
 

@@ -70,11 +70,11 @@ template <class T, class E>
 constexpr bool check_kernel() {
   using O = typename E::op;
   HEADROOM_REQUIRE((ops::RunsOn<O, OpContext<T>>),
-                   "host::Trainer: the op '{}' of layer '{}' has no kernel for the host engine (it needs static forward(const "
+                   "host::Trainer: the op {} of layer {} has no kernel for the host engine (it needs static forward(const "
                    "host::OpContext<T>&) and backward(const host::OpContext<T>&), or loss(k, grads))",
                    &O::name, &E::layer::kind);
   HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute,
-                   "host::Trainer: the op '{}' of layer '{}' runs on a lane other than compute, which the host engine does not "
+                   "host::Trainer: the op {} of layer {} runs on a lane other than compute, which the host engine does not "
                    "run",
                    &O::name, &E::layer::kind);
   return true;
@@ -101,7 +101,8 @@ class Trainer {
                 "host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda), whose workspace and scratch the host kernels "
                 "cannot use; drop OnCuda from Train<...> to train it on the host");
   using Ops = trainers::OpTable<R, sched>;
-  static constexpr bool kernels_checked = detail::check_kernels<T>(typename Ops::ops{});
+  // every op of the plan is listed by a layer and has this engine's kernels
+  static_assert(sizeof(Ops) > 0 && detail::check_kernels<T>(typename Ops::ops{}));
 
   // Options are always given: host::Trainer<R> t({}) for the defaults, or
   // t({.lr = 1e-3, ...}). (A default argument would make t({}) ambiguous with
