@@ -64,7 +64,7 @@ namespace headroom::cuda {
 
 namespace detail {
 // Every op of the model runs on the CUDA engine: it has CUDA kernels, on the
-// compute lane.
+// compute lane or the communication lane.
 template <class S, class E>
 constexpr bool check_kernel() {
   using O = typename E::op;
@@ -73,9 +73,9 @@ constexpr bool check_kernel() {
                    "cuda::OpContext<S>&) and backward(const cuda::OpContext<S>&), or loss(k, grads), declared where "
                    "HEADROOM_CUDA_KERNELS is set)",
                    &O::name, &E::layer::kind);
-  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute,
-                   "cuda::Trainer: the op {} of layer {} runs on a lane other than compute, which the CUDA engine does not "
-                   "run yet",
+  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute || ops::lane_of<O>() == ops::Lane::communication,
+                   "cuda::Trainer: the op {} of layer {} runs on the host-threads lane, which the CUDA engine does not run (it "
+                   "runs the compute and communication lanes)",
                    &O::name, &E::layer::kind);
   return true;
 }
@@ -111,6 +111,8 @@ class Trainer {
   static_assert(sizeof(Ops) > 0 && detail::check_kernels<S>(typename Ops::ops{}));
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
+  // per step of an op on the communication lane: the step before which the compute stream waits for it
+  static constexpr auto lane_join = trainers::join_steps<sched, micro_batch_end>();
 
   // Options are always given: cuda::Trainer<R> t({}) for the defaults.
   explicit Trainer(TrainOptions o)
@@ -124,6 +126,7 @@ class Trainer {
           "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
     check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate (compute)");
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+    check(cudaStreamCreateWithFlags(&communication_, cudaStreamNonBlocking), "cudaStreamCreate (communication)");
     check(cudaEventCreateWithFlags(&ready_for_copy_, cudaEventDisableTiming), "cudaEventCreate");
     copy_done_.resize(sched.steps.size());
     for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
@@ -142,6 +145,7 @@ class Trainer {
     cudaStreamSynchronize(copy_);
     for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
     cudaEventDestroy(ready_for_copy_);
+    cudaStreamDestroy(communication_);
     cudaStreamDestroy(copy_);
     cudaStreamDestroy(compute_);
   }
@@ -277,8 +281,9 @@ class Trainer {
   PinnedArena offload_;
   Blas blas_;
   cudaStream_t compute_{}, copy_{};
+  cudaStream_t communication_{};  // ops on ops::Lane::communication
   cudaEvent_t ready_for_copy_{};
-  std::vector<cudaEvent_t> copy_done_;  // per copy step: its copies are done
+  std::vector<cudaEvent_t> copy_done_;  // per copy step, and per step of an op on the communication lane: its work is done
   std::vector<int> waits_;              // per step g: copy steps the compute stream waits for before g (flattened)
   std::vector<int> wait_begin_;         // waits_ of step g: [wait_begin_[g], wait_begin_[g + 1])
   std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
@@ -418,6 +423,9 @@ class Trainer {
       }
       run_step(g);
       if (config.update_in_backward && st.update_end > st.update_begin) {
+        // gradients an op on the communication lane writes are complete
+        for (int j = 1; j <= g; ++j)
+          if (lane_join[j] >= 0) check(cudaStreamWaitEvent(compute_, copy_done_[j], 0), "cudaStreamWaitEvent");
         // each parameter's update checks its own gradient: from the first
         // non-finite one on, no update of this step runs
         const std::span<const ParamRef> ready(in_backward_.data() + st.update_begin, st.update_end - st.update_begin);
@@ -450,7 +458,8 @@ class Trainer {
       return true;
     return overlaps(st.inout, from, bytes) || overlaps(st.d_inout, from, bytes) || overlaps(st.scratch, from, bytes);
   }
-  // For each copy step, the first later step that reads or writes any device
+  // For each copy step (and each op on the communication lane:
+  // trainers::join_steps), the first later step that reads or writes any device
   // bytes it copies (an offload's source may be reused; a prefetch's
   // destination is read by a backward): the compute stream waits there, or at
   // the end of the micro-batch when no step does. Copies keep their order on
@@ -460,6 +469,10 @@ class Trainer {
     std::vector<std::vector<int>> at(static_cast<std::size_t>(end) + 1);
     for (int g = 0; g < end; ++g) {
       const Step& st = sched.steps[g];
+      if (lane_join[g] >= 0) {  // an op on the communication lane: like a copy, joined where a later step needs its bytes
+        at[static_cast<std::size_t>(lane_join[g])].push_back(g);
+        continue;
+      }
       if (st.kind != EventKind::offload && st.kind != EventKind::prefetch) continue;
       auto touched_at = [&](int h) {
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
@@ -542,8 +555,15 @@ class Trainer {
       k.next_op_ = sched.steps[g + 1].op;
     }
     Ops::visit(g, [&]<class E>() {
-      if constexpr (requires { E::op::forward(k); }) E::op::forward(k);
-      else unsupported(st);
+      using O = typename E::op;
+      if constexpr (!requires { O::forward(k); }) {
+        unsupported(st);
+      } else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
+        k.next_ = nullptr;
+        on_communication_lane(g, k, [](const OpContext<S>& c) { O::forward(c); });
+      } else {
+        O::forward(k);
+      }
     });
   }
 
@@ -562,9 +582,24 @@ class Trainer {
     const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
     const OpContext<S> k = context(st);
     Ops::visit(g, [&]<class E>() {
-      if constexpr (requires { E::op::backward(k); }) E::op::backward(k);
-      else unsupported(st);
+      using O = typename E::op;
+      if constexpr (!requires { O::backward(k); }) unsupported(st);
+      else if constexpr (ops::lane_of<O>() == ops::Lane::communication)
+        on_communication_lane(g, k, [](const OpContext<S>& c) { O::backward(c); });
+      else O::backward(k);
     });
+  }
+
+  // Step g's op on the communication stream: after everything the compute
+  // stream has enqueued, and recorded, so that the compute stream waits for
+  // it before the first later step that needs its bytes (plan_copy_waits).
+  template <class Run>
+  void on_communication_lane(std::size_t g, OpContext<S> k, Run run) {
+    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(communication_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    k.compute = communication_;
+    run(k);
+    check(cudaEventRecord(copy_done_[g], communication_), "cudaEventRecord");
   }
 
   [[noreturn]] static void unsupported(const Step& st) {

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,7 @@
 #include "arena.hpp"
 #include "gemm.hpp"
 #include "kernels/optimizer.hpp"
+#include "lane_worker.hpp"
 #include "op_context.hpp"
 #include "quant.hpp"
 
@@ -65,7 +67,7 @@ struct host_scalar {
 
 
 // Every op of the model runs on the host engine: it has host kernels, on
-// the compute lane.
+// the compute lane or the host-threads lane.
 template <class T, class E>
 constexpr bool check_kernel() {
   using O = typename E::op;
@@ -73,9 +75,9 @@ constexpr bool check_kernel() {
                    "host::Trainer: the op {} of layer {} has no kernel for the host engine (it needs static forward(const "
                    "host::OpContext<T>&) and backward(const host::OpContext<T>&), or loss(k, grads))",
                    &O::name, &E::layer::kind);
-  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute,
-                   "host::Trainer: the op {} of layer {} runs on a lane other than compute, which the host engine does not "
-                   "run",
+  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute || ops::lane_of<O>() == ops::Lane::host_threads,
+                   "host::Trainer: the op {} of layer {} runs on the communication lane, which the host engine does not run "
+                   "(it runs the compute and host-threads lanes)",
                    &O::name, &E::layer::kind);
   return true;
 }
@@ -101,6 +103,8 @@ class Trainer {
                 "host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda), whose workspace and scratch the host kernels "
                 "cannot use; drop OnCuda from Train<...> to train it on the host");
   using Ops = trainers::OpTable<R, sched>;
+  // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
+  static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
   // every op of the plan is listed by a layer and has this engine's kernels
   static_assert(sizeof(Ops) > 0 && detail::check_kernels<T>(typename Ops::ops{}));
 
@@ -166,8 +170,14 @@ class Trainer {
   double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_micro_batch);
     load_batch(tokens, targets);
-    for (int g = 1; g < sched.loss_step; ++g) run_step(sched.steps[g]);
-    return loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch;
+    for (int g = 1; g < sched.loss_step; ++g) {
+      join_before(g);
+      run_step(sched.steps[g]);
+    }
+    join_before(sched.loss_step);
+    const double loss = loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch;
+    join_all();
+    return loss;
   }
 
   double lr_at(int step) const { return trainers::lr_at(opt_, step); }
@@ -181,10 +191,12 @@ class Trainer {
     if (config.accumulate > 1) zero_grads();
     load_batch(tokens, targets);
   }
+  // (An op on the host-threads lane has finished when run_event returns.)
   double run_event(std::size_t g) {
     const Step& st = sched.steps.at(g);
     if (st.kind != EventKind::loss) {
       run_step(st);
+      join_all();
       return 0;
     }
     const double loss = loss_step(st, true) / tokens_per_micro_batch;
@@ -251,6 +263,43 @@ class Trainer {
   };
   GradientCheck checked_{};
 
+  // ---- the host-threads lane ----------------------------------------------------------------------------
+  // Ops on ops::Lane::host_threads run on a LaneWorker thread beside the
+  // steps after them; before step g the trainer waits for the latest lane
+  // step that a step up to g conflicts with (the worker runs in order, so
+  // that covers every earlier one), and for all of them at the end of a
+  // micro-batch.
+  static constexpr auto joins = trainers::join_steps<sched, micro_batch_end>();
+  static constexpr auto join_at = [] {
+    std::array<int, sched.steps.size()> at{};
+    at.fill(-1);
+    for (std::size_t j = 0; j < at.size(); ++j)
+      if (joins[j] >= 0 && joins[j] < static_cast<int>(at.size()) && static_cast<int>(j) > at[joins[j]]) at[joins[j]] = static_cast<int>(j);
+    return at;
+  }();
+  static constexpr bool has_lanes = [] {
+    for (int j : joins)
+      if (j >= 0) return true;
+    return false;
+  }();
+  std::unique_ptr<LaneWorker<OpContext<T>>> lane_ = has_lanes ? std::make_unique<LaneWorker<OpContext<T>>>() : nullptr;
+  std::array<std::uint64_t, sched.steps.size()> tickets_{};
+  void join_before(int g) {
+    if constexpr (has_lanes)
+      if (join_at[g] >= 0) lane_->wait(tickets_[join_at[g]]);
+  }
+  void join_all() {
+    if constexpr (has_lanes) lane_->wait_all();
+  }
+  template <class O>
+  static void lane_forward(const OpContext<T>& k) {
+    O::forward(k);
+  }
+  template <class O>
+  static void lane_backward(const OpContext<T>& k) {
+    O::backward(k);
+  }
+
   template <class U = T>
   U* ptr(const Slot& s) const {
     return s.bound() ? device_.at<U>(s.offset) : nullptr;
@@ -268,20 +317,27 @@ class Trainer {
   // Runs every event of one micro-batch up to the update; returns its mean loss.
   double micro_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
     load_batch(tokens, targets);
-    const int end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
     double loss = 0;
-    for (int g = 1; g < end; ++g) {
+    for (int g = 1; g < micro_batch_end; ++g) {
       const Step& st = sched.steps[g];
+      join_before(g);
       if (st.kind == EventKind::loss) {
         loss = loss_step(st, true) / tokens_per_micro_batch;
-        if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
+        if (!std::isfinite(loss)) {
+          join_all();
+          throw non_finite_loss(step_no, loss);
+        }
         *ptr(sched.loss) = static_cast<T>(loss);
       } else {
         run_step(st);
       }
       // the loss event completes the gradient of an untied LM head
-      if constexpr (config.update_in_backward) update_in_backward(st, step_no);
+      if constexpr (config.update_in_backward) {
+        if (st.update_end > st.update_begin) join_all();  // gradients a lane op writes are complete
+        update_in_backward(st, step_no);
+      }
     }
+    join_all();
     return loss;
   }
 
@@ -342,8 +398,15 @@ class Trainer {
       k.next_op_ = sched.steps[g + 1].op;
     }
     Ops::visit(g, [&]<class E>() {
-      if constexpr (requires { E::op::forward(k); }) E::op::forward(k);
-      else unsupported(st);
+      using O = typename E::op;
+      if constexpr (!requires { O::forward(k); }) {
+        unsupported(st);
+      } else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) {
+        k.next_ = nullptr;
+        tickets_[g] = lane_->submit(&lane_forward<O>, k);
+      } else {
+        O::forward(k);
+      }
     });
   }
 
@@ -363,8 +426,10 @@ class Trainer {
     const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
     const OpContext<T> k = context(st);
     Ops::visit(g, [&]<class E>() {
-      if constexpr (requires { E::op::backward(k); }) E::op::backward(k);
-      else unsupported(st);
+      using O = typename E::op;
+      if constexpr (!requires { O::backward(k); }) unsupported(st);
+      else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) tickets_[g] = lane_->submit(&lane_backward<O>, k);
+      else O::backward(k);
     });
   }
 

@@ -7,7 +7,9 @@
 //
 // The table is computed from the schedule while the engine compiles: every
 // op a step runs must be the op of some layer's `ops` list (ops_of), named
-// uniquely; each engine then checks its own kernels (check_kernels).
+// uniquely; each engine then checks its own kernels (check_kernels). An op
+// on a lane other than compute runs beside the steps after it; join_steps
+// says where the engine waits for it.
 #include <array>
 #include <cstddef>
 #include <string_view>
@@ -103,6 +105,52 @@ void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* 
     k.weight_grad_[w] = p.trainable && p.grad >= 0 ? reinterpret_cast<T*>(base + p.grad) : nullptr;
     k.weight_grad_first_[w] = st.grad_first[w];
   }
+}
+
+// ---- lanes -------------------------------------------------------------------------------------------------
+namespace detail {
+constexpr bool overlap(const Slot& a, const Slot& b) {
+  return a.bound() && b.bound() && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+template <class F>
+constexpr void for_each_slot(const Step& s, F&& f) {
+  for (const Slot& x : s.in) f(x);
+  for (const Slot& x : s.out) f(x);
+  for (const Slot& x : s.saved) f(x);
+  for (const Slot& x : s.d_out) f(x);
+  for (const Slot& x : s.d_in) f(x);
+  f(s.inout);
+  f(s.d_inout);
+  f(s.scratch);
+}
+}  // namespace detail
+
+// Whether steps a and b touch a common byte of the device arena (a slot of
+// one overlaps a slot of the other) or a common parameter.
+constexpr bool conflict(const Step& a, const Step& b) {
+  for (int p : a.param)
+    for (int q : b.param)
+      if (p >= 0 && p == q) return true;
+  bool hit = false;
+  detail::for_each_slot(a, [&](const Slot& x) { detail::for_each_slot(b, [&](const Slot& y) { hit = hit || detail::overlap(x, y); }); });
+  return hit;
+}
+
+// For each step g in [0, end) whose op runs on a lane other than compute,
+// the first later step before `end` that touches any byte or parameter g
+// touches: the engine waits for g's work before running that step (or at
+// `end`, the end of the micro-batch, when no step does). -1 for the others.
+template <const auto& Sched, int End>
+constexpr auto join_steps() {
+  std::array<int, Sched.steps.size()> at{};
+  for (std::size_t g = 0; g < Sched.steps.size(); ++g) {
+    at[g] = -1;
+    if (static_cast<int>(g) >= End || Sched.steps[g].op.empty() || Sched.steps[g].lane == ops::Lane::compute) continue;
+    int h = static_cast<int>(g) + 1;
+    while (h < End && !conflict(Sched.steps[g], Sched.steps[h])) ++h;
+    at[g] = h;
+  }
+  return at;
 }
 
 }  // namespace headroom::trainers
