@@ -10,7 +10,7 @@
 // host::Trainer builds one per event of a training step, host::Generator one
 // per op of a decode step.
 #include "../ops/bound.hpp"
-#include "gemm.hpp"
+#include "panels.hpp"
 
 namespace headroom::host {
 

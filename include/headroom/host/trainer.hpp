@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "../ops/host_kernels.hpp"
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
 #include "../train/common.hpp"

@@ -1,4 +1,5 @@
-#pragma once
+#ifndef HEADROOM_OPS_ATTENTION_HPP
+#define HEADROOM_OPS_ATTENTION_HPP
 // Causal self-attention, flash style: forward keeps one log-sum-exp per
 // (sequence, head, position) instead of the T x T probabilities; backward
 // recomputes the scores tile by tile (Dao et al. 2022, FlashAttention-2).
@@ -10,13 +11,16 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "../host/attention.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
 #include "../cuda/kernels/attention.cuh"
 #include "../cuda/op_context.cuh"
 #endif
+
+namespace headroom::host {
+struct AttentionDims;
+}
 
 namespace headroom::ops {
 
@@ -107,29 +111,11 @@ struct Attention {
 
   // ---- host ----------------------------------------------------------------------------------------------
   template <class T>
-  static host::AttentionDims dims(const host::OpContext<T>& c) {
-    return host::AttentionDims{c.batch(), c.seq(), c[heads], c[kv_heads], c[head_dim], c[rope_theta] > 0,
-                               static_cast<double>(c[rope_theta] > 0 ? c[rope_theta] : 10000)};
-  }
+  static host::AttentionDims dims(const host::OpContext<T>& c);
   template <class T>
-  static void forward(const host::OpContext<T>& c) {
-    const host::AttentionDims d = dims(c);
-    const auto in = split(c[q], c[k], c[v], d.heads * d.head_dim, d.kv_heads * d.head_dim);
-    host::attention_forward(d, in.q, in.ldq, in.k, in.ldk, in.v, in.ldk, c[o], c[lse], c.scratch(), c.workers());
-  }
+  static void forward(const host::OpContext<T>& c);
   template <class T>
-  static void backward(const host::OpContext<T>& c) {
-    check_overwrites(c);
-    const host::AttentionDims d = dims(c);
-    const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
-    const bool separate = c[o_saved] != nullptr;
-    const auto in = split(c[q_saved], separate ? c[k_saved] : nullptr, c[v_saved], q_cols, kv_cols);
-    const auto din = split(c.grad(q), separate ? c.grad(k) : nullptr, c.grad(v), q_cols, kv_cols);
-    T* out = separate ? c[o_saved] : c[k_saved];
-    T* stats = separate ? c[lse_saved] : c[v_saved];
-    host::attention_backward(d, in.q, in.ldq, in.k, in.ldk, in.v, in.ldk, out, stats, c.grad(o), din.q, din.ldq, din.k, din.ldk,
-                             din.v, din.ldk, c.scratch(), c.workers());
-  }
+  static void backward(const host::OpContext<T>& c);
   // Decode: the rows are one new token per sequence at c.position(); the
   // state is the KV cache, keys then values, each (batch, KV, context, hd).
   // Scratch: the decode row per worker, then dense copies of a fused q|k|v.
@@ -138,31 +124,7 @@ struct Attention {
     return workers * (context + 2 * hd) + batch * (h + 2 * kvh) * hd;
   }
   template <class T>
-  static void decode(const host::OpContext<T>& c) {
-    host::AttentionDims d = dims(c);
-    d.seq = 1;
-    const std::int64_t qc = d.heads * d.head_dim, kc = d.kv_heads * d.head_dim, batch = c.rows();
-    T* kcache = c.template state<T>();
-    T* vcache = kcache + kc * c.context() * batch;
-    T* s = c.scratch();
-    const T *qr = c[q], *kr = c[k], *vr = c[v];
-    if (kr == nullptr) {  // fused q|k|v rows: copy into dense rows first
-      const T* qkv = c[q];
-      T* dq = s + c.workers() * (c.context() + 2 * d.head_dim);
-      T* dk = dq + batch * qc;
-      T* dv = dk + batch * kc;
-      for (std::int64_t r = 0; r < batch; ++r) {
-        const T* row = qkv + r * (qc + 2 * kc);
-        std::copy(row, row + qc, dq + r * qc);
-        std::copy(row + qc, row + qc + kc, dk + r * kc);
-        std::copy(row + qc + kc, row + qc + 2 * kc, dv + r * kc);
-      }
-      qr = dq;
-      kr = dk;
-      vr = dv;
-    }
-    host::attention_decode(d, c.context(), c.position(), qr, kr, vr, kcache, vcache, c[o], s, c.workers());
-  }
+  static void decode(const host::OpContext<T>& c);
 
   // ---- CUDA ----------------------------------------------------------------------------------------------
 #if HEADROOM_CUDA_KERNELS
@@ -194,3 +156,71 @@ struct Attention {
 };
 
 }  // namespace headroom::ops
+#endif  // HEADROOM_OPS_ATTENTION_HPP
+
+// ---- the host kernels --------------------------------------------------------------------------------------
+// Compiled where the host engine is (host/trainer.hpp includes
+// ops/host_kernels.hpp, which sets HEADROOM_HOST_KERNELS and includes this
+// header again): they need Eigen, which a plan alone does not.
+#if defined(HEADROOM_HOST_KERNELS) && !defined(HEADROOM_OPS_ATTENTION_HOST_KERNELS)
+#define HEADROOM_OPS_ATTENTION_HOST_KERNELS
+#include "../host/attention.hpp"
+
+namespace headroom::ops {
+
+// ---- host ----------------------------------------------------------------------------------------------
+template <class T>
+host::AttentionDims Attention::dims(const host::OpContext<T>& c) {
+  return host::AttentionDims{c.batch(), c.seq(), c[heads], c[kv_heads], c[head_dim], c[rope_theta] > 0,
+                             static_cast<double>(c[rope_theta] > 0 ? c[rope_theta] : 10000)};
+}
+template <class T>
+void Attention::forward(const host::OpContext<T>& c) {
+  const host::AttentionDims d = dims(c);
+  const auto in = split(c[q], c[k], c[v], d.heads * d.head_dim, d.kv_heads * d.head_dim);
+  host::attention_forward(d, in.q, in.ldq, in.k, in.ldk, in.v, in.ldk, c[o], c[lse], c.scratch(), c.workers());
+}
+template <class T>
+void Attention::backward(const host::OpContext<T>& c) {
+  check_overwrites(c);
+  const host::AttentionDims d = dims(c);
+  const std::int64_t q_cols = d.heads * d.head_dim, kv_cols = d.kv_heads * d.head_dim;
+  const bool separate = c[o_saved] != nullptr;
+  const auto in = split(c[q_saved], separate ? c[k_saved] : nullptr, c[v_saved], q_cols, kv_cols);
+  const auto din = split(c.grad(q), separate ? c.grad(k) : nullptr, c.grad(v), q_cols, kv_cols);
+  T* out = separate ? c[o_saved] : c[k_saved];
+  T* stats = separate ? c[lse_saved] : c[v_saved];
+  host::attention_backward(d, in.q, in.ldq, in.k, in.ldk, in.v, in.ldk, out, stats, c.grad(o), din.q, din.ldq, din.k, din.ldk,
+                           din.v, din.ldk, c.scratch(), c.workers());
+}
+// Decode: the rows are one new token per sequence at c.position(); the
+// state is the KV cache, keys then values, each (batch, KV, context, hd).
+template <class T>
+void Attention::decode(const host::OpContext<T>& c) {
+  host::AttentionDims d = dims(c);
+  d.seq = 1;
+  const std::int64_t qc = d.heads * d.head_dim, kc = d.kv_heads * d.head_dim, batch = c.rows();
+  T* kcache = c.template state<T>();
+  T* vcache = kcache + kc * c.context() * batch;
+  T* s = c.scratch();
+  const T *qr = c[q], *kr = c[k], *vr = c[v];
+  if (kr == nullptr) {  // fused q|k|v rows: copy into dense rows first
+    const T* qkv = c[q];
+    T* dq = s + c.workers() * (c.context() + 2 * d.head_dim);
+    T* dk = dq + batch * qc;
+    T* dv = dk + batch * kc;
+    for (std::int64_t r = 0; r < batch; ++r) {
+      const T* row = qkv + r * (qc + 2 * kc);
+      std::copy(row, row + qc, dq + r * qc);
+      std::copy(row + qc, row + qc + kc, dk + r * kc);
+      std::copy(row + qc + kc, row + qc + 2 * kc, dv + r * kc);
+    }
+    qr = dq;
+    kr = dk;
+    vr = dv;
+  }
+  host::attention_decode(d, c.context(), c.position(), qr, kr, vr, kcache, vcache, c[o], s, c.workers());
+}
+
+}  // namespace headroom::ops
+#endif

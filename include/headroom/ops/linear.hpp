@@ -1,4 +1,5 @@
-#pragma once
+#ifndef HEADROOM_OPS_LINEAR_HPP
+#define HEADROOM_OPS_LINEAR_HPP
 // y = x W^T (+ b): the projection op. W (out, in) is dense, or quantized
 // (NF4, int8, int4) and frozen: then it is dequantized panel by panel inside
 // the GEMM (host) or tile by tile in shared memory (CUDA), never whole.
@@ -7,7 +8,6 @@
 #include <cstdint>
 #include <string_view>
 
-#include "../host/kernels/linear.hpp"
 #include "../host/op_context.hpp"
 #include "elementwise.hpp"
 #include "op.hpp"
@@ -74,35 +74,9 @@ struct Linear {
 
   // ---- host ----------------------------------------------------------------------------------------------
   template <class T>
-  static void forward(const host::OpContext<T>& k) {
-    host::Epilogue<T> ep{};
-    ep.bias = k[bias];
-    if (const auto* g = k.template fused<Gelu>()) {
-      ep.act = host::Fused::gelu;
-      ep.act_out = (*g)[Gelu::y];
-    } else if (const auto* s = k.template fused<SwiGLU>()) {
-      ep.act = host::Fused::swiglu_up;
-      ep.act_out = (*s)[SwiGLU::y];
-      ep.gate = (*s)[SwiGLU::gate];
-    }
-    if (k.quantized(weight))
-      host::quant_linear_forward(k[x], k.quant(weight), k[y], k.rows(), ep, k.scratch(), k.panels(), k.workers());
-    else
-      host::linear_forward(k[x], k[weight], k[y], k.rows(), k[in], k[out], ep, k.panels(), k.workers());
-  }
+  static void forward(const host::OpContext<T>& k);
   template <class T>
-  static void backward(const host::OpContext<T>& k) {
-    T* dx = k.grad(x);
-    if (k.quantized(weight)) {  // frozen matrix: the input's gradient, and the bias's
-      if (dx != nullptr)
-        host::quant_linear_backward_input(k.grad(y), k.quant(weight), dx, k.first(x), k.rows(), k.scratch(), k.panels(), k.workers());
-      host::linear_backward<T>(k.grad(y), nullptr, nullptr, nullptr, false, nullptr, false, k.grad(bias), k.first(bias), k.rows(),
-                               k[in], k[out], k.panels(), k.workers());
-    } else {
-      host::linear_backward(k.grad(y), k[x_saved], k[weight], dx, k.first(x), k.grad(weight), k.first(weight), k.grad(bias),
-                            k.first(bias), k.rows(), k[in], k[out], k.panels(), k.workers());
-    }
-  }
+  static void backward(const host::OpContext<T>& k);
 
   // ---- CUDA ----------------------------------------------------------------------------------------------
 #if HEADROOM_CUDA_KERNELS
@@ -152,3 +126,49 @@ struct Linear {
 };
 
 }  // namespace headroom::ops
+#endif  // HEADROOM_OPS_LINEAR_HPP
+
+// ---- the host kernels --------------------------------------------------------------------------------------
+// Compiled where the host engine is (host/trainer.hpp includes
+// ops/host_kernels.hpp, which sets HEADROOM_HOST_KERNELS and includes this
+// header again): they need Eigen, which a plan alone does not.
+#if defined(HEADROOM_HOST_KERNELS) && !defined(HEADROOM_OPS_LINEAR_HOST_KERNELS)
+#define HEADROOM_OPS_LINEAR_HOST_KERNELS
+#include "../host/kernels/linear.hpp"
+
+namespace headroom::ops {
+
+// ---- host ----------------------------------------------------------------------------------------------
+template <class T>
+void Linear::forward(const host::OpContext<T>& k) {
+  host::Epilogue<T> ep{};
+  ep.bias = k[bias];
+  if (const auto* g = k.template fused<Gelu>()) {
+    ep.act = host::Fused::gelu;
+    ep.act_out = (*g)[Gelu::y];
+  } else if (const auto* s = k.template fused<SwiGLU>()) {
+    ep.act = host::Fused::swiglu_up;
+    ep.act_out = (*s)[SwiGLU::y];
+    ep.gate = (*s)[SwiGLU::gate];
+  }
+  if (k.quantized(weight))
+    host::quant_linear_forward(k[x], k.quant(weight), k[y], k.rows(), ep, k.scratch(), k.panels(), k.workers());
+  else
+    host::linear_forward(k[x], k[weight], k[y], k.rows(), k[in], k[out], ep, k.panels(), k.workers());
+}
+template <class T>
+void Linear::backward(const host::OpContext<T>& k) {
+  T* dx = k.grad(x);
+  if (k.quantized(weight)) {  // frozen matrix: the input's gradient, and the bias's
+    if (dx != nullptr)
+      host::quant_linear_backward_input(k.grad(y), k.quant(weight), dx, k.first(x), k.rows(), k.scratch(), k.panels(), k.workers());
+    host::linear_backward<T>(k.grad(y), nullptr, nullptr, nullptr, false, nullptr, false, k.grad(bias), k.first(bias), k.rows(),
+                             k[in], k[out], k.panels(), k.workers());
+  } else {
+    host::linear_backward(k.grad(y), k[x_saved], k[weight], dx, k.first(x), k.grad(weight), k.first(weight), k.grad(bias),
+                          k.first(bias), k.rows(), k[in], k[out], k.panels(), k.workers());
+  }
+}
+
+}  // namespace headroom::ops
+#endif

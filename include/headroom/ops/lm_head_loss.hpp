@@ -1,4 +1,5 @@
-#pragma once
+#ifndef HEADROOM_OPS_LM_HEAD_LOSS_HPP
+#define HEADROOM_OPS_LM_HEAD_LOSS_HPP
 // The fused LM head and cross-entropy: logits = h W^T, loss = mean
 // cross-entropy over the tokens, in chunks of `chunk` tokens: each chunk's
 // logits exist only in scratch and are turned into dlogits, dh and dW in the
@@ -8,8 +9,6 @@
 #include <cstdint>
 #include <string_view>
 
-#include "../host/gemm.hpp"
-#include "../host/kernels/lm_head.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
@@ -63,22 +62,14 @@ struct LmHeadLoss {
     return out;
   }
 
+  // ---- host ----------------------------------------------------------------------------------------------
   // The summed loss of the micro-batch; with `grads`, dh and dW too, scaled
   // by 1 / (tokens per optimizer step).
   template <class T>
-  static double loss(const host::OpContext<T>& k, bool grads) {
-    const std::int64_t n = k.rows();
-    const T scale = T(1) / static_cast<T>(n * k.accumulate());
-    return host::lm_head_loss(k[h], k[weight], k.template get<std::int32_t>(targets), grads ? k.grad(h) : nullptr, k.first(h),
-                              grads ? k.grad(weight) : nullptr, k.first(weight), scale, n, k[features], k[vocab], k[chunk],
-                              k.scratch(), k.panels(), k.workers());
-  }
+  static double loss(const host::OpContext<T>& k, bool grads);
   // Decode: the rows' logits (N, vocab) into the state buffer.
   template <class T>
-  static void decode(const host::OpContext<T>& k) {
-    host::gemm(host::Trans::no, host::Trans::yes, k.rows(), k[vocab], k[features], T(1), k[h], k[features], k[weight], k[features],
-               T(0), k.template state<T>(), k[vocab], k.panels(), k.workers());
-  }
+  static void decode(const host::OpContext<T>& k);
 
 #if HEADROOM_CUDA_KERNELS
   // The summed loss goes to the step's loss slot and the control block.
@@ -116,3 +107,36 @@ struct LmHeadLoss {
 };
 
 }  // namespace headroom::ops
+#endif  // HEADROOM_OPS_LM_HEAD_LOSS_HPP
+
+// ---- the host kernels --------------------------------------------------------------------------------------
+// Compiled where the host engine is (host/trainer.hpp includes
+// ops/host_kernels.hpp, which sets HEADROOM_HOST_KERNELS and includes this
+// header again): they need Eigen, which a plan alone does not.
+#if defined(HEADROOM_HOST_KERNELS) && !defined(HEADROOM_OPS_LM_HEAD_LOSS_HOST_KERNELS)
+#define HEADROOM_OPS_LM_HEAD_LOSS_HOST_KERNELS
+#include "../host/gemm.hpp"
+#include "../host/kernels/lm_head.hpp"
+
+namespace headroom::ops {
+
+// ---- host ----------------------------------------------------------------------------------------------
+// The summed loss of the micro-batch; with `grads`, dh and dW too, scaled
+// by 1 / (tokens per optimizer step).
+template <class T>
+double LmHeadLoss::loss(const host::OpContext<T>& k, bool grads) {
+  const std::int64_t n = k.rows();
+  const T scale = T(1) / static_cast<T>(n * k.accumulate());
+  return host::lm_head_loss(k[h], k[weight], k.template get<std::int32_t>(targets), grads ? k.grad(h) : nullptr, k.first(h),
+                            grads ? k.grad(weight) : nullptr, k.first(weight), scale, n, k[features], k[vocab], k[chunk],
+                            k.scratch(), k.panels(), k.workers());
+}
+// Decode: the rows' logits (N, vocab) into the state buffer.
+template <class T>
+void LmHeadLoss::decode(const host::OpContext<T>& k) {
+  host::gemm(host::Trans::no, host::Trans::yes, k.rows(), k[vocab], k[features], T(1), k[h], k[features], k[weight], k[features],
+             T(0), k.template state<T>(), k[vocab], k.panels(), k.workers());
+}
+
+}  // namespace headroom::ops
+#endif

@@ -1,11 +1,11 @@
-#pragma once
+#ifndef HEADROOM_OPS_LORA_HPP
+#define HEADROOM_OPS_LORA_HPP
 // The LoRA adapter op (Hu et al. 2021): y += s * B (A x) into the frozen
 // base's output, in place; saves x and A x (N, rank) for backward. s is
 // alpha / rank, kept as the integer ratio scale_num / scale_den.
 #include <cstdint>
 #include <string_view>
 
-#include "../host/kernels/linear.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
@@ -67,15 +67,12 @@ struct LoRA {
     return static_cast<U>(k[scale_num]) / static_cast<U>(k[scale_den]);
   }
 
+  // ---- host ----------------------------------------------------------------------------------------------
   template <class T>
-  static void forward(const host::OpContext<T>& k) {
-    host::lora_forward(k[x], k[a], k[b], k[ax], k[y], scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
-  }
+  static void forward(const host::OpContext<T>& k);
   template <class T>
-  static void backward(const host::OpContext<T>& k) {
-    host::lora_backward(k.grad(y), k[x_saved], k[ax_saved], k[a], k[b], k.scratch(), k.grad(a), k.first(a), k.grad(b), k.first(b),
-                        k.grad(x), k.first(x), scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
-  }
+  static void backward(const host::OpContext<T>& k);
+
 #if HEADROOM_CUDA_KERNELS
   template <class S>
   static void forward(const cuda::OpContext<S>& k) {
@@ -110,3 +107,28 @@ struct LoRA {
 };
 
 }  // namespace headroom::ops
+#endif  // HEADROOM_OPS_LORA_HPP
+
+// ---- the host kernels --------------------------------------------------------------------------------------
+// Compiled where the host engine is (host/trainer.hpp includes
+// ops/host_kernels.hpp, which sets HEADROOM_HOST_KERNELS and includes this
+// header again): they need Eigen, which a plan alone does not.
+#if defined(HEADROOM_HOST_KERNELS) && !defined(HEADROOM_OPS_LORA_HOST_KERNELS)
+#define HEADROOM_OPS_LORA_HOST_KERNELS
+#include "../host/kernels/linear.hpp"
+
+namespace headroom::ops {
+
+// ---- host ----------------------------------------------------------------------------------------------
+template <class T>
+void LoRA::forward(const host::OpContext<T>& k) {
+  host::lora_forward(k[x], k[a], k[b], k[ax], k[y], scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
+}
+template <class T>
+void LoRA::backward(const host::OpContext<T>& k) {
+  host::lora_backward(k.grad(y), k[x_saved], k[ax_saved], k[a], k[b], k.scratch(), k.grad(a), k.first(a), k.grad(b), k.first(b),
+                      k.grad(x), k.first(x), scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
+}
+
+}  // namespace headroom::ops
+#endif
