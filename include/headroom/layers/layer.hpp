@@ -7,6 +7,7 @@
 //   static constexpr std::int64_t in_features;     // features per token it reads (0: token ids)
 //   static constexpr std::int64_t out_features;    // features per token it writes
 //   using children = type_list<...>;               // the layers it is made of (may be empty)
+//   using ops = type_list<...>;                    // optional: the op types it emits itself
 //   static constexpr graph::Ref build(graph::Builder& b, graph::Ref x);
 //
 // `build` is the layer's whole memory contract, evaluated at compile time:
@@ -18,8 +19,9 @@
 //             the returned tensor is [tokens, out_features].
 // The builder derives backward, recompute, offload and the update from this.
 // A composite builds its children with b.child<Child>("name", x).
-// The execution half (forward / backward per backend) arrives with the host
-// engine; it runs exactly the ops declared here.
+// The execution half is the ops': a layer lists the op types it emits itself
+// in `using ops = type_list<...>` (optional; ops/op.hpp), and each op type
+// carries its kernels for both engines, which run exactly the ops emitted.
 #include <concepts>
 #include <cstdint>
 #include <string_view>
@@ -54,10 +56,5 @@ struct Hole {
   using children = type_list<>;
   static constexpr Ref build(graph::Builder&, Ref x) { return x; }
 };
-
-namespace detail {
-// Per-worker scratch sizes shared by several layers.
-inline constexpr std::int64_t tile = 64;  // rows of a GEMM panel / attention tile
-}  // namespace detail
 
 }  // namespace headroom
