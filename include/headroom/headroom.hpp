@@ -13,6 +13,7 @@
 #include "layers/lm_head.hpp"
 #include "layers/mlp.hpp"
 #include "layers/norms.hpp"
+#include "layers/ops_of.hpp"
 #include "layers/repeat.hpp"
 #include "models/gpt2.hpp"
 #include "models/llama.hpp"
