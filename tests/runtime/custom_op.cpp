@@ -13,7 +13,7 @@
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/dataset.hpp>
 #include <headroom/io/tokenizer.hpp>
-#include <headroom/testing/layer_test.hpp>
+#include "support/layer_check.hpp"
 
 #include "../../examples/relu_squared.hpp"
 
@@ -21,21 +21,13 @@ namespace {
 using namespace headroom;
 namespace fs = std::filesystem;
 
-template <class L>
-void check() {
-  const testing::LayerTestResult r = testing::test_layer<L>();
-  INFO(r.report);
-  CHECK(r.passed);
-  CHECK(r.elements_checked > 0);
-}
-
 }  // namespace
 
 TEST_CASE("the ReLU² op and its block pass the layer test harness", "[custom_op][harness]") {
-  check<my::ReluSquared<16>>();
-  check<my::MlpBlock<8, 16>>();
-  check<my::MlpBlock<8, 16, LoRA<4, Linear<8, 16>>, Frozen<Linear<16, 8>>>>();
-  check<Checkpointed<my::MlpBlock<8, 16>>>();
+  check_layer<my::ReluSquared<16>>();
+  check_layer<my::MlpBlock<8, 16>>();
+  check_layer<my::MlpBlock<8, 16, LoRA<4, Linear<8, 16>>, Frozen<Linear<16, 8>>>>();
+  check_layer<Checkpointed<my::MlpBlock<8, 16>>>();
 }
 
 TEST_CASE("a model of ReLU² blocks trains on real text below its unigram baseline", "[custom_op]") {

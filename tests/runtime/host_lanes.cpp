@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <headroom/host/trainer.hpp>
-#include <headroom/testing/layer_test.hpp>
+#include "support/layer_check.hpp"
 
 #include "support/twice_op.hpp"
 
@@ -59,7 +59,5 @@ TEST_CASE("an op on the host-threads lane runs on the lane thread and trains lik
 }
 
 TEST_CASE("the layer test harness passes with an op on the host-threads lane", "[lanes][harness]") {
-  const testing::LayerTestResult r = testing::test_layer<test_lanes::Twice<8, ops::Lane::host_threads>>();
-  INFO(r.report);
-  CHECK(r.passed);
+  check_layer<test_lanes::Twice<8, ops::Lane::host_threads>>();
 }

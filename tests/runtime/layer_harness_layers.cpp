@@ -3,19 +3,10 @@
 // writes and reads confined to the buffers the plan gave it (poisoned arena).
 #include <catch2/catch.hpp>
 
-#include <headroom/testing/layer_test.hpp>
+#include "support/layer_check.hpp"
 
 namespace {
 using namespace headroom;
-
-template <class L, class... Options>
-void check() {
-  const testing::LayerTestResult r = testing::test_layer<L, Options...>();
-  INFO(r.report);
-  CHECK(r.passed);
-  CHECK(r.elements_checked > 0);
-  CHECK(r.steps_checked > 0);
-}
 
 constexpr std::int64_t D = 8, F = 12;
 using Q = Linear<16, 16>;
@@ -24,32 +15,32 @@ using O = Linear<16, 16>;
 }  // namespace
 
 TEST_CASE("Linear, with and without bias", "[harness]") {
-  check<Linear<D, F>>();
-  check<Linear<D, F, true>>();
+  check_layer<Linear<D, F>>();
+  check_layer<Linear<D, F, true>>();
 }
 
 TEST_CASE("RMSNorm and LayerNorm", "[harness]") {
-  check<RMSNorm<D>>();
-  check<LayerNorm<D>>();
+  check_layer<RMSNorm<D>>();
+  check_layer<LayerNorm<D>>();
 }
 
-TEST_CASE("learned positions", "[harness]") { check<LearnedPositions<8, D>>(); }
+TEST_CASE("learned positions", "[harness]") { check_layer<LearnedPositions<8, D>>(); }
 
 TEST_CASE("GELU MLP (the activation fused into the projection's epilogue)", "[harness]") {
-  check<MLP<D, F, Linear<D, F, true>, Linear<F, D, true>>>();
+  check_layer<MLP<D, F, Linear<D, F, true>, Linear<F, D, true>>>();
 }
 
-TEST_CASE("SwiGLU MLP", "[harness]") { check<SwiGLU<D, F, Linear<D, F>, Linear<D, F>, Linear<F, D>>>(); }
+TEST_CASE("SwiGLU MLP", "[harness]") { check_layer<SwiGLU<D, F, Linear<D, F>, Linear<D, F>, Linear<F, D>>>(); }
 
 TEST_CASE("attention: GQA with RoPE, and fused q|k|v", "[harness]") {
-  check<Attention<16, 4, 2, Positions::rope, Q, KV, KV, O>>();
-  check<FusedAttention<16, 4, Linear<16, 48, true>, Linear<16, 16, true>>>();
+  check_layer<Attention<16, 4, 2, Positions::rope, Q, KV, KV, O>>();
+  check_layer<FusedAttention<16, 4, Linear<16, 48, true>, Linear<16, 16, true>>>();
 }
 
 TEST_CASE("a residual block and a pre-norm transformer block", "[harness]") {
-  check<Residual<Sequential<RMSNorm<D>, Linear<D, D>>>>();
+  check_layer<Residual<Sequential<RMSNorm<D>, Linear<D, D>>>>();
   using Block = PreNormBlock<LlamaBlockNames, RMSNorm<16>, Attention<16, 4, 2, Positions::rope, Q, KV, KV, O>, RMSNorm<16>,
                              SwiGLU<16, 24, Linear<16, 24>, Linear<16, 24>, Linear<24, 16>>>;
-  check<Block>();
-  check<Repeat<2, Block>>();
+  check_layer<Block>();
+  check_layer<Repeat<2, Block>>();
 }
