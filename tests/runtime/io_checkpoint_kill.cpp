@@ -1,6 +1,8 @@
 // A save killed at a random point: a child process saves checkpoints in a
-// loop (alternating two trainers' states) and is SIGKILLed after a random
-// delay, 40 times. After each kill the checkpoint directory must load, hold
+// loop (alternating two trainers' states) and is SIGKILLed, 40 times, a
+// random time after a random number (0 to 3) of its saves completed; the
+// child reports each completed save through a pipe, so the kills cover both
+// states however slowly the machine runs. After each kill the checkpoint directory must load, hold
 // exactly one of the two saved states, and resume bit-identically to a run
 // that was never interrupted; the next save cleans up what the kill left.
 #include <catch2/catch.hpp>
@@ -78,21 +80,35 @@ TEST_CASE("checkpoint: a save killed at a random point leaves a checkpoint that 
   io::save_checkpoint(at3, dir);
 
   std::mt19937 rng(20261201);
-  std::uniform_int_distribution<long> delay_us(0, 3 * std::max<long>(save_us, 200));
+  std::uniform_int_distribution<int> saves_before(0, 3);
+  std::uniform_int_distribution<long> delay_us(0, std::max<long>(save_us, 200));
   int left_behind = 0;  // kills that left a staging or set-aside directory: a save was cut short
   int seen[2] = {0, 0};
   for (int kill = 0; kill < 40; ++kill) {
+    int done[2];  // the child writes one byte per completed save
+    REQUIRE(::pipe(done) == 0);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
+      ::close(done[0]);
       try {
-        for (int k = 0;; ++k) io::save_checkpoint(k % 2 ? at3 : at4, dir);
+        for (int k = 0;; ++k) {
+          io::save_checkpoint(k % 2 ? at3 : at4, dir);
+          const char one = 1;
+          if (::write(done[1], &one, 1) != 1) break;
+        }
       } catch (...) {
       }
       ::_exit(3);  // a save failed: the parent sees this exit instead of its SIGKILL
     }
+    ::close(done[1]);
+    for (int n = saves_before(rng); n > 0; --n) {
+      char byte = 0;
+      REQUIRE(::read(done[0], &byte, 1) == 1);
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
     ::kill(pid, SIGKILL);
+    ::close(done[0]);
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     REQUIRE(WIFSIGNALED(status));
