@@ -17,6 +17,12 @@
 //   LossChunk<C> [256]  tokens per chunk of the fused LM head + loss
 //   OnCuda              plan for the CUDA engine (cuda::Trainer): its GEMM
 //                       workspace and kernels' scratch instead of the host's
+//   DataParallel<N> [1] N ranks, each training Batch<B> sequences per
+//                       micro-batch of its own; gradients are averaged over
+//                       them (the global batch is N x B x K sequences)
+//   ZeRO<S> [0]         what the data-parallel ranks shard (Rajbhandari et
+//                       al. 2020): 1 optimizer states (and master weights),
+//                       2 + gradients, 3 + parameters; the plan is one rank's
 #include <type_traits>
 
 #include "layers/layer.hpp"
@@ -57,6 +63,19 @@ struct LossChunk {
 };
 struct UpdateInBackward {};
 struct OnCuda {};
+template <int N>
+struct DataParallel {
+  static constexpr std::string_view kind = "DataParallel";
+  HEADROOM_REQUIRE(N >= 1, "DataParallel<N>: N (the data-parallel ranks) must be at least 1 (it is {})", N);
+  static constexpr int value = N;
+};
+template <int S>
+struct ZeRO {
+  HEADROOM_REQUIRE(S >= 0 && S <= 3,
+                   "ZeRO<S>: S is the stage, 0 (nothing sharded) to 3 (optimizer states, gradients and parameters sharded); it is {}",
+                   S);
+  static constexpr int value = S;
+};
 
 namespace detail {
 template <class T, template <auto...> class Tmpl>
@@ -102,17 +121,20 @@ template <class O>
 inline constexpr bool known_option =
     is_instance<O, Batch>::value || is_instance<O, Seq>::value || is_instance<O, Precision>::value ||
     is_instance<O, Accumulate>::value || is_instance<O, Workers>::value || is_instance<O, LossChunk>::value ||
-    std::is_same_v<O, UpdateInBackward> || std::is_same_v<O, OnCuda> || Optimizer<O>;
+    is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value || std::is_same_v<O, UpdateInBackward> ||
+    std::is_same_v<O, OnCuda> || Optimizer<O>;
 }  // namespace detail
 
 template <class M, class... Options>
 struct Train {
   static_assert(Layer<M>, "Train<Model, ...>: Model must satisfy the Layer concept (see layers/layer.hpp)");
   static_assert((detail::known_option<Options> && ...),
-                "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, UpdateInBackward, OnCuda or an optimizer");
+                "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, "
+                "UpdateInBackward, OnCuda, DataParallel, ZeRO or an optimizer");
   static_assert(detail::option_count<Seq, Options...> == 1, "Train<Model, ...>: give the sequence length exactly once, as Seq<T>");
   static_assert(detail::option_count<Batch, Options...> <= 1 && detail::option_count<Precision, Options...> <= 1 &&
-                    detail::option_count<Accumulate, Options...> <= 1,
+                    detail::option_count<Accumulate, Options...> <= 1 && detail::option_count<DataParallel, Options...> <= 1 &&
+                    detail::option_count<ZeRO, Options...> <= 1,
                 "Train<Model, ...>: each option may be given at most once");
   static_assert((0 + ... + (Optimizer<Options> ? 1 : 0)) <= 1, "Train<Model, ...>: give at most one optimizer");
 
@@ -126,9 +148,19 @@ struct Train {
   static constexpr std::int64_t loss_chunk = detail::option_value<LossChunk, std::int64_t{256}, Options...>();
   static constexpr bool update_in_backward = (std::is_same_v<Options, UpdateInBackward> || ...);
   static constexpr Engine engine = (std::is_same_v<Options, OnCuda> || ...) ? Engine::cuda : Engine::host;
+  static constexpr int data_parallel = detail::option_value<DataParallel, 1, Options...>();
+  static constexpr int zero = detail::option_value<ZeRO, 0, Options...>();
 
   static_assert(!update_in_backward || accumulate == 1,
                 "Train<Model, ...>: UpdateInBackward frees each layer's grads right after its update, so it needs Accumulate<1>");
+  HEADROOM_REQUIRE(zero == 0 || data_parallel >= 2,
+                   "Train<Model, ...>: ZeRO<{}> shards model states over the data-parallel ranks, so it needs DataParallel<N> with N "
+                   "at least 2 (N is {})",
+                   zero, data_parallel);
+  HEADROOM_REQUIRE(!update_in_backward || data_parallel == 1,
+                   "Train<Model, ...>: UpdateInBackward updates each parameter inside its backward, before its gradient is averaged "
+                   "over the {} data-parallel ranks; drop one of them",
+                   data_parallel);
   HEADROOM_REQUIRE(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T ({}) exceeds the context length of the model ({})",
                    seq, detail::context_length<M>());
 
@@ -143,6 +175,8 @@ struct Train {
     c.workers = workers;
     c.loss_chunk = loss_chunk;
     c.engine = engine;
+    c.dp = data_parallel;
+    c.zero = zero;
     return c;
   }
 };

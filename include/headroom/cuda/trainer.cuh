@@ -528,6 +528,7 @@ class Trainer {
       case EventKind::offload:
       case EventKind::prefetch: copy_step(g); break;
       case EventKind::update: break;
+      case EventKind::collective: forward(st); break;
     }
   }
 

@@ -10,6 +10,7 @@
 // host::Trainer builds one per event of a training step, host::Generator one
 // per op of a decode step.
 #include "../ops/bound.hpp"
+#include "communicator.hpp"
 #include "panels.hpp"
 
 namespace headroom::host {
@@ -19,6 +20,7 @@ struct OpContext : ops::Bound<T> {
   static constexpr const char* engine = "host";
   int n_workers = 1;
   GemmPanels<T> gemm_panels{};
+  Communicator* comm = nullptr;  // data parallelism: the ranks' communicator (the collectives' kernels)
 
   int workers() const { return n_workers; }
   const GemmPanels<T>& panels() const { return gemm_panels; }

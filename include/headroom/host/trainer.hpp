@@ -27,6 +27,7 @@
 // step count stay as they were. With UpdateInBackward each parameter's
 // update checks its own gradient first; from the first that fails no update
 // runs, and the error comes when the backward has finished.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -76,15 +77,26 @@ constexpr bool check_kernel() {
                    "host::Trainer: the op {} of layer {} has no kernel for the host engine (it needs static forward(const "
                    "host::OpContext<T>&) and backward(const host::OpContext<T>&), or loss(k, grads))",
                    &O::name, &E::layer::kind);
-  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute || ops::lane_of<O>() == ops::Lane::host_threads,
-                   "host::Trainer: the op {} of layer {} runs on the communication lane, which the host engine does not run "
-                   "(it runs the compute and host-threads lanes)",
-                   &O::name, &E::layer::kind);
   return true;
 }
 template <class T, class... Es>
 constexpr bool check_kernels(type_list<Es...>) {
   return (check_kernel<T, Es>() && ...);
+}
+// An op on the communication lane runs a collective through the ranks'
+// communicator, which only a data-parallel run has.
+template <class E, int Ranks>
+constexpr bool check_lane() {
+  using O = typename E::op;
+  HEADROOM_REQUIRE(ops::lane_of<O>() != ops::Lane::communication || Ranks > 1,
+                   "host::Trainer: the op {} of layer {} runs on the communication lane, which needs the ranks of a data-parallel "
+                   "run (DataParallel<N> with N at least 2; this run has {})",
+                   &O::name, &E::layer::kind, Ranks);
+  return true;
+}
+template <int Ranks, class... Es>
+constexpr bool check_lanes(type_list<Es...>) {
+  return (check_lane<Es, Ranks>() && ...);
 }
 }  // namespace detail
 
@@ -107,13 +119,29 @@ class Trainer {
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
   // every op of the plan is listed by a layer and has this engine's kernels
-  static_assert(sizeof(Ops) > 0 && detail::check_kernels<T>(typename Ops::ops{}));
+  static_assert(sizeof(Ops) > 0 && detail::check_kernels<T>(typename Ops::ops{}) &&
+                detail::check_lanes<config.dp>(typename Ops::ops{}));
+  // Data parallelism: the ranks of the run, and what they shard (ZeRO).
+  static constexpr int ranks = config.dp;
 
   // Options are always given: host::Trainer<R> t({}) for the defaults, or
   // t({.lr = 1e-3, ...}). (A default argument would make t({}) ambiguous with
   // the copy and move constructors.)
-  explicit Trainer(TrainOptions o)
+  explicit Trainer(TrainOptions o) : Trainer(o, nullptr) {
+    static_assert(config.dp == 1,
+                  "host::Trainer: a run with DataParallel<N> trains one rank of N; construct it with the ranks' communicator: "
+                  "host::Trainer<Run> t(options, comm) (an MpiCommunicator of headroom/host/mpi.hpp under mpirun)");
+  }
+  // One rank of a data-parallel run: `comm` joins the ranks (it must have
+  // exactly DataParallel<N> processes, every one built from this run type
+  // and given the same seed: checked here, on every rank). Each rank
+  // step()s its own micro-batches; gradients are averaged over the ranks.
+  Trainer(TrainOptions o, Communicator& comm) : Trainer(o, &comm) {}
+
+ private:
+  Trainer(TrainOptions o, Communicator* comm)
       : opt_(o),
+        comm_(comm),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload), o.offload_dir.empty() ? default_offload_dir() : o.offload_dir) {
     workers_ = o.threads <= 0 ? config.workers : o.threads;
@@ -126,9 +154,16 @@ class Trainer {
           "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
     panels_ = GemmPanels<T>{sched.gemm_panels.bound() ? device_.at<T>(sched.gemm_panels.offset) : nullptr,
                             sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(T)) / config.workers};
+    if (comm_ != nullptr) {
+      comm_->check_size(config.dp, "data-parallel ranks");
+      comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
+      comm_->agree(o.seed, "the seed");
+    }
     fill_tables();
     initialize(o.seed);
   }
+
+ public:
 
   // ---- training -------------------------------------------------------------------------------------
   // One optimizer step: `accumulate` micro-batches of (batch, seq) token ids
@@ -140,6 +175,7 @@ class Trainer {
     checked_ = GradientCheck{};
     double loss = 0;
     for (int k = 0; k < config.accumulate; ++k) {
+      micro_ = k;
       const double l = micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
                                    targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no);
       loss += l / config.accumulate;
@@ -164,6 +200,7 @@ class Trainer {
     static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
     check_batch(tokens, targets, tokens_per_micro_batch);
     if (config.accumulate > 1) zero_grads();
+    micro_ = config.accumulate - 1;  // a data-parallel run averages the gradients
     return micro_batch(tokens, targets, step_ + 1);
   }
 
@@ -176,7 +213,7 @@ class Trainer {
       run_step(sched.steps[g]);
     }
     join_before(sched.loss_step);
-    const double loss = loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch;
+    const double loss = mean_over_ranks(loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch);
     join_all();
     return loss;
   }
@@ -208,6 +245,8 @@ class Trainer {
   // ---- the arena ---------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
   const Arena& arena(Tier t = Tier::device) const { return t == Tier::device ? device_ : offload_; }
+  // Data parallelism: this process's rank (0 without a communicator).
+  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   int steps_done() const { return step_; }
   void set_steps_done(int s) { step_ = s; }
   int threads() const { return workers_; }
@@ -246,6 +285,8 @@ class Trainer {
 
  private:
   TrainOptions opt_;
+  Communicator* comm_ = nullptr;  // data parallelism: the ranks (null for one process)
+  int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
   Arena device_, offload_;
   GemmPanels<T> panels_{};
   int workers_ = 1;
@@ -270,27 +311,48 @@ class Trainer {
   // step that a step up to g conflicts with (the worker runs in order, so
   // that covers every earlier one), and for all of them at the end of a
   // micro-batch.
+  // Ops on the communication lane (the collectives of data parallelism) run
+  // the same way on a second LaneWorker thread; MPI is called from one
+  // thread at a time (the trainer joins that lane before calling it).
   static constexpr auto joins = trainers::join_steps<sched, micro_batch_end>();
+  // per step: the latest step of lane L that must be complete before it, or -1
+  template <ops::Lane L>
   static constexpr auto join_at = [] {
     std::array<int, sched.steps.size()> at{};
     at.fill(-1);
     for (std::size_t j = 0; j < at.size(); ++j)
-      if (joins[j] >= 0 && joins[j] < static_cast<int>(at.size()) && static_cast<int>(j) > at[joins[j]]) at[joins[j]] = static_cast<int>(j);
+      if (sched.steps[j].lane == L && joins[j] >= 0 && joins[j] < static_cast<int>(at.size()) && static_cast<int>(j) > at[joins[j]])
+        at[joins[j]] = static_cast<int>(j);
     return at;
   }();
-  static constexpr bool has_lanes = [] {
-    for (int j : joins)
-      if (j >= 0) return true;
+  template <ops::Lane L>
+  static constexpr bool has_lane = [] {
+    for (std::size_t j = 0; j < joins.size(); ++j)
+      if (joins[j] >= 0 && sched.steps[j].lane == L) return true;
     return false;
   }();
-  std::unique_ptr<LaneWorker<OpContext<T>>> lane_ = has_lanes ? std::make_unique<LaneWorker<OpContext<T>>>() : nullptr;
+  using Lane = LaneWorker<OpContext<T>>;
+  std::unique_ptr<Lane> lane_ = has_lane<ops::Lane::host_threads> ? std::make_unique<Lane>() : nullptr;
+  std::unique_ptr<Lane> comm_lane_ = has_lane<ops::Lane::communication> ? std::make_unique<Lane>() : nullptr;
   std::array<std::uint64_t, sched.steps.size()> tickets_{};
   void join_before(int g) {
-    if constexpr (has_lanes)
-      if (join_at[g] >= 0) lane_->wait(tickets_[join_at[g]]);
+    if constexpr (has_lane<ops::Lane::host_threads>)
+      if (join_at<ops::Lane::host_threads>[g] >= 0) lane_->wait(tickets_[join_at<ops::Lane::host_threads>[g]]);
+    if constexpr (has_lane<ops::Lane::communication>)
+      if (join_at<ops::Lane::communication>[g] >= 0) comm_lane_->wait(tickets_[join_at<ops::Lane::communication>[g]]);
   }
   void join_all() {
-    if constexpr (has_lanes) lane_->wait_all();
+    if constexpr (has_lane<ops::Lane::host_threads>) lane_->wait_all();
+    if constexpr (has_lane<ops::Lane::communication>) comm_lane_->wait_all();
+  }
+  // Data parallelism: the mean over the ranks of a value each rank computed
+  // for its own micro-batch (the loss), on every rank. The communication
+  // lane is idle first: MPI is called from one thread at a time.
+  double mean_over_ranks(double x) {
+    if (comm_ == nullptr) return x;
+    if constexpr (has_lane<ops::Lane::communication>) comm_lane_->wait_all();
+    comm_->all_reduce_sum(&x, 1, DType::F64);
+    return x / comm_->size();
   }
   template <class O>
   static void lane_forward(const OpContext<T>& k) {
@@ -323,7 +385,7 @@ class Trainer {
       const Step& st = sched.steps[g];
       join_before(g);
       if (st.kind == EventKind::loss) {
-        loss = loss_step(st, true) / tokens_per_micro_batch;
+        loss = mean_over_ranks(loss_step(st, true) / tokens_per_micro_batch);
         if (!std::isfinite(loss)) {
           join_all();
           throw non_finite_loss(step_no, loss);
@@ -342,9 +404,13 @@ class Trainer {
     return loss;
   }
 
+  // Accumulate<K>: the gradients that live the whole step start at zero
+  // (ZeRO 2 and 3: this rank's gradient shards; the buckets are written first by backward).
   void zero_grads() {
-    for (const ParamSlot& p : sched.params)
-      if (p.grad >= 0) std::memset(device_.at<std::byte>(p.grad), 0, static_cast<std::size_t>(p.elements() * sizeof(T)));
+    for (const ParamSlot& p : sched.params) {
+      if (p.grad_shard >= 0) std::memset(device_.at<std::byte>(p.grad_shard), 0, static_cast<std::size_t>(p.shard * sizeof(T)));
+      else if (p.grad >= 0) std::memset(device_.at<std::byte>(p.grad), 0, static_cast<std::size_t>(p.elements() * sizeof(T)));
+    }
   }
 
   // ---- one event ----------------------------------------------------------------------------------------
@@ -369,6 +435,7 @@ class Trainer {
         }
         break;
       case EventKind::update: break;  // run by step() after the micro-batches
+      case EventKind::collective: forward(st); break;
     }
   }
 
@@ -383,6 +450,8 @@ class Trainer {
     trainers::bind_step(k, sched, st, device_.at<std::byte>(0));
     k.n_workers = workers_;
     k.gemm_panels = panels_;
+    k.comm = comm_;
+    k.micro = micro_;
     return k;
   }
 
@@ -405,6 +474,9 @@ class Trainer {
       } else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) {
         k.next_ = nullptr;
         tickets_[g] = lane_->submit(&lane_forward<O>, k);
+      } else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
+        k.next_ = nullptr;
+        tickets_[g] = comm_lane_->submit(&lane_forward<O>, k);
       } else {
         O::forward(k);
       }
@@ -430,6 +502,7 @@ class Trainer {
       using O = typename E::op;
       if constexpr (!requires { O::backward(k); }) unsupported(st);
       else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) tickets_[g] = lane_->submit(&lane_backward<O>, k);
+      else if constexpr (ops::lane_of<O>() == ops::Lane::communication) tickets_[g] = comm_lane_->submit(&lane_backward<O>, k);
       else O::backward(k);
     });
   }
@@ -452,14 +525,39 @@ class Trainer {
   double update(int step_no) {
     double sq = 0;
     for (const ParamSlot& p : sched.params)
-      if (p.trainable) sq += squared_norm(device_.at<T>(p.grad), p.elements());
+      if (p.trainable) sq += squared_norm(update_grad(p), owned(p).count);
+    if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
     if (!(sq <= max_squares)) stop_before_update(step_no, sq);
     const double norm = std::sqrt(sq);
     T scale = T(1);
     if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
     for (const ParamSlot& p : sched.params)
       if (p.trainable) update_param(p, step_no, scale);
+    // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
+    if constexpr (config.sharded(1) && !config.sharded(3))
+      for (const ParamSlot& p : sched.params)
+        if (p.trainable) comm_->all_gather(device_.at<T>(p.weight), p.shard * static_cast<std::int64_t>(sizeof(T)));
     return norm;
+  }
+
+  // ZeRO 1-3: the elements of parameter p this rank updates (its shard,
+  // cut at the parameter's end) and where they start in its weight and
+  // gradient buffers; without sharding, all of them.
+  struct Owned {
+    std::int64_t begin = 0, count = 0, weight_at = 0, grad_at = 0;  // begin: the first element's index in the parameter
+  };
+  Owned owned(const ParamSlot& p) const {
+    if constexpr (!config.sharded(1)) {
+      return Owned{0, p.elements(), 0, 0};
+    } else {
+      const std::int64_t begin = comm_->rank() * p.shard;
+      const std::int64_t count = std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard);
+      return Owned{begin, count, config.sharded(3) ? 0 : begin, config.sharded(2) ? 0 : begin};
+    }
+  }
+  // The averaged gradient the update reads: from its first owned element.
+  T* update_grad(const ParamSlot& p) const {
+    return device_.at<T>(config.sharded(2) ? p.grad_shard : p.grad) + owned(p).grad_at;
   }
 
   // The failure path of update(): names the first parameter in schedule order
@@ -471,7 +569,7 @@ class Trainer {
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       const ParamSlot& p = sched.params[k];
       if (!p.trainable) continue;
-      const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
+      const double sq = squared_norm(update_grad(p), owned(p).count);
       flag(static_cast<int>(k), sq);
       if (sq > largest_sq) largest = static_cast<int>(k), largest_sq = sq;
     }
@@ -510,13 +608,15 @@ class Trainer {
   // overflow, then the lower schedule index.
   bool flag(int k, double sq) {
     if (sq <= max_squares) return false;
-    const T* g = device_.at<T>(sched.params[k].grad);
-    const std::int64_t i = first_non_finite(g, sched.params[k].elements());
+    const T* g = update_grad(sched.params[k]);
+    const Owned own = owned(sched.params[k]);
+    const std::int64_t at = first_non_finite(g, own.count);
+    const std::int64_t i = at >= 0 ? own.begin + at : -1;
     const bool non_finite = i >= 0, named_non_finite = checked_.element >= 0;
     if (checked_.first < 0 || (non_finite && !named_non_finite) || (non_finite == named_non_finite && k < checked_.first)) {
       checked_.first = k;
       checked_.element = i;
-      checked_.value = non_finite ? static_cast<double>(g[i]) : sq;
+      checked_.value = non_finite ? static_cast<double>(g[at]) : sq;
       checked_.own = true;
     }
     return true;
@@ -551,9 +651,11 @@ class Trainer {
 
   void update_param(const ParamSlot& p, int step_no, T grad_scale) {
     using O = typename R::optimizer;
-    T* w = device_.at<T>(p.weight);
-    const T* g = device_.at<T>(p.grad);
-    const std::int64_t n = p.elements();
+    const Owned own = owned(p);
+    T* w = device_.at<T>(p.weight) + own.weight_at;
+    const T* g = update_grad(p);
+    const std::int64_t n = own.count;
+    if (n == 0) return;  // a rank whose shard lies past the parameter's end
     const double lr = lr_at(step_no);
     if constexpr (O::desc.kind == OptimKind::sgd) {
       const T mu = static_cast<T>(O::momentum::value), wd = static_cast<T>(O::weight_decay::value);
@@ -588,15 +690,37 @@ class Trainer {
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       const ParamSlot& p = sched.params[k];
       const trainers::InitialValues value(seed, path_of(p), plan.nodes[p.node].kind, p.name, p.cols);
+      // ZeRO 3: this rank keeps only its shard of every parameter
+      const std::int64_t begin = config.sharded(3) ? rank() * p.shard : 0;
+      const std::int64_t count = config.sharded(3) ? std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard) : p.elements();
       if (p.quant.kind == QuantKind::none) {
         T* w = device_.at<T>(p.weight);
-        for (std::int64_t i = 0; i < p.elements(); ++i) w[i] = static_cast<T>(value(i));
+        for (std::int64_t i = 0; i < count; ++i) w[i] = static_cast<T>(value(begin + i));
       } else {
         std::vector<float> dense(static_cast<std::size_t>(p.elements()));
         for (std::int64_t i = 0; i < p.elements(); ++i) dense[i] = static_cast<float>(value(i));
-        set_quantized(p, dense);
+        if constexpr (config.sharded(3)) set_quantized_shard(p, dense);
+        else set_quantized(p, dense);
       }
     }
+  }
+
+  // ZeRO 3: quantizes the whole matrix and keeps this rank's shard of its
+  // codes and of its scales (byte shards, RunConfig::shard_bytes).
+  void set_quantized_shard(const ParamSlot& p, std::span<const float> x) {
+    const std::int64_t n = p.elements();
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(p.quant.code_bytes(n))), scales(static_cast<std::size_t>(p.quant.scale_bytes(n)));
+    quantize_matrix(QuantView{p.quant, codes.data(), scales.data(), sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr,
+                              p.rows, p.cols},
+                    x.data());
+    auto keep = [&](const std::vector<std::uint8_t>& all, std::int64_t at) {
+      const std::int64_t block = config.shard_bytes(static_cast<std::int64_t>(all.size()));
+      const std::int64_t begin = rank() * block;
+      const std::int64_t count = std::clamp<std::int64_t>(static_cast<std::int64_t>(all.size()) - begin, 0, block);
+      if (count > 0) std::memcpy(device_.at<std::uint8_t>(at), all.data() + begin, static_cast<std::size_t>(count));
+    };
+    keep(codes, p.weight);
+    keep(scales, p.scales);
   }
 };
 

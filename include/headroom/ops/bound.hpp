@@ -31,10 +31,12 @@ struct Bound {
   std::int64_t first_position = 0;       // decode: the position of the rows' token
   std::int64_t context_length = 0;       // decode: the positions the op's state holds
   int accumulated = 1;                   // micro-batches per optimizer step
+  int micro = 0;                         // this micro-batch of the step, 0 .. accumulated - 1
 
   // ---- operands, resolved -----------------------------------------------------------------------------
   void* in_[graph::max_in]{};
   void* out_[graph::max_out]{};
+  bool out_first_[graph::max_out]{};
   void* inout_ = nullptr;
   void* saved_[graph::max_saved]{};
   void* d_in_[graph::max_in]{};
@@ -88,6 +90,8 @@ struct Bound {
   bool first(ops::In<I>) const { return d_in_first_[I]; }
   template <int I>
   bool first(ops::Weight<I>) const { return weight_grad_first_[I]; }
+  template <int I>
+  bool first(ops::Out<I>) const { return out_first_[I]; }
 
   template <int I>
   bool quantized(ops::Weight<I>) const { return quantized_[I]; }
@@ -107,6 +111,7 @@ struct Bound {
   std::int64_t position() const { return first_position; }
   std::int64_t context() const { return context_length; }
   int accumulate() const { return accumulated; }
+  int micro_batch() const { return micro; }
 };
 
 }  // namespace headroom::ops

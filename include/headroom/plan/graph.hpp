@@ -69,8 +69,20 @@ struct RunConfig {
   std::int64_t loss_chunk = 256;  // tokens per LM-head + cross-entropy chunk
   std::int64_t alignment = 256;   // every buffer starts on this boundary
   Engine engine = Engine::host;   // the kernels the scratch and workspace are sized for
+  int dp = 1;                     // data-parallel ranks (DataParallel<N>); the plan is one rank's
+  int zero = 0;                   // ZeRO stage over them: 1 optimizer states, 2 + gradients, 3 + parameters
 
   constexpr std::int64_t tokens() const { return batch * seq; }
+  // Whether the data-parallel ranks shard what ZeRO stage `stage` shards.
+  constexpr bool sharded(int stage) const { return dp > 1 && zero >= stage; }
+  // Elements of one rank's shard of an n-element parameter: an equal block
+  // per rank, a multiple of shard_grain elements (whole blocks of
+  // AdamW8bit's 256-element quantization, 256-byte aligned), so the ranks'
+  // blocks, laid end to end, cover n with padding at the end.
+  static constexpr std::int64_t shard_grain = 256;
+  constexpr std::int64_t shard(std::int64_t n) const { return align_up(ceil_div(n, dp), shard_grain); }
+  // Bytes of one rank's shard of a b-byte tensor stored as bytes (quantized codes, scales).
+  constexpr std::int64_t shard_bytes(std::int64_t b) const { return align_up(ceil_div(b, dp), 256); }
   constexpr std::int64_t act_bytes() const { return size_of(dtype); }
   // Element bytes of statistics and scratch (f32, or f64 when the run is f64).
   constexpr std::int64_t compute_bytes() const { return dtype == DType::F64 ? 8 : 4; }
@@ -151,8 +163,17 @@ struct Event {
   EventKind kind = EventKind::forward;
   int node = none;
   int group = none;
-  int op = none;  // the op it runs, for forward / backward / recompute
+  int op = none;          // the op it runs, for forward / backward / recompute
+  int collective = none;  // the collective it runs (Builder::collectives), for a collective event
 };
+
+// The names of the collectives the builder emits for a data-parallel run;
+// the op types that run them (ops/collectives.hpp) carry the same names.
+namespace collective {
+inline constexpr std::string_view all_reduce_grads = "all_reduce_grads";
+inline constexpr std::string_view reduce_scatter_grads = "reduce_scatter_grads";
+inline constexpr std::string_view all_gather_params = "all_gather_params";
+}  // namespace collective
 
 struct Param {
   std::string_view name;
@@ -162,6 +183,7 @@ struct Param {
   QuantDesc quant{};
   int group = none;
   int weight = none, scales = none, master = none, grad = none, state = none;
+  int grad_shard = none;  // ZeRO 2 and 3: this rank's shard of the averaged gradient (grad is then the bucket)
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
@@ -258,6 +280,11 @@ struct Binding {
   Ref d_in[max_in]{};
   int scratch = none;  // its scratch tensor
   int segment = none;  // offload / prefetch: the segment it copies
+  // ZeRO 3: the parameters this event reads, gathered from their shards
+  // (dense values or quantized codes, and the scales of a quantized one),
+  // in place of the shards themselves.
+  Ref weight[max_weights]{};
+  Ref scales[max_weights]{};
 };
 
 // One activation an Offloaded segment moves: src is copied to host (offload
@@ -300,6 +327,7 @@ class Builder {
   detail::cvec<Group> groups;
   detail::cvec<Binding> bindings;  // per event
   detail::cvec<Copy> copies;
+  detail::cvec<Op> collectives;    // the data-parallel collectives, one per collective event
   Ref tokens{}, targets{}, loss{};
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
   int tied_weight = none;  // the embedding table an LM head may share
@@ -389,7 +417,9 @@ class Builder {
   constexpr int emit(Op op, EventKind kind = EventKind::forward) {
     op.node = current_node();
     op.group = current_group();
+    const int gather = gather_params(op);
     const int e = push_event(kind, op.node, op.group);
+    read_gathered(gather, e);
     op.event = e;
     ops.push_back(op);
     const int id = static_cast<int>(ops.size()) - 1;
@@ -485,6 +515,10 @@ class Builder {
     }
     grad_of_.assign(tensors.size() * 2 + 64, none);
     remap_.assign(tensors.size() * 2 + 64, none);
+    first_user_.assign(params.size(), none);
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i)
+      for (int p : ops[i].param)
+        if (p != none && first_user_[p] == none) first_user_[p] = i;
     prefetch_pre_.assign(segments.size(), none);
     prefetch_in_.assign(segments.size(), none);
     const int n = static_cast<int>(ops.size());
@@ -496,10 +530,12 @@ class Builder {
     const int upd = push_event(EventKind::update, 0, none);
     for (auto& p : params) {
       if (p.grad == none) continue;
+      // what the update reads: the gradient, or this rank's shard of it
+      const int g = p.grad_shard != none ? p.grad_shard : p.grad;
       if (cfg.accumulate > 1) {
-        tensors[p.grad].persistent = true;
+        tensors[g].persistent = true;
       } else if (!cfg.update_in_backward) {
-        use(Ref{p.grad, none}, upd);
+        use(Ref{g, none}, upd);
       }
     }
     if (loss.valid()) use(loss, upd);
@@ -516,6 +552,7 @@ class Builder {
   detail::cvec<int> grad_of_;
   detail::cvec<int> remap_;        // checkpoint / offload: tensor -> copy used by backward
   detail::cvec<int> active_seg_;   // segments whose backward is in progress
+  detail::cvec<int> first_user_;   // per parameter: the first op (forward order) that reads it
 
   constexpr int push_event(EventKind k, int node, int group) {
     events.push_back(Event{k, node, group, none});
@@ -533,22 +570,36 @@ class Builder {
     p.quant = q;
     p.group = current_group();
     const std::int64_t n = rows * cols;
+    // Data parallelism with ZeRO: each rank keeps its shard (cfg.shard(n)
+    // elements) of what its stage shards; the full tensors a collective
+    // fills are padded to dp shards.
+    const std::int64_t shard = cfg.shard(n), padded = shard * cfg.dp;
     if (q.kind != QuantKind::none) {
-      p.weight = persistent(name, Role::weights, q.code_bytes(n), p.group);
-      p.scales = persistent("absmax", Role::quant_scales, q.scale_bytes(n), p.group);
+      const std::int64_t codes = q.code_bytes(n), scales = q.scale_bytes(n);
+      p.weight = persistent(name, Role::weights, cfg.sharded(3) ? cfg.shard_bytes(codes) : codes, p.group);
+      p.scales = persistent("absmax", Role::quant_scales, cfg.sharded(3) ? cfg.shard_bytes(scales) : scales, p.group);
       if (q.table_bytes() > 0 && quant_table == none)
         quant_table = persistent("code tables", Role::quant_scales, q.table_bytes(), none);
       // the table grows to the largest format's (NF4 and NF4DQ in one model: with the dynamic map)
       if (quant_table != none && q.table_bytes() > tensors[quant_table].bytes) tensors[quant_table].bytes = q.table_bytes();
       if (quant_table != none) tensors[quant_table].node = 0;  // shared by the model
     } else {
-      p.weight = persistent(name, Role::weights, n * cfg.act_bytes(), p.group);
+      // ZeRO 3: the shard; ZeRO 1 and 2: the whole, padded for the all-gather after the update
+      const std::int64_t stored = cfg.sharded(3) ? shard : trainable && cfg.sharded(1) ? padded : n;
+      p.weight = persistent(name, Role::weights, stored * cfg.act_bytes(), p.group);
     }
     if (trainable) {
-      if (is_half(cfg.dtype)) p.master = persistent("master", Role::master_weights, n * 4, p.group);
-      p.grad = new_tensor("grad", Role::grads, n * cfg.act_bytes(), p.group);
+      const std::int64_t owned = cfg.sharded(1) ? shard : n;  // the elements this rank updates
+      if (is_half(cfg.dtype)) p.master = persistent("master", Role::master_weights, owned * 4, p.group);
+      if (cfg.sharded(2)) {
+        // backward fills the whole gradient (the bucket); the reduce-scatter leaves this rank its shard
+        p.grad = new_tensor("grad bucket", Role::communication, padded * cfg.act_bytes(), p.group);
+        p.grad_shard = new_tensor("grad", Role::grads, shard * cfg.act_bytes(), p.group);
+      } else {
+        p.grad = new_tensor("grad", Role::grads, n * cfg.act_bytes(), p.group);
+      }
       if (cfg.optim.states > 0)
-        p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(n), p.group);
+        p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(owned), p.group);
       if (cfg.optim.table_bytes() > 0 && optim_table == none)
         optim_table = persistent("dynamic maps", Role::optimizer_state, cfg.optim.table_bytes(), none);
       if (optim_table != none) tensors[optim_table].node = 0;  // shared by the model
@@ -719,7 +770,9 @@ class Builder {
     for (int k = sg.first_op; k < sg.end_op; ++k) {
       if (!needed[k]) continue;
       const Op op = ops[k];
+      const int gather = gather_params(op);
       const int e = push_event(EventKind::recompute, op.node, op.group);
+      read_gathered(gather, e);
       events[e].op = k;
       for (int q = 0; q < op.n_in; ++q) use(bindings[e].in[q] = resolve(op.in[q], seg_off), e);
       if (op.inout.valid() && op.inout.fixed == none && remap_[op.inout.id] != none)
@@ -752,7 +805,9 @@ class Builder {
     const Op op = ops[i];
     int e = op.event;  // a fused loss writes its gradients during its forward event
     if (!op.fused_loss) {
+      const int gather = gather_params(op);
       e = push_event(EventKind::backward, op.node, op.group);
+      read_gathered(gather, e);
       events[e].op = i;
     }
     const int seg = innermost_active_offload(i);
@@ -790,6 +845,7 @@ class Builder {
       use(Ref{op.grads[q], none}, e);
     }
     if (op.scratch_bwd > 0) scratch("scratch", op.scratch_bwd, e);
+    reduce_grads(i);
     // leaving segments that start at this op
     for (int k = static_cast<int>(active_seg_.size()) - 1; k >= 0; --k) {
       if (segments[active_seg_[k]].first_op == i) {
@@ -800,6 +856,105 @@ class Builder {
     for (const auto& sg : segments)
       if (sg.checkpoint && sg.first_op == i)
         for (auto& m : remap_) m = none;
+  }
+
+  // ---- data parallelism -------------------------------------------------------------------------
+  constexpr int push_collective(Op c) {
+    const int e = push_event(EventKind::collective, c.node, c.group);
+    c.event = e;
+    c.lane = ops::Lane::communication;
+    collectives.push_back(c);
+    events[e].collective = static_cast<int>(collectives.size()) - 1;
+    return e;
+  }
+
+  // ZeRO 3: before an event of op `op` that reads parameters, a collective
+  // gathers them from the ranks' shards into buffers that live until that
+  // event (forward, recompute and backward each gather their own). Layout:
+  // out[q] the values (or codes) of parameter q, out[2] the scales of a
+  // quantized parameter 0; dim[o] the bytes of one rank's block of out[o].
+  // Returns the collective's event, or none.
+  constexpr int gather_params(const Op& op) {
+    if (!cfg.sharded(3) || (op.param[0] == none && op.param[1] == none)) return none;
+    Op c{};
+    c.kind = collective::all_gather_params;
+    c.node = op.node;
+    c.group = op.group;
+    for (int q = 0; q < max_weights; ++q) c.param[q] = op.param[q];
+    const int e = push_collective(c);
+    Op& g = collectives.back();
+    for (int q = 0; q < max_weights; ++q) {
+      const int p = op.param[q];
+      if (p == none) continue;
+      const Param pr = params[p];
+      if (pr.quant.kind != QuantKind::none && q > 0)
+        throw "ZeRO<3>: an op may read one quantized parameter, as its first (Weight<0>)";
+      const std::int64_t block =
+          pr.quant.kind != QuantKind::none ? tensors[pr.weight].bytes : cfg.shard(pr.elements()) * cfg.act_bytes();
+      g.dim[q] = block;
+      g.out[q] = Ref{gathered(pr.node, pr.group, block * cfg.dp), none};
+      born(g.out[q], e);
+      if (pr.quant.kind != QuantKind::none) {
+        g.dim[2] = tensors[pr.scales].bytes;
+        g.out[2] = Ref{gathered(pr.node, pr.group, g.dim[2] * cfg.dp), none};
+        born(g.out[2], e);
+      }
+    }
+    for (int o = 0; o < max_out; ++o) bindings[e].out[o] = g.out[o];
+    return e;
+  }
+  constexpr int gathered(int node, int group, std::int64_t bytes) {
+    const int t = new_tensor("gathered", Role::communication, bytes, group);
+    tensors[t].node = node;
+    grow(t);
+    return t;
+  }
+  // Event e reads the parameters collective event `gather` gathered.
+  constexpr void read_gathered(int gather, int e) {
+    if (gather == none) return;
+    const Op& g = collectives[events[gather].collective];
+    for (int q = 0; q < max_weights; ++q) {
+      if (!g.out[q].valid()) continue;
+      use(bindings[e].weight[q] = g.out[q], e);
+      if (q == 0 && g.out[2].valid()) use(bindings[e].scales[0] = g.out[2], e);
+    }
+  }
+
+  // After the backward of op i: the gradients of the parameters whose last
+  // writer it was (op i is the first to read them in forward order) are
+  // complete, and one collective averages them over the data-parallel ranks:
+  // an all-reduce in place (ZeRO 0 and 1), or a reduce-scatter of the bucket
+  // into this rank's gradient shard (ZeRO 2 and 3). in[q] / out[q]: the
+  // bucket / shard of parameter q; dim[2q], dim[2q+1]: its elements and
+  // shard elements.
+  constexpr void reduce_grads(int i) {
+    if (cfg.dp <= 1) return;
+    const Op op = ops[i];
+    Op c{};
+    c.kind = cfg.sharded(2) ? collective::reduce_scatter_grads : collective::all_reduce_grads;
+    c.node = op.node;
+    c.group = op.group;
+    bool any = false;
+    for (int q = 0; q < max_weights; ++q) {
+      const int p = op.param[q];
+      if (p == none || first_user_[p] != i || params[p].grad == none) continue;
+      any = true;
+      c.param[q] = p;
+      c.dim[2 * q] = params[p].elements();
+      c.dim[2 * q + 1] = cfg.shard(params[p].elements());
+      c.in[q] = Ref{params[p].grad, none};
+      if (params[p].grad_shard != none) c.out[q] = Ref{params[p].grad_shard, none};
+    }
+    if (!any) return;
+    const int e = push_collective(c);
+    for (int q = 0; q < max_weights; ++q) {
+      if (c.in[q].valid()) use(bindings[e].in[q] = c.in[q], e);
+      if (!c.out[q].valid()) continue;
+      bindings[e].out[q] = c.out[q];
+      // accumulated over micro-batches: the shard lives the whole step
+      if (cfg.accumulate > 1) use(c.out[q], e);
+      else born(c.out[q], e);
+    }
   }
 
   // Input q of op i may share the output's gradient (a residual add) only if

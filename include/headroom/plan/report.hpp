@@ -481,11 +481,12 @@ inline constexpr std::array<const char*, role_count> role_colors{
     "#f28e2b",  // activation grad
     "#b07aa1",  // recompute
     "#9c755f",  // scratch
+    "#86bcb6",  // communication
 };
 inline constexpr std::array<Role, role_count> stack_order{
     Role::weights,   Role::quant_scales,     Role::master_weights, Role::optimizer_state,
     Role::batch_io,  Role::grads,            Role::saved_activation, Role::recompute,
-    Role::activation, Role::activation_grad, Role::scratch};
+    Role::activation, Role::activation_grad, Role::scratch, Role::communication};
 inline constexpr std::array<const char*, 5> phase_colors{"#e6e6e6", "#dce9f5", "#f4d4d4", "#fbe6cf", "#dcefd6"};
 
 inline double nice_step(double range, int target) {

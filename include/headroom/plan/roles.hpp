@@ -18,8 +18,10 @@ enum class Role : std::uint8_t {
   activation_grad,   // gradient of an activation, flowing backward
   recompute,         // produced by a checkpointed layer's recompute, read in its backward
   scratch,           // lives inside one event (GEMM panels, logits chunks, attention tiles)
+  communication,     // what a collective sends or receives: a gradient bucket before its reduce-scatter,
+                     // parameters gathered from their shards (sharded data parallelism)
 };
-inline constexpr int role_count = 11;
+inline constexpr int role_count = 12;
 
 constexpr std::string_view name_of(Role r) {
   switch (r) {
@@ -34,6 +36,7 @@ constexpr std::string_view name_of(Role r) {
     case Role::activation_grad: return "activation grad";
     case Role::recompute: return "recompute";
     case Role::scratch: return "scratch";
+    case Role::communication: return "communication";
   }
   return "?";
 }
@@ -46,7 +49,10 @@ inline constexpr int tier_count = 2;
 constexpr std::string_view name_of(Tier t) { return t == Tier::device ? "device" : "offload"; }
 
 // One step of the training timeline.
-enum class EventKind : std::uint8_t { load_batch, forward, loss, backward, recompute, offload, prefetch, update };
+// collective: a communication between ranks (a gradient bucket reduced, a
+// layer's parameters gathered from their shards), run by an op on the
+// communication lane.
+enum class EventKind : std::uint8_t { load_batch, forward, loss, backward, recompute, offload, prefetch, update, collective };
 
 constexpr std::string_view name_of(EventKind k) {
   switch (k) {
@@ -58,6 +64,7 @@ constexpr std::string_view name_of(EventKind k) {
     case EventKind::offload: return "offload";
     case EventKind::prefetch: return "prefetch";
     case EventKind::update: return "update";
+    case EventKind::collective: return "collective";
   }
   return "?";
 }

@@ -42,6 +42,11 @@ struct ParamSlot {
   bool trainable = false;
   QuantDesc quant{};
   std::int64_t weight = -1, scales = -1, master = -1, grad = -1, state = -1;
+  // Data parallelism: elements of one rank's shard (RunConfig::shard), and
+  // with ZeRO 2 and 3 this rank's shard of the averaged gradient (`grad` is
+  // then the bucket backward fills).
+  std::int64_t shard = 0;
+  std::int64_t grad_shard = -1;
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
@@ -64,6 +69,13 @@ struct Step {
   Slot d_out[graph::max_out]{}, d_inout{}, d_in[graph::max_in]{};
   Slot scratch{};
   int param[graph::max_weights] = {-1, -1};             // ParamSlot indices
+  // ZeRO 3: the parameters as gathered for this event (values or codes, and
+  // scales), read in place of the ParamSlot's shards; unbound otherwise.
+  Slot weight[graph::max_weights]{}, scales[graph::max_weights]{};
+  // The gradient buffers of the parameters this event writes (backward, and
+  // the loss event of a fused loss), as slots: what another lane's op must
+  // not touch meanwhile (a gradient bucket's bytes are reused once reduced).
+  Slot param_grad[graph::max_weights]{};
   bool grad_first[graph::max_weights] = {false, false}; // this event writes that parameter's gradient first
   int copy_begin = 0, copy_end = 0;    // offload / prefetch: its CopySteps
   int update_begin = 0, update_end = 0;  // UpdateInBackward: parameters whose gradients are complete after this step
@@ -202,6 +214,8 @@ constexpr auto schedule() {
         ps.master = index.slot_of_tensor(pr.master, j, -1).offset;
         ps.grad = index.slot_of_tensor(pr.grad, j, -1).offset;
         ps.state = index.slot_of_tensor(pr.state, j, -1).offset;
+        ps.grad_shard = index.slot_of_tensor(pr.grad_shard, j, -1).offset;
+        ps.shard = b.cfg.dp > 1 ? b.cfg.shard(pr.elements()) : pr.elements();
       }
     }
   }
@@ -219,8 +233,8 @@ constexpr auto schedule() {
       st.instance = j;
       if (ev.kind == EventKind::loss) s.loss_step = g;
       if (ev.kind == EventKind::update) s.update_step = g;
-      if (ev.op != graph::none) {
-        const graph::Op& op = b.ops[ev.op];
+      if (ev.op != graph::none || ev.collective != graph::none) {
+        const graph::Op& op = ev.op != graph::none ? b.ops[ev.op] : b.collectives[ev.collective];
         st.op = op.kind;
         st.lane = op.lane;
         st.op_index = ev.op;
@@ -234,8 +248,11 @@ constexpr auto schedule() {
           const int inst = pr.group == graph::none ? 0 : j;
           st.param[q] = param_base[p] + inst;
           // backward events, and the loss event of a fused loss, write gradients
-          if (pr.grad != graph::none && ev.kind != EventKind::forward && ev.kind != EventKind::recompute)
-            st.grad_first[q] = index.slot_of_tensor(pr.grad, inst, g).first;
+          if (pr.grad != graph::none && ev.kind != EventKind::forward && ev.kind != EventKind::recompute &&
+              ev.kind != EventKind::collective) {
+            st.param_grad[q] = index.slot_of_tensor(pr.grad, inst, g);
+            st.grad_first[q] = st.param_grad[q].first;
+          }
         }
       }
       for (int q = 0; q < graph::max_in; ++q) {
@@ -247,6 +264,10 @@ constexpr auto schedule() {
         st.d_out[q] = index.slot(bd.d_out[q], j, g);
       }
       for (int q = 0; q < graph::max_saved; ++q) st.saved[q] = index.slot(bd.saved[q], j, g);
+      for (int q = 0; q < graph::max_weights; ++q) {
+        st.weight[q] = index.slot(bd.weight[q], j, g);
+        st.scales[q] = index.slot(bd.scales[q], j, g);
+      }
       st.inout = index.slot(bd.inout, j, g);
       st.d_inout = index.slot(bd.d_inout, j, g);
       st.scratch = index.slot_of_tensor(bd.scratch, j, g);
@@ -325,6 +346,54 @@ constexpr auto schedule() {
     }
   }
   return s;
+}
+
+// A 64-bit hash (FNV-1a) of a schedule: its run's shape, every step's op,
+// dimensions and slots, every parameter's buffers and the arenas' sizes.
+// Two programs built from the same run type (with the same headroom) have
+// the same; the ranks of a data-parallel run compare theirs at start-up.
+template <class S>
+constexpr std::uint64_t fingerprint(const S& s) {
+  std::uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](std::int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<std::uint64_t>(v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  auto text = [&mix](std::string_view t) {
+    mix(static_cast<std::int64_t>(t.size()));
+    for (char c : t) mix(c);
+  };
+  auto slot = [&mix](const Slot& x) {
+    mix(x.offset);
+    mix(x.bytes);
+    mix(x.first);
+  };
+  const RunConfig& c = s.config;
+  for (std::int64_t v : {c.batch, c.seq, std::int64_t(c.dtype), std::int64_t(c.optim.kind), std::int64_t(c.accumulate),
+                         std::int64_t(c.update_in_backward), std::int64_t(c.workers), c.loss_chunk, std::int64_t(c.engine),
+                         std::int64_t(c.dp), std::int64_t(c.zero)})
+    mix(v);
+  for (const Step& st : s.steps) {
+    mix(static_cast<std::int64_t>(st.kind));
+    text(st.op);
+    for (std::int64_t d : st.dim) mix(d);
+    for (const Slot& x : st.in) slot(x);
+    for (const Slot& x : st.out) slot(x);
+    for (const Slot& x : st.saved) slot(x);
+    for (const Slot& x : st.d_in) slot(x);
+    for (const Slot& x : st.d_out) slot(x);
+    slot(st.inout);
+    slot(st.scratch);
+    for (int p : st.param) mix(p);
+  }
+  for (const ParamSlot& p : s.params) {
+    text(p.name);
+    for (std::int64_t v : {p.rows, p.cols, p.weight, p.scales, p.master, p.grad, p.state, p.grad_shard, p.shard}) mix(v);
+  }
+  for (std::int64_t v : s.peak) mix(v);
+  return h;
 }
 
 }  // namespace headroom

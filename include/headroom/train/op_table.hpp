@@ -17,7 +17,9 @@
 #include "../core/diagnostic.hpp"
 #include "../layers/ops_of.hpp"
 #include "../ops/bound.hpp"
+#include "../ops/collectives.hpp"
 #include "../plan/schedule.hpp"
+#include "../run.hpp"
 
 namespace headroom::trainers {
 
@@ -33,9 +35,24 @@ constexpr int duplicate_name(type_list<Es...>) {
 }
 }  // namespace detail
 
+// The ops of a run: its model's (ops_of), and the collectives of its
+// data-parallel layout (listed under DataParallel<N>).
+template <class R>
+struct run_ops {
+  static constexpr RunConfig cfg = R::config();
+  using layout = DataParallel<cfg.dp>;
+  using collectives = std::conditional_t<
+      cfg.dp <= 1, type_list<>,
+      std::conditional_t<cfg.zero <= 1, type_list<op_entry<layout, ops::AllReduceGrads>>,
+                         std::conditional_t<cfg.zero == 2, type_list<op_entry<layout, ops::ReduceScatterGrads>>,
+                                            type_list<op_entry<layout, ops::ReduceScatterGrads>,
+                                                      op_entry<layout, ops::AllGatherParams>>>>>;
+  using type = typename headroom::detail::concat<ops_of<typename R::model>, collectives>::type;
+};
+
 template <class R, const auto& Sched>
 struct OpTable {
-  using ops = ops_of<typename R::model>;
+  using ops = typename run_ops<R>::type;
   static constexpr std::size_t steps = Sched.steps.size();
   static constexpr std::array<int, steps> kernel = [] {
     std::array<int, steps> k{};
@@ -83,6 +100,7 @@ void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* 
   }
   for (int q = 0; q < graph::max_out; ++q) {
     k.out_[q] = at(st.out[q]);
+    k.out_first_[q] = st.out[q].first;
     k.d_out_[q] = at(st.d_out[q]);
   }
   for (int q = 0; q < graph::max_saved; ++q) k.saved_[q] = at(st.saved[q]);
@@ -101,6 +119,15 @@ void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* 
                                     p.cols};
     } else {
       k.weight_[w] = reinterpret_cast<T*>(base + p.weight);
+    }
+    // ZeRO 3: the parameter as gathered for this event, not this rank's shard
+    if (st.weight[w].bound()) {
+      if (k.quantized_[w]) {
+        k.quant_[w].codes = reinterpret_cast<std::uint8_t*>(base + st.weight[w].offset);
+        k.quant_[w].scales = reinterpret_cast<std::uint8_t*>(base + st.scales[w].offset);
+      } else {
+        k.weight_[w] = reinterpret_cast<T*>(base + st.weight[w].offset);
+      }
     }
     k.weight_grad_[w] = p.trainable && p.grad >= 0 ? reinterpret_cast<T*>(base + p.grad) : nullptr;
     k.weight_grad_first_[w] = st.grad_first[w];
@@ -122,6 +149,9 @@ constexpr void for_each_slot(const Step& s, F&& f) {
   f(s.inout);
   f(s.d_inout);
   f(s.scratch);
+  for (const Slot& x : s.weight) f(x);
+  for (const Slot& x : s.scales) f(x);
+  for (const Slot& x : s.param_grad) f(x);
 }
 }  // namespace detail
 
