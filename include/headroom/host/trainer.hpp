@@ -245,8 +245,23 @@ class Trainer {
   // ---- the arena ---------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
   const Arena& arena(Tier t = Tier::device) const { return t == Tier::device ? device_ : offload_; }
-  // Data parallelism: this process's rank (0 without a communicator).
+  // Data parallelism: this process's rank (0 without a communicator), the
+  // communicator (null without one), and the elements of parameter p this
+  // rank holds of what its ZeRO stage shards: [begin, begin + count) of the
+  // parameter's row-major elements (all of them for what is not sharded).
+  // With ZeRO<3>, weight(p) and quant(p) hold this rank's shard alone (dense:
+  // `count` values; quantized: its byte shards of the codes and scales),
+  // state(p) with ZeRO 1-3 the state of the `count` elements it updates.
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
+  Communicator* communicator() const { return comm_; }
+  struct Shard {
+    std::int64_t begin = 0, count = 0;
+  };
+  Shard shard_of(const ParamSlot& p) const {
+    if (!config.sharded(1)) return Shard{0, p.elements()};
+    const std::int64_t begin = rank() * p.shard;
+    return Shard{begin, std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard)};
+  }
   int steps_done() const { return step_; }
   void set_steps_done(int s) { step_ = s; }
   int threads() const { return workers_; }

@@ -145,6 +145,11 @@ inline constexpr std::int64_t format_version = 2;
 // Version 1 identified a run by its plan's arena bytes (which change with the
 // batch or Workers<W>); it is still read: its tensors are checked one by one.
 inline constexpr std::int64_t oldest_version = 1;
+// Version 3: a data-parallel run's checkpoint (its "layout", a pair of files per rank).
+inline constexpr std::int64_t sharded_version = 3;
+inline std::string layout_words(std::int64_t ranks, std::int64_t zero) {
+  return ranks == 1 ? std::string("one process") : std::to_string(ranks) + " data-parallel ranks with ZeRO " + std::to_string(zero);
+}
 inline constexpr const char* model_file = "model.safetensors";
 inline constexpr const char* optimizer_file = "optimizer.safetensors";
 inline constexpr const char* trainer_file = "trainer.json";
@@ -318,13 +323,15 @@ inline void check_finite(const std::filesystem::path& d, const std::vector<Tenso
   };
   for (const TensorView& v : model) {
     if (v.dtype != DType::F32 && v.dtype != DType::F64) continue;
-    const std::int64_t n = v.shape.at(0) * v.shape.at(1);
+    std::int64_t n = 1;
+    for (const std::int64_t x : v.shape) n *= x;
     const std::int64_t i = v.dtype == DType::F32 ? first_bad(static_cast<const float*>(v.data), n)
                                                  : first_bad(static_cast<const double*>(v.data), n);
     if (i < 0) continue;
     const double x = v.dtype == DType::F32 ? static_cast<const float*>(v.data)[i] : static_cast<const double*>(v.data)[i];
-    fail(d, "not saved: after step " + std::to_string(steps_done) + ", " + v.name + " holds " + std::to_string(x) +
-                " at [" + std::to_string(i / v.shape[1]) + ", " + std::to_string(i % v.shape[1]) +
+    const std::string at = v.shape.size() == 2 ? std::to_string(i / v.shape[1]) + ", " + std::to_string(i % v.shape[1])
+                                               : std::to_string(i);  // a 1-D shard (ZeRO 3)
+    fail(d, "not saved: after step " + std::to_string(steps_done) + ", " + v.name + " holds " + std::to_string(x) + " at [" + at +
                 "] (the update overflowed; lower the learning rate); the checkpoint there, if any, is left as it was");
   }
 }
@@ -379,13 +386,10 @@ inline std::string quote(std::string_view s) { return safetensors::json_quote(s)
 
 }  // namespace detail::checkpoint
 
-// Saves the trainer's parameters, optimizer state and step count to `dir`
-// (see the top of this file), atomically. `extra_json`, if not empty, must be
-// a JSON object; load_checkpoint returns it verbatim.
-template <class Trainer>
-void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::string_view extra_json = "") {
-  namespace fs = std::filesystem;
-  namespace ck = detail::checkpoint;
+namespace detail::checkpoint {
+
+// extra_json as save_checkpoint stores it: "{}" when empty, else a JSON object.
+inline std::string checked_extra(std::string_view extra_json) {
   namespace js = detail::json;
   std::string extra(extra_json);
   if (extra.find_first_not_of(" \t\r\n") == std::string::npos) extra = "{}";
@@ -394,175 +398,256 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(std::string("save_checkpoint: extra_json must be a JSON object (") + e.what() + ")");
   }
-
-  const fs::path d = ck::normalized(dir);
-  ck::check_replaceable(d);
-  const std::vector<TensorView> model = ck::model_tensors(t);
-  ck::check_finite(d, model, t.steps_done());
-  fs::create_directories(ck::parent_of(d));
-  ck::recover(d);
-  const fs::path staging = ck::staging_of(d);
-  fs::create_directory(staging);
-  try {
-    write_safetensors(staging / ck::model_file, model, {{"format", "headroom-checkpoint"}});
-    ck::stage(ck::model_file);
-    write_safetensors(staging / ck::optimizer_file, ck::optimizer_tensors(t), {{"format", "headroom-checkpoint"}});
-    ck::stage(ck::optimizer_file);
-
-    const CheckpointSignature s = checkpoint_signature<Trainer>();
-    const auto& o = t.options();
-    std::string j = "{\n";
-    j += "  \"format\": " + ck::quote(ck::format_name) + ",\n";
-    j += "  \"version\": " + std::to_string(ck::format_version) + ",\n";
-    j += "  \"steps_done\": " + std::to_string(t.steps_done()) + ",\n";
-    j += "  \"signature\": {\"model\": " + ck::quote(s.model) + ", \"dtype\": " + ck::quote(s.dtype) +
-         ", \"optimizer\": " + ck::quote(s.optimizer) + ", \"param_count\": " + std::to_string(s.param_count) +
-         ",\n    \"parameters\": [";
-    for (std::size_t k = 0; k < s.parameters.size(); ++k) j += (k ? ",\n      " : "\n      ") + ck::quote(s.parameters[k]);
-    j += "]},\n";
-    j += "  \"files\": {";
-    for (const char* f : {ck::model_file, ck::optimizer_file}) {
-      std::uint64_t bytes = 0;
-      const std::string h = ck::file_hash(staging / f, &bytes);
-      j += std::string(f == ck::model_file ? "" : ", ") + ck::quote(f) + ": {\"bytes\": " + std::to_string(bytes) +
-           ", \"hash\": " + ck::quote(h) + "}";
-    }
-    j += "},\n";
-    j += "  \"options\": {\"seed\": " + std::to_string(o.seed) + ", \"lr\": " + detail::json::number(o.lr) +
-         ", \"min_lr_ratio\": " + detail::json::number(o.min_lr_ratio) + ", \"warmup_steps\": " +
-         std::to_string(o.warmup_steps) + ", \"total_steps\": " + std::to_string(o.total_steps) +
-         ", \"clip_norm\": " + detail::json::number(o.clip_norm) + "},\n";
-    j += "  \"extra\": " + extra + "\n}\n";
-
-    // The two safetensors files are durable already (write_safetensors
-    // fsyncs them and the staging directory); trainer.json goes the same way
-    // (an fsync'ed temporary, renamed), and its rename marks the checkpoint
-    // complete.
-    ck::stage(ck::trainer_file);
-    write_durably(
-        staging / ck::trainer_file, [&](std::ofstream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
-        [&](const std::string& what) { ck::fail(staging / ck::trainer_file, what); });
-    ck::stage("swap");
-    ck::swap_in(staging, d);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(staging, ec);
-    throw;
-  }
+  return extra;
 }
 
-// Restores a checkpoint written by save_checkpoint into a trainer of the
-// same run: parameters, optimizer state, code tables and the step count.
-// Returns the caller's extra JSON object as it was saved.
+// A written file as trainer.json records it.
+struct FileRecord {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::string hash;
+};
+inline FileRecord record(const std::filesystem::path& dir, const std::string& name) {
+  FileRecord r{name, 0, {}};
+  r.hash = file_hash(dir / name, &r.bytes);
+  return r;
+}
+
+// trainer.json: the run's signature, the files, the options, the caller's
+// extra object; `layout` (a data-parallel run's, else empty) and the
+// version that goes with it.
 template <class Trainer>
-std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
+std::string trainer_json(const Trainer& t, const std::vector<FileRecord>& files, const std::string& extra, std::int64_t version,
+                         const std::string& layout) {
+  const CheckpointSignature s = checkpoint_signature<Trainer>();
+  const auto& o = t.options();
+  std::string j = "{\n";
+  j += "  \"format\": " + quote(format_name) + ",\n";
+  j += "  \"version\": " + std::to_string(version) + ",\n";
+  j += "  \"steps_done\": " + std::to_string(t.steps_done()) + ",\n";
+  if (!layout.empty()) j += "  \"layout\": " + layout + ",\n";
+  j += "  \"signature\": {\"model\": " + quote(s.model) + ", \"dtype\": " + quote(s.dtype) + ", \"optimizer\": " +
+       quote(s.optimizer) + ", \"param_count\": " + std::to_string(s.param_count) + ",\n    \"parameters\": [";
+  for (std::size_t k = 0; k < s.parameters.size(); ++k) j += (k ? ",\n      " : "\n      ") + quote(s.parameters[k]);
+  j += "]},\n";
+  j += "  \"files\": {";
+  for (std::size_t k = 0; k < files.size(); ++k)
+    j += std::string(k ? ", " : "") + quote(files[k].name) + ": {\"bytes\": " + std::to_string(files[k].bytes) +
+         ", \"hash\": " + quote(files[k].hash) + "}";
+  j += "},\n";
+  j += "  \"options\": {\"seed\": " + std::to_string(o.seed) + ", \"lr\": " + detail::json::number(o.lr) +
+       ", \"min_lr_ratio\": " + detail::json::number(o.min_lr_ratio) + ", \"warmup_steps\": " + std::to_string(o.warmup_steps) +
+       ", \"total_steps\": " + std::to_string(o.total_steps) + ", \"clip_norm\": " + detail::json::number(o.clip_norm) +
+       "},\n";
+  j += "  \"extra\": " + extra + "\n}\n";
+  return j;
+}
+
+// Writes trainer.json into `staging` (an fsync'ed temporary, renamed: its
+// presence marks the checkpoint complete) and swaps the directory in as `d`.
+inline void finish_save(const std::filesystem::path& staging, const std::filesystem::path& d, const std::string& json) {
+  stage(trainer_file);
+  write_durably(
+      staging / trainer_file, [&](std::ofstream& out) { out.write(json.data(), static_cast<std::streamsize>(json.size())); },
+      [&](const std::string& what) { fail(staging / trainer_file, what); });
+  stage("swap");
+  swap_in(staging, d);
+}
+
+// A checkpoint directory opened for loading: where it is (an interrupted
+// swap may have left the newest complete one in a sibling), trainer.json's
+// text and parsed root, its version and step count; the signature checked
+// against the trainer's.
+struct Opened {
+  std::filesystem::path dir;
+  std::string text;
+  detail::json::Value root;
+  std::int64_t version = 0;
+  std::int64_t steps = 0;
+  std::filesystem::path trainer_json() const { return dir / trainer_file; }
+};
+
+inline const detail::json::Value& member(const Opened& o, const detail::json::Value& obj, std::string_view key,
+                                         detail::json::Value::Kind kind, std::string_view where) {
+  const detail::json::Value* v = obj.get(key);
+  if (!v || v->kind != kind)
+    fail(o.trainer_json(), "corrupt: " + std::string(where) + "\"" + std::string(key) + "\" is missing or has the wrong type");
+  return *v;
+}
+inline std::int64_t integer(const Opened& o, const detail::json::Value& obj, std::string_view key, std::string_view where) {
+  const auto v = member(o, obj, key, detail::json::Value::Kind::Number, where).integer();
+  if (!v) fail(o.trainer_json(), "corrupt: " + std::string(where) + "\"" + std::string(key) + "\" is not an integer");
+  return *v;
+}
+
+template <class Trainer>
+Opened open_checkpoint(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
-  namespace ck = detail::checkpoint;
   namespace js = detail::json;
-
-  // Where the newest complete checkpoint is (an interrupted swap may have
-  // left it in a sibling).
-  const fs::path named = ck::normalized(dir);
-  fs::path d = named;
+  Opened o;
+  const fs::path named = normalized(dir);
+  o.dir = named;
   if (!fs::exists(named)) {
-    if (ck::complete(ck::staging_of(named))) d = ck::staging_of(named);
-    else if (fs::exists(ck::aside_of(named))) d = ck::aside_of(named);
-    else ck::fail(named, "no such checkpoint directory");
+    if (complete(staging_of(named))) o.dir = staging_of(named);
+    else if (fs::exists(aside_of(named))) o.dir = aside_of(named);
+    else fail(named, "no such checkpoint directory");
   }
-  if (!fs::is_regular_file(d / ck::trainer_file))
-    ck::fail(d, "trainer.json not found: not a checkpoint directory, or an incomplete one");
-
-  // trainer.json
-  const fs::path tj = d / ck::trainer_file;
-  const std::string text = ck::read_text(tj);
-  js::Value root;
+  if (!fs::is_regular_file(o.trainer_json())) fail(o.dir, "trainer.json not found: not a checkpoint directory, or an incomplete one");
+  o.text = read_text(o.trainer_json());
   try {
-    root = js::parse(text);
+    o.root = js::parse(o.text);
   } catch (const std::runtime_error& e) {
-    ck::fail(tj, std::string("corrupt: ") + e.what());
+    fail(o.trainer_json(), std::string("corrupt: ") + e.what());
   }
-  auto member = [&](const js::Value& obj, std::string_view key, js::Value::Kind kind, std::string_view where) -> const js::Value& {
-    const js::Value* v = obj.get(key);
-    if (!v || v->kind != kind) ck::fail(tj, "corrupt: " + std::string(where) + "\"" + std::string(key) + "\" is missing or has the wrong type");
-    return *v;
-  };
-  auto integer = [&](const js::Value& obj, std::string_view key, std::string_view where) {
-    const auto v = member(obj, key, js::Value::Kind::Number, where).integer();
-    if (!v) ck::fail(tj, "corrupt: " + std::string(where) + "\"" + std::string(key) + "\" is not an integer");
-    return *v;
-  };
-  if (root.kind != js::Value::Kind::Object) ck::fail(tj, "corrupt: not a JSON object");
-  if (member(root, "format", js::Value::Kind::String, "").string != ck::format_name)
-    ck::fail(tj, "not a headroom checkpoint (\"format\" is not \"headroom-checkpoint\")");
-  const std::int64_t version = integer(root, "version", "");
-  if (version < ck::oldest_version || version > ck::format_version)
-    ck::fail(tj, "checkpoint format version " + std::to_string(version) + ", this build reads versions " +
-                     std::to_string(ck::oldest_version) + " to " + std::to_string(ck::format_version));
-  const std::int64_t steps = integer(root, "steps_done", "");
-  if (steps < 0 || steps > std::numeric_limits<int>::max()) ck::fail(tj, "corrupt: \"steps_done\" out of range");
+  if (o.root.kind != js::Value::Kind::Object) fail(o.trainer_json(), "corrupt: not a JSON object");
+  if (member(o, o.root, "format", js::Value::Kind::String, "").string != format_name)
+    fail(o.trainer_json(), "not a headroom checkpoint (\"format\" is not \"headroom-checkpoint\")");
+  o.version = integer(o, o.root, "version", "");
+  if (o.version < oldest_version || o.version > sharded_version)
+    fail(o.trainer_json(), "checkpoint format version " + std::to_string(o.version) + ", this build reads versions " +
+                               std::to_string(oldest_version) + " to " + std::to_string(sharded_version));
+  o.steps = integer(o, o.root, "steps_done", "");
+  if (o.steps < 0 || o.steps > std::numeric_limits<int>::max()) fail(o.trainer_json(), "corrupt: \"steps_done\" out of range");
 
-  const js::Value& sig = member(root, "signature", js::Value::Kind::Object, "");
+  const js::Value& sig = member(o, o.root, "signature", js::Value::Kind::Object, "");
   const CheckpointSignature mine = checkpoint_signature<Trainer>();
   std::string diff;
   auto differs = [&](std::string_view what, const std::string& theirs, const std::string& ours) {
     if (theirs != ours) diff += (diff.empty() ? "" : "; ") + std::string(what) + " " + theirs + " in the checkpoint, " + ours + " in this trainer";
   };
-  differs("model", member(sig, "model", js::Value::Kind::String, "signature.").string, mine.model);
-  differs("dtype", member(sig, "dtype", js::Value::Kind::String, "signature.").string, mine.dtype);
-  differs("optimizer", member(sig, "optimizer", js::Value::Kind::String, "signature.").string, mine.optimizer);
-  differs("parameter count", std::to_string(integer(sig, "param_count", "signature.")), std::to_string(mine.param_count));
-  if (version >= 2) {  // the first parameter stored otherwise
-    const auto& theirs = member(sig, "parameters", js::Value::Kind::Array, "signature.").items;
+  differs("model", member(o, sig, "model", js::Value::Kind::String, "signature.").string, mine.model);
+  differs("dtype", member(o, sig, "dtype", js::Value::Kind::String, "signature.").string, mine.dtype);
+  differs("optimizer", member(o, sig, "optimizer", js::Value::Kind::String, "signature.").string, mine.optimizer);
+  differs("parameter count", std::to_string(integer(o, sig, "param_count", "signature.")), std::to_string(mine.param_count));
+  if (o.version >= 2) {  // the first parameter stored otherwise
+    const auto& theirs = member(o, sig, "parameters", js::Value::Kind::Array, "signature.").items;
     for (std::size_t k = 0; k < std::min(theirs.size(), mine.parameters.size()); ++k) {
-      if (theirs[k].kind != js::Value::Kind::String) ck::fail(tj, "corrupt: signature.\"parameters\" holds a non-string");
+      if (theirs[k].kind != js::Value::Kind::String) fail(o.trainer_json(), "corrupt: signature.\"parameters\" holds a non-string");
       if (theirs[k].string != mine.parameters[k]) {
         differs("parameter " + std::to_string(k), "'" + theirs[k].string + "'", "'" + mine.parameters[k] + "'");
         break;
       }
     }
   }
-  if (!diff.empty())
-    ck::fail(d, "belongs to another run (" + diff + "); save_pretrained / load_pretrained move weights between runs");
-
-  // the files: present, of the recorded size and hash
-  const js::Value& files = member(root, "files", js::Value::Kind::Object, "");
-  for (const char* f : {ck::model_file, ck::optimizer_file}) {
-    const fs::path path = d / f;
-    if (!fs::is_regular_file(path)) ck::fail(d, std::string(f) + " is missing");
-    const js::Value& rec = member(files, f, js::Value::Kind::Object, "files.");
-    const auto bytes = integer(rec, "bytes", "files.");
-    const std::string& want = member(rec, "hash", js::Value::Kind::String, "files.").string;
-    std::uint64_t got_bytes = 0;
-    const std::string got = ck::file_hash(path, &got_bytes);
-    if (static_cast<std::int64_t>(got_bytes) != bytes)
-      ck::fail(path, "corrupt or truncated: " + std::to_string(got_bytes) + " bytes, trainer.json recorded " + std::to_string(bytes));
-    if (got != want) ck::fail(path, "corrupt: its contents hash to " + got + ", trainer.json recorded " + want);
+  // the data-parallel layout: one process (no "layout"), or N ranks at a ZeRO stage
+  std::int64_t ranks = 1, zero = 0;
+  if (const js::Value* l = o.root.get("layout")) {
+    if (l->kind != js::Value::Kind::Object) fail(o.trainer_json(), "corrupt: \"layout\" is not an object");
+    ranks = integer(o, *l, "data_parallel", "layout.");
+    zero = integer(o, *l, "zero", "layout.");
   }
+  differs("layout", layout_words(ranks, zero), layout_words(Trainer::config.dp, Trainer::config.zero));
+  if (!diff.empty()) fail(o.dir, "belongs to another run (" + diff + "); save_pretrained / load_pretrained move weights between runs");
+  return o;
+}
 
-  // every tensor present with its dtype and shape
-  const SafetensorsFile model(d / ck::model_file), optim(d / ck::optimizer_file);
-  const std::vector<TensorView> mv = ck::model_tensors(t), ov = ck::optimizer_tensors(t);
-  auto check = [](const SafetensorsFile& f, const std::vector<TensorView>& views) {
-    for (const TensorView& v : views) f.expect(v.name, v.dtype, v.shape);
-    if (f.tensors().size() != views.size())
-      throw checkpoint_error("safetensors: " + f.path().string() + ": holds " + std::to_string(f.tensors().size()) +
-                             " tensors, this trainer has " + std::to_string(views.size()));
-  };
-  check(model, mv);
-  check(optim, ov);
+// Each named file present, of the size and hash trainer.json recorded.
+inline void check_files(const Opened& o, const std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  const detail::json::Value& files = member(o, o.root, "files", detail::json::Value::Kind::Object, "");
+  for (const std::string& f : names) {
+    const fs::path path = o.dir / f;
+    if (!fs::is_regular_file(path)) fail(o.dir, f + " is missing");
+    const detail::json::Value& rec = member(o, files, f, detail::json::Value::Kind::Object, "files.");
+    const auto bytes = integer(o, rec, "bytes", "files.");
+    const std::string& want = member(o, rec, "hash", detail::json::Value::Kind::String, "files.").string;
+    std::uint64_t got_bytes = 0;
+    const std::string got = file_hash(path, &got_bytes);
+    if (static_cast<std::int64_t>(got_bytes) != bytes)
+      fail(path, "corrupt or truncated: " + std::to_string(got_bytes) + " bytes, trainer.json recorded " + std::to_string(bytes));
+    if (got != want) fail(path, "corrupt: its contents hash to " + got + ", trainer.json recorded " + want);
+  }
+}
 
-  // restore
-  auto bytes_of = [](const TensorView& v) {
+// Every view present in the file with its dtype and shape, and no other tensor.
+inline void expect_exactly(const SafetensorsFile& f, const std::vector<TensorView>& views) {
+  for (const TensorView& v : views) f.expect(v.name, v.dtype, v.shape);
+  if (f.tensors().size() != views.size())
+    throw checkpoint_error("safetensors: " + f.path().string() + ": holds " + std::to_string(f.tensors().size()) +
+                           " tensors, this trainer has " + std::to_string(views.size()));
+}
+inline void read_all(const SafetensorsFile& f, const std::vector<TensorView>& views) {
+  for (const TensorView& v : views) {
     std::int64_t n = size_of(v.dtype);
-    for (const std::int64_t s : v.shape) n *= s;
-    return static_cast<std::size_t>(n);
-  };
-  for (const TensorView& v : mv) model.read(v.name, const_cast<void*>(v.data), bytes_of(v));
-  for (const TensorView& v : ov) optim.read(v.name, const_cast<void*>(v.data), bytes_of(v));
-  t.set_steps_done(static_cast<int>(steps));
+    for (const std::int64_t x : v.shape) n *= x;
+    f.read(v.name, const_cast<void*>(v.data), static_cast<std::size_t>(n));
+  }
+}
 
-  const js::Value& extra = member(root, "extra", js::Value::Kind::Object, "");
-  return text.substr(extra.begin, extra.end - extra.begin);
+inline std::string extra_of(const Opened& o) {
+  const detail::json::Value& extra = member(o, o.root, "extra", detail::json::Value::Kind::Object, "");
+  return o.text.substr(extra.begin, extra.end - extra.begin);
+}
+
+// A data-parallel run's checkpoint (sharded_checkpoint.hpp).
+template <class Trainer>
+void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std::string& extra);
+template <class Trainer>
+std::string load_sharded(Trainer& t, const std::filesystem::path& dir);
+
+}  // namespace detail::checkpoint
+
+// Saves the trainer's parameters, optimizer state and step count to `dir`
+// (see the top of this file), atomically. `extra_json`, if not empty, must be
+// a JSON object; load_checkpoint returns it verbatim. A data-parallel run's
+// ranks all call it, each saving its part (sharded_checkpoint.hpp).
+template <class Trainer>
+void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::string_view extra_json = "") {
+  namespace fs = std::filesystem;
+  namespace ck = detail::checkpoint;
+  const std::string extra = ck::checked_extra(extra_json);
+  if constexpr (Trainer::config.dp > 1) {
+    ck::save_sharded(t, dir, extra);
+  } else {
+    const fs::path d = ck::normalized(dir);
+    ck::check_replaceable(d);
+    const std::vector<TensorView> model = ck::model_tensors(t);
+    ck::check_finite(d, model, t.steps_done());
+    fs::create_directories(ck::parent_of(d));
+    ck::recover(d);
+    const fs::path staging = ck::staging_of(d);
+    fs::create_directory(staging);
+    try {
+      write_safetensors(staging / ck::model_file, model, {{"format", "headroom-checkpoint"}});
+      ck::stage(ck::model_file);
+      write_safetensors(staging / ck::optimizer_file, ck::optimizer_tensors(t), {{"format", "headroom-checkpoint"}});
+      ck::stage(ck::optimizer_file);
+      // The two safetensors files are durable already (write_safetensors
+      // fsyncs them and the staging directory); trainer.json goes the same way.
+      const std::vector<ck::FileRecord> files{ck::record(staging, ck::model_file), ck::record(staging, ck::optimizer_file)};
+      ck::finish_save(staging, d, ck::trainer_json(t, files, extra, ck::format_version, ""));
+    } catch (...) {
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+      throw;
+    }
+  }
+}
+
+// Restores a checkpoint written by save_checkpoint into a trainer of the
+// same run: parameters, optimizer state, code tables and the step count.
+// Returns the caller's extra JSON object as it was saved. Every rank of a
+// data-parallel run calls it.
+template <class Trainer>
+std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
+  namespace ck = detail::checkpoint;
+  if constexpr (Trainer::config.dp > 1) {
+    return ck::load_sharded(t, dir);
+  } else {
+    const ck::Opened o = ck::open_checkpoint<Trainer>(dir);
+    ck::check_files(o, {ck::model_file, ck::optimizer_file});
+    // every tensor present with its dtype and shape, then restored
+    const SafetensorsFile model(o.dir / ck::model_file), optim(o.dir / ck::optimizer_file);
+    const std::vector<TensorView> mv = ck::model_tensors(t), ov = ck::optimizer_tensors(t);
+    ck::expect_exactly(model, mv);
+    ck::expect_exactly(optim, ov);
+    ck::read_all(model, mv);
+    ck::read_all(optim, ov);
+    t.set_steps_done(static_cast<int>(o.steps));
+    return ck::extra_of(o);
+  }
 }
 
 }  // namespace headroom::io
+
+#include "sharded_checkpoint.hpp"

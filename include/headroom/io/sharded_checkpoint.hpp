@@ -1,0 +1,248 @@
+#pragma once
+// Checkpoints of a data-parallel run (DataParallel<N>, ZeRO<S>): one
+// directory for the whole job, each rank writing its own part. Every rank
+// calls io::save_checkpoint / io::load_checkpoint (checkpoint.hpp) with the
+// same directory, which must be on a file system every rank sees.
+//
+// The directory (format version 3):
+//   model.rank-<r>.safetensors      rank r's part of the parameters. ZeRO 3:
+//                                   its shard of each, "<path>" as a 1-D
+//                                   tensor of the elements it holds
+//                                   (host::Trainer::shard_of; quantized:
+//                                   "<path>" and "<path>.scales", U8 byte
+//                                   shards). Below ZeRO 3 every rank holds the
+//                                   same parameters: rank 0 writes them whole,
+//                                   as one process does; the other ranks'
+//                                   files hold no tensor.
+//   optimizer.rank-<r>.safetensors  rank r's optimizer state: ZeRO 1-3 the
+//                                   state of the elements it updates ("<path>",
+//                                   U8), ZeRO 0 rank 0's whole state; every
+//                                   rank's file also holds the shared code tables.
+//   trainer.json                    as for one process, with "layout":
+//                                   {"data_parallel": N, "zero": S} and every
+//                                   rank's files, their sizes and hashes.
+//
+// Atomic as one process's save: rank 0 stages the directory, every rank
+// writes and fsyncs its files into it, and rank 0 writes trainer.json once
+// all have, then swaps the directory in. A rank that cannot do its part
+// (the target may not be replaced, a weight is not finite, a write fails)
+// fails the save on every rank, each with an error (its own, or one naming
+// the ranks that failed), and the checkpoint there stays as it was. A rank
+// that dies during a save leaves the old checkpoint in place too (the others
+// get a communication error, or are stopped by the launcher).
+//
+// load_checkpoint refuses a checkpoint of another layout (another N or
+// stage, or one process's) with the difference named; it checks, on every
+// rank, every file that rank reads before any rank writes into its trainer.
+// Resuming on the same layout is bit-identical.
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../host/communicator.hpp"
+#include "checkpoint.hpp"
+
+namespace headroom::io::detail::checkpoint {
+
+inline std::string rank_file(const char* kind, int r) { return std::string(kind) + ".rank-" + std::to_string(r) + ".safetensors"; }
+
+// Every rank reports whether its part succeeded; when one failed, every rank
+// throws: the failed ones their own error, the others one naming the failed ranks.
+inline void settle(host::Communicator& c, std::exception_ptr error, const std::filesystem::path& d, const std::string& what) {
+  std::vector<double> failed(static_cast<std::size_t>(c.size()), 0.0);
+  failed[static_cast<std::size_t>(c.rank())] = error ? 1.0 : 0.0;
+  c.all_reduce_sum(failed.data(), c.size(), DType::F64);
+  std::string ranks;
+  for (int r = 0; r < c.size(); ++r)
+    if (failed[static_cast<std::size_t>(r)] > 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (ranks.empty()) return;
+  if (error) std::rethrow_exception(error);
+  fail(d, what + ": rank " + ranks + " of " + std::to_string(c.size()) + " failed (its error says why)");
+}
+
+// Rank r's part of one byte-stored tensor of `bytes` bytes (ZeRO 3's shards
+// of quantized codes and scales): [begin, begin + count).
+template <class Trainer>
+std::pair<std::int64_t, std::int64_t> byte_shard(const Trainer& t, std::int64_t bytes) {
+  const std::int64_t block = Trainer::config.shard_bytes(bytes);
+  const std::int64_t begin = t.rank() * block;
+  return {begin, std::clamp<std::int64_t>(bytes - begin, 0, block)};
+}
+
+template <class Trainer>
+std::vector<TensorView> rank_model_tensors(const Trainer& t) {
+  if constexpr (!Trainer::config.sharded(3)) {
+    return t.rank() == 0 ? model_tensors(t) : std::vector<TensorView>{};
+  } else {
+    constexpr DType dt = std::is_same_v<typename Trainer::T, double> ? DType::F64 : DType::F32;
+    std::vector<TensorView> v;
+    for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+      const ParamSlot& p = Trainer::param(k);
+      const std::string path = Trainer::path_of(p);
+      if (p.quant.kind == QuantKind::none) {
+        const auto s = t.shard_of(p);
+        if (s.count > 0) v.push_back(TensorView{path, dt, {s.count}, t.weight(p)});
+      } else {
+        const auto& a = t.arena(Tier::device);
+        const auto codes = byte_shard(t, p.quant.code_bytes(p.elements()));
+        const auto scales = byte_shard(t, p.quant.scale_bytes(p.elements()));
+        if (codes.second > 0) v.push_back(TensorView{path, DType::U8, {codes.second}, a.template at<std::uint8_t>(p.weight)});
+        if (scales.second > 0)
+          v.push_back(TensorView{path + ".scales", DType::U8, {scales.second}, a.template at<std::uint8_t>(p.scales)});
+      }
+    }
+    return v;
+  }
+}
+
+template <class Trainer>
+std::vector<TensorView> rank_optimizer_tensors(const Trainer& t) {
+  if constexpr (!Trainer::config.sharded(1)) {
+    if (t.rank() == 0) return optimizer_tensors(t);
+  }
+  std::vector<TensorView> v;
+  if constexpr (Trainer::config.sharded(1)) {
+    for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+      const ParamSlot& p = Trainer::param(k);
+      const std::int64_t n = t.shard_of(p).count;
+      if (p.state < 0 || n == 0) continue;
+      v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(n)}, t.state(p)});
+    }
+  }
+  const auto& a = t.arena(Tier::device);
+  if (Trainer::sched.quant_table >= 0)
+    v.push_back(TensorView{"__quant_table__", DType::U8, {quant_table_bytes<Trainer>()}, a.template at<std::byte>(Trainer::sched.quant_table)});
+  if (Trainer::sched.optim_table >= 0)
+    v.push_back(TensorView{"__optim_table__", DType::U8, {Trainer::config.optim.table_bytes()},
+                           a.template at<std::byte>(Trainer::sched.optim_table)});
+  return v;
+}
+
+template <class Trainer>
+void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std::string& extra) {
+  namespace fs = std::filesystem;
+  host::Communicator& c = *t.communicator();
+  const int r = c.rank(), n = c.size();
+  const fs::path d = normalized(dir);
+  const fs::path staging = staging_of(d);
+  const std::string not_saved = "not saved; the checkpoint there, if any, is left as it was";
+  std::exception_ptr error;
+
+  // 1. every rank: the target may be replaced, and its weights are finite
+  std::vector<TensorView> model, optim;
+  try {
+    check_replaceable(d);
+    model = rank_model_tensors(t);
+    optim = rank_optimizer_tensors(t);
+    check_finite(d, model, t.steps_done());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  settle(c, error, d, not_saved);
+
+  // 2. rank 0 stages the directory
+  if (r == 0) {
+    try {
+      fs::create_directories(parent_of(d));
+      recover(d);
+      fs::create_directory(staging);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  settle(c, error, d, not_saved);
+
+  // 3. every rank writes its files (fsync'ed by write_safetensors) and hashes them
+  std::vector<FileRecord> mine;
+  try {
+    for (const auto& [kind, views] : {std::pair{model_file, &model}, std::pair{optimizer_file, &optim}}) {
+      const std::string name = rank_file(kind == model_file ? "model" : "optimizer", r);
+      write_safetensors(staging / name, *views, {{"format", "headroom-checkpoint"}});
+      mine.push_back(record(staging, name));
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  auto discard = [&] {
+    std::error_code ec;
+    if (r == 0) fs::remove_all(staging, ec);
+  };
+  try {
+    settle(c, error, d, not_saved);
+  } catch (...) {
+    discard();
+    throw;
+  }
+
+  // 4. every rank's records reach rank 0: (bytes, 16 hex digits) per file
+  struct Packed {
+    std::uint64_t bytes[2];
+    char hash[2][16];
+  };
+  std::vector<Packed> all(static_cast<std::size_t>(n));
+  for (int f = 0; f < 2; ++f) {
+    all[static_cast<std::size_t>(r)].bytes[f] = mine[static_cast<std::size_t>(f)].bytes;
+    std::memcpy(all[static_cast<std::size_t>(r)].hash[f], mine[static_cast<std::size_t>(f)].hash.data(), 16);
+  }
+  c.all_gather(all.data(), sizeof(Packed));
+
+  // 5. rank 0 writes trainer.json and swaps the directory in
+  if (r == 0) {
+    try {
+      std::vector<FileRecord> files;
+      for (int q = 0; q < n; ++q)
+        for (int f = 0; f < 2; ++f)
+          files.push_back(FileRecord{rank_file(f == 0 ? "model" : "optimizer", q), all[static_cast<std::size_t>(q)].bytes[f],
+                                     std::string(all[static_cast<std::size_t>(q)].hash[f], 16)});
+      const std::string layout = "{\"data_parallel\": " + std::to_string(Trainer::config.dp) +
+                                 ", \"zero\": " + std::to_string(Trainer::config.zero) + "}";
+      finish_save(staging, d, trainer_json(t, files, extra, sharded_version, layout));
+    } catch (...) {
+      error = std::current_exception();
+      discard();
+    }
+  }
+  settle(c, error, d, not_saved);
+}
+
+template <class Trainer>
+std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
+  host::Communicator& c = *t.communicator();
+  const int r = c.rank();
+  const std::string not_loaded = "not loaded; no rank's trainer was changed";
+  std::exception_ptr error;
+  // the files this rank reads: its own, and rank 0's where rank 0 wrote for all
+  std::vector<std::string> reads{rank_file("model", r), rank_file("optimizer", r)};
+  if (!Trainer::config.sharded(3) && r != 0) reads.push_back(rank_file("model", 0));
+  if (!Trainer::config.sharded(1) && r != 0) reads.push_back(rank_file("optimizer", 0));
+
+  // 1. every rank checks everything it will read
+  Opened o;
+  std::vector<TensorView> model, optim;
+  try {
+    o = open_checkpoint<Trainer>(dir);
+    check_files(o, reads);
+    // what this rank restores, from which file
+    model = !Trainer::config.sharded(3) ? model_tensors(t) : rank_model_tensors(t);
+    optim = !Trainer::config.sharded(1) ? optimizer_tensors(t) : rank_optimizer_tensors(t);
+    const SafetensorsFile mf(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : 0));
+    const SafetensorsFile of(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : 0));
+    expect_exactly(mf, model);
+    expect_exactly(of, optim);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  settle(c, error, normalized(dir), not_loaded);
+
+  // 2. every rank restores its part
+  read_all(SafetensorsFile(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : 0)), model);
+  read_all(SafetensorsFile(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : 0)), optim);
+  t.set_steps_done(static_cast<int>(o.steps));
+  return extra_of(o);
+}
+
+}  // namespace headroom::io::detail::checkpoint
