@@ -278,6 +278,8 @@ class Trainer {
   T* weight(const ParamSlot& p) const { return p.quant.kind == QuantKind::none ? device_.at<T>(p.weight) : nullptr; }
   T* grad(const ParamSlot& p) const { return p.grad >= 0 ? device_.at<T>(p.grad) : nullptr; }
   std::byte* state(const ParamSlot& p) const { return p.state >= 0 ? device_.at<std::byte>(p.state) : nullptr; }
+  // The model's shared code tables (NF4 values, the dynamic map), or null.
+  float* quant_table() const { return sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr; }
   QuantView quant(const ParamSlot& p) const {
     return QuantView{p.quant, device_.at<std::uint8_t>(p.weight), device_.at<std::uint8_t>(p.scales),
                      sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};

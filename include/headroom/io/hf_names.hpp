@@ -70,6 +70,14 @@ constexpr HfFamily hf_family() {
   return hf_family(Trainer::plan.nodes[0].kind);
 }
 
+// Whether t.weight(p) and t.quant(p) hold whole parameters: every trainer's
+// but a ZeRO<3> one's, which holds its shards (io::Consolidated gathers them).
+template <class Trainer>
+inline constexpr bool holds_whole_parameters = !Trainer::config.sharded(3);
+#define HEADROOM_WHOLE_PARAMETERS(function)                                                                               \
+  static_assert(holds_whole_parameters<Trainer>, function ": a ZeRO<3> trainer holds its shards of each parameter; give " \
+                                                 "io::Consolidated(trainer) instead (io/consolidated.hpp)")
+
 // LoRA's parameters (lora_A, lora_B): adapters, not part of a base checkpoint.
 constexpr bool is_adapter_param(std::string_view name) { return name.substr(0, 5) == "lora_"; }
 
@@ -176,6 +184,7 @@ void transpose(const U* in, V* out, std::int64_t rows, std::int64_t cols) {
 // (in the trainer's (rows, cols) layout, in double) before they are written.
 template <class Trainer, class Wants, class Apply>
 void write_base(const Trainer& t, const std::filesystem::path& path, Wants&& wants, Apply&& apply) {
+  HEADROOM_WHOLE_PARAMETERS("io::save_pretrained / save_merged");
   const std::vector<HfParam> params = hf_params<Trainer>();
   std::vector<std::vector<float>> staged;
   staged.reserve(params.size());
@@ -223,6 +232,7 @@ void save_pretrained(const Trainer& t, const std::filesystem::path& path) {
 // values. Adapters, optimizer state and the step count are left as they are.
 template <class Trainer>
 void load_pretrained(Trainer& t, const std::filesystem::path& path) {
+  HEADROOM_WHOLE_PARAMETERS("io::load_pretrained");
   namespace st = detail::safetensors;
   const SafetensorsFile file(path);
   const std::vector<HfParam> params = hf_params<Trainer>();

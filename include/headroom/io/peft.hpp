@@ -207,6 +207,7 @@ V most_common(const std::vector<V>& v) {
 // adapter_model.safetensors and adapter_config.json (see the top of this file).
 template <class Trainer>
 void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::string_view base_model_name) {
+  HEADROOM_WHOLE_PARAMETERS("io::export_adapter");
   namespace fs = std::filesystem;
   namespace pf = detail::peft;
   using T = typename Trainer::T;
@@ -279,6 +280,7 @@ void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::str
 // into the trainer's lora_A / lora_B (see the top of this file).
 template <class Trainer>
 void load_adapter(Trainer& t, const std::filesystem::path& dir) {
+  HEADROOM_WHOLE_PARAMETERS("io::load_adapter");
   namespace fs = std::filesystem;
   namespace pf = detail::peft;
   namespace js = detail::json;
