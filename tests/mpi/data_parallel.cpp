@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <headroom/headroom.hpp>
+#include <headroom/host/counting_communicator.hpp>
 #include <headroom/host/mpi.hpp>
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
@@ -124,6 +125,31 @@ void trains_like_one_process(host::Communicator& c) {
   CHECK(weight_difference(dp, one) < 1e-6);
 }
 
+// What a step exchanges is what the plan says, collective by collective.
+template <int N, int Stage>
+void exchanges_what_the_plan_says(host::Communicator& mpi) {
+  using Dp = host::Trainer<DataParallelRun<N, Stage>>;
+  host::CountingCommunicator c(mpi);
+  Dp dp(options(), c);
+  for (int s = 1; s <= 2; ++s) {
+    c.reset();
+    const Batches b = batches(s, N, c.rank(), micro_batches<N>);
+    dp.step(b.mine_tokens, b.mine_targets);
+    const Communication& planned = Dp::plan.communication;
+    const Communication& counted = c.counted();
+    INFO("ZeRO " << Stage << " on " << N << " ranks");
+    CHECK(counted.all_reduce == planned.all_reduce);
+    CHECK(counted.reduce_scatter == planned.reduce_scatter);
+    CHECK(counted.all_gather == planned.all_gather);
+    CHECK(counted.all_reduce_calls == planned.all_reduce_calls);
+    CHECK(counted.reduce_scatter_calls == planned.reduce_scatter_calls);
+    CHECK(counted.all_gather_calls == planned.all_gather_calls);
+    CHECK(planned.payload() > 0);
+    // the loss of each micro-batch, and the squared norm of the sharded gradients
+    CHECK(c.scalars() == micro_batches<N> + (Stage >= 1 ? 1 : 0));
+  }
+}
+
 template <int N, int Stage>
 void resumes_bit_identically(host::Communicator& c) {
   using Dp = host::Trainer<DataParallelRun<N, Stage, Model, AdamW8bit>>;
@@ -168,6 +194,21 @@ TEST_CASE("data parallel: every ZeRO stage trains like one process on the same g
     trains_like_one_process<4, 1>(c);
     trains_like_one_process<4, 2>(c);
     trains_like_one_process<4, 3>(c);
+  }
+}
+
+TEST_CASE("data parallel: a step exchanges exactly the bytes the plan counts", "[mpi][data_parallel][communication]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  if (c.size() == 2) {
+    exchanges_what_the_plan_says<2, 0>(c);
+    exchanges_what_the_plan_says<2, 1>(c);
+    exchanges_what_the_plan_says<2, 2>(c);
+    exchanges_what_the_plan_says<2, 3>(c);
+  } else {
+    exchanges_what_the_plan_says<4, 0>(c);
+    exchanges_what_the_plan_says<4, 1>(c);
+    exchanges_what_the_plan_says<4, 2>(c);
+    exchanges_what_the_plan_says<4, 3>(c);
   }
 }
 

@@ -77,6 +77,29 @@ struct NodeInfo {
   int group = -1;          // the Repeat group it lies in, -1 outside any
 };
 
+// What one rank of a data-parallel run exchanges with the others in one
+// optimizer step, by kind of collective: the payload (the bytes of the whole
+// buffers it reduces or gathers) and the number of calls. A ring algorithm
+// sends, and receives, 2 (N-1)/N of an all-reduce's payload per rank and
+// (N-1)/N of a reduce-scatter's or an all-gather's (sent_per_rank).
+//   all_reduce      ZeRO 0 and 1: each gradient, once per step (the last micro-batch)
+//   reduce_scatter  ZeRO 2 and 3: each gradient bucket, every micro-batch
+//   all_gather      ZeRO 3: each parameter before every event that reads it, every micro-batch;
+//                   ZeRO 1 and 2: each trainable parameter after the update
+// Besides these, the host engine all-reduces two 8-byte scalars per
+// micro-batch and step (the loss; with ZeRO 1-3 the squared gradient norm).
+struct Communication {
+  std::int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0;  // payload bytes per step
+  std::int64_t all_reduce_calls = 0, reduce_scatter_calls = 0, all_gather_calls = 0;
+  constexpr std::int64_t payload() const { return all_reduce + reduce_scatter + all_gather; }
+  // Bytes one rank sends in a step with ring collectives over n ranks.
+  constexpr double sent_per_rank(int n) const {
+    if (n <= 1) return 0;
+    const double f = static_cast<double>(n - 1) / n;
+    return 2 * f * static_cast<double>(all_reduce) + f * static_cast<double>(reduce_scatter + all_gather);
+  }
+};
+
 namespace detail {
 
 // Everything the constexpr pipeline produces, in growable form.
@@ -90,6 +113,7 @@ struct Expanded {
   std::int64_t lower_bound[tier_count]{};
   int bound_event[tier_count]{};
   std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
+  Communication communication{};
   bool valid = true;  // the check run when the plan was made
 
   // The check, recomputed from these arrays.
@@ -493,6 +517,31 @@ constexpr Expanded expand_graph(const graph::Builder& b) {
       x.flops_recompute += inst * b.ops[ev.op].flops_fwd;
     }
 
+  // communication per step (Communication)
+  for (const auto& ev : b.events) {
+    if (ev.kind != EventKind::collective) continue;
+    const graph::Op& c = b.collectives[ev.collective];
+    const std::int64_t inst = ev.group == graph::none ? 1 : b.groups[ev.group].count;
+    const std::int64_t micro = b.cfg.accumulate;
+    if (c.kind == graph::collective::all_reduce_grads) {
+      x.communication.all_reduce += inst * (c.dim[0] + c.dim[2]) * b.cfg.act_bytes();
+      x.communication.all_reduce_calls += inst * ((c.dim[0] > 0) + (c.dim[2] > 0));
+    } else if (c.kind == graph::collective::reduce_scatter_grads) {
+      x.communication.reduce_scatter += micro * inst * (c.dim[1] + c.dim[3]) * b.cfg.dp * b.cfg.act_bytes();
+      x.communication.reduce_scatter_calls += micro * inst * ((c.dim[1] > 0) + (c.dim[3] > 0));
+    } else {
+      x.communication.all_gather += micro * inst * (c.dim[0] + c.dim[1] + c.dim[2]) * b.cfg.dp;
+      x.communication.all_gather_calls += micro * inst * ((c.dim[0] > 0) + (c.dim[1] > 0) + (c.dim[2] > 0));
+    }
+  }
+  if (b.cfg.sharded(1) && !b.cfg.sharded(3))  // ZeRO 1 and 2: the weights after the update
+    for (const auto& pr : b.params) {
+      if (!pr.trainable) continue;
+      const std::int64_t inst = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+      x.communication.all_gather += inst * b.cfg.shard(pr.elements()) * b.cfg.dp * b.cfg.act_bytes();
+      x.communication.all_gather_calls += inst;
+    }
+
   // endpoints grouped by tensor
   const int T = static_cast<int>(b.tensors.size());
   detail::cvec<int> start(T + 1, 0);
@@ -631,6 +680,7 @@ struct Plan {
   std::int64_t bound[tier_count]{};
   int bound_at[tier_count]{};
   std::int64_t flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;
+  Communication communication{};  // one rank's, per optimizer step (data parallelism)
   bool checked_valid = false;
 
   // Arena bytes of a tier: what a trainer allocates.
@@ -712,6 +762,7 @@ constexpr auto plan() {
   p.flops_fwd = x.flops_fwd;
   p.flops_bwd = x.flops_bwd;
   p.flops_recompute = x.flops_recompute;
+  p.communication = x.communication;
   p.checked_valid = x.valid;
   return p;
 }
