@@ -237,13 +237,14 @@ inline std::string percent(double num, double den) {
 }
 
 // Columns of the by-layer table, and the column each role adds to.
-inline constexpr std::array<std::string_view, 5> layer_columns{"weights", "master", "grads", "opt state", "activations"};
+inline constexpr std::array<std::string_view, 6> layer_columns{"weights", "master", "grads", "opt state", "activations", "comm"};
 constexpr int layer_column(Role r) {
   switch (r) {
     case Role::weights: case Role::quant_scales: return 0;
     case Role::master_weights: return 1;
     case Role::grads: return 2;
     case Role::optimizer_state: return 3;
+    case Role::communication: return 5;  // gradient buckets, gathered parameters
     default: return 4;  // saved / transient / recomputed activations, their grads, scratch, batch io
   }
 }
@@ -285,6 +286,12 @@ void print(std::ostream& os, const P& p) {
      << (c.optim.blockwise8 ? ", 8-bit block-wise" : (c.optim.states > 0 ? ", f32" : "")) << ")"
      << (c.update_in_backward ? ", update in backward" : "") << ", loss chunk " << c.loss_chunk << ", workers "
      << c.workers << '\n';
+  if (c.dp > 1) {
+    static constexpr const char* sharded[] = {"nothing sharded", "optimizer states sharded", "optimizer states and gradients sharded",
+                                              "optimizer states, gradients and parameters sharded"};
+    os << "  layout       data parallel over " << c.dp << " ranks, ZeRO " << c.zero << " (" << sharded[c.zero]
+       << "): every figure below is one rank's\n";
+  }
   const std::int64_t params = p.parameters(), trainable = p.trainable_parameters();
   os << "  parameters   total " << with_commas(params) << " (" << human_count(static_cast<double>(params)) << ")"
      << ", trainable " << with_commas(trainable) << " (" << human_count(static_cast<double>(trainable)) << ", "
@@ -430,6 +437,23 @@ void print(std::ostream& os, const P& p) {
     row("recompute", p.flops_recompute);
     t.rule();
     row("total", p.flops());
+    t.print(os);
+  }
+  if (c.dp > 1) {
+    const Communication& m = p.communication;
+    os << "\ncommunication (one rank, per optimizer step; sent: ring collectives over " << c.dp << " ranks)\n";
+    rp::TextTable t({"collective", "calls", "payload", "sent per rank"});
+    const double f = static_cast<double>(c.dp - 1) / c.dp;
+    auto row = [&](const char* name, std::int64_t calls, std::int64_t bytes, double share) {
+      if (calls == 0) return;
+      t.row({name, with_commas(calls), human_bytes(bytes), human_bytes(static_cast<std::int64_t>(share * static_cast<double>(bytes)))});
+    };
+    row("all-reduce (gradients)", m.all_reduce_calls, m.all_reduce, 2 * f);
+    row("reduce-scatter (gradient buckets)", m.reduce_scatter_calls, m.reduce_scatter, f);
+    row(c.zero == 3 ? "all-gather (parameters, per event)" : "all-gather (weights after the update)", m.all_gather_calls, m.all_gather, f);
+    t.rule();
+    t.row({"all", with_commas(m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls), human_bytes(m.payload()),
+           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp)))});
     t.print(os);
   }
   os.flags(saved_flags);
