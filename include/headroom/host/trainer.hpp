@@ -210,6 +210,7 @@ class Trainer {
     load_batch(tokens, targets);
     for (int g = 1; g < sched.loss_step; ++g) {
       join_before(g);
+      issue_hoisted(g);
       run_step(sched.steps[g]);
     }
     join_before(sched.loss_step);
@@ -328,20 +329,34 @@ class Trainer {
   // step that a step up to g conflicts with (the worker runs in order, so
   // that covers every earlier one), and for all of them at the end of a
   // micro-batch.
+  // Steps grouped by a step each names (at(j): a step index, or -1 for
+  // none), as lists per step h: [first[h], first[h + 1]) of `step`.
+  struct StepLists {
+    std::array<int, sched.steps.size() + 1> first{};
+    std::array<int, sched.steps.size()> step{};
+  };
+  template <class At>
+  static constexpr StepLists step_lists(At at) {
+    StepLists l{};
+    constexpr std::size_t n = sched.steps.size();
+    for (std::size_t j = 0; j < n; ++j)
+      if (at(j) >= 0 && at(j) < static_cast<int>(n)) ++l.first[static_cast<std::size_t>(at(j)) + 1];
+    for (std::size_t h = 0; h < n; ++h) l.first[h + 1] += l.first[h];
+    std::array<int, n + 1> fill = l.first;
+    for (std::size_t j = 0; j < n; ++j)
+      if (at(j) >= 0 && at(j) < static_cast<int>(n)) l.step[static_cast<std::size_t>(fill[static_cast<std::size_t>(at(j))]++)] = static_cast<int>(j);
+    return l;
+  }
+
   // Ops on the communication lane (the collectives of data parallelism) run
   // the same way on a second LaneWorker thread; MPI is called from one
   // thread at a time (the trainer joins that lane before calling it).
   static constexpr auto joins = trainers::join_steps<sched, micro_batch_end>();
-  // per step: the latest step of lane L that must be complete before it, or -1
-  template <ops::Lane L>
-  static constexpr auto join_at = [] {
-    std::array<int, sched.steps.size()> at{};
-    at.fill(-1);
-    for (std::size_t j = 0; j < at.size(); ++j)
-      if (sched.steps[j].lane == L && joins[j] >= 0 && joins[j] < static_cast<int>(at.size()) && static_cast<int>(j) > at[joins[j]])
-        at[joins[j]] = static_cast<int>(j);
-    return at;
-  }();
+  // per step h: the lane steps that must be complete before it, as a list
+  // (CSR: [first[h], first[h + 1])). Each is waited for by its ticket: a lane
+  // runs its tasks in the order they were submitted, which ZeRO 3's hoisted
+  // gathers make differ from the steps' order.
+  static constexpr auto join_lists = step_lists([](std::size_t j) { return joins[j]; });
   template <ops::Lane L>
   static constexpr bool has_lane = [] {
     for (std::size_t j = 0; j < joins.size(); ++j)
@@ -353,14 +368,20 @@ class Trainer {
   std::unique_ptr<Lane> comm_lane_ = has_lane<ops::Lane::communication> ? std::make_unique<Lane>() : nullptr;
   std::array<std::uint64_t, sched.steps.size()> tickets_{};
   void join_before(int g) {
-    if constexpr (has_lane<ops::Lane::host_threads>)
-      if (join_at<ops::Lane::host_threads>[g] >= 0) lane_->wait(tickets_[join_at<ops::Lane::host_threads>[g]]);
-    if constexpr (has_lane<ops::Lane::communication>)
-      if (join_at<ops::Lane::communication>[g] >= 0) comm_lane_->wait(tickets_[join_at<ops::Lane::communication>[g]]);
+    for (int k = join_lists.first[g]; k < join_lists.first[g + 1]; ++k) {
+      const int j = join_lists.step[k];
+      (sched.steps[j].lane == ops::Lane::communication ? comm_lane_ : lane_)->wait(tickets_[j]);
+    }
   }
   void join_all() {
     if constexpr (has_lane<ops::Lane::host_threads>) lane_->wait_all();
     if constexpr (has_lane<ops::Lane::communication>) comm_lane_->wait_all();
+  }
+  // ZeRO 3's prefetch: the gathers the schedule lets start before step h
+  // (Step::issue_before), as a list per step (CSR: [first[h], first[h + 1])).
+  static constexpr auto hoisted = step_lists([](std::size_t g) { return sched.steps[g].issue_before; });
+  void issue_hoisted(int h) {
+    for (int k = hoisted.first[h]; k < hoisted.first[h + 1]; ++k) forward(sched.steps[hoisted.step[k]], true);
   }
   // Data parallelism: the mean over the ranks of a value each rank computed
   // for its own micro-batch (the loss), on every rank. The communication
@@ -401,6 +422,7 @@ class Trainer {
     for (int g = 1; g < micro_batch_end; ++g) {
       const Step& st = sched.steps[g];
       join_before(g);
+      issue_hoisted(g);
       if (st.kind == EventKind::loss) {
         loss = mean_over_ranks(loss_step(st, true) / tokens_per_micro_batch);
         if (!std::isfinite(loss)) {
@@ -474,8 +496,11 @@ class Trainer {
 
   // Forward and recompute: the step's op, and the next one with it when it
   // runs in this op's epilogue.
-  void forward(const Step& st) {
+  // `hoisted`: a gather issued ahead of its place (issue_hoisted); at its
+  // place it is then skipped.
+  void forward(const Step& st, bool hoisted = false) {
     if (st.fused_into_previous) return;  // computed by the op before it
+    if (st.issue_before >= 0 && !hoisted) return;
     const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
     OpContext<T> k = context(st);
     OpContext<T> next{};

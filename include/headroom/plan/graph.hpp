@@ -873,9 +873,15 @@ class Builder {
   // event (forward, recompute and backward each gather their own). Layout:
   // out[q] the values (or codes) of parameter q, out[2] the scales of a
   // quantized parameter 0; dim[o] the bytes of one rank's block of out[o].
-  // Returns the collective's event, or none.
+  // The buffers are born one compute event earlier where that event is of
+  // the same group (the op before, in the same Repeat instance): the engine
+  // may then issue the gather before that event and overlap it (a prefetch
+  // one op ahead). Returns the collective's event, or none.
   constexpr int gather_params(const Op& op) {
     if (!cfg.sharded(3) || (op.param[0] == none && op.param[1] == none)) return none;
+    int ahead = static_cast<int>(events.size()) - 1;  // the compute event before, skipping collectives
+    while (ahead >= 0 && events[ahead].kind == EventKind::collective) --ahead;
+    if (ahead < 0 || events[ahead].group != op.group || events[ahead].op == none) ahead = none;
     Op c{};
     c.kind = collective::all_gather_params;
     c.node = op.node;
@@ -893,14 +899,21 @@ class Builder {
           pr.quant.kind != QuantKind::none ? tensors[pr.weight].bytes : cfg.shard(pr.elements()) * cfg.act_bytes();
       g.dim[q] = block;
       g.out[q] = Ref{gathered(pr.node, pr.group, block * cfg.dp), none};
-      born(g.out[q], e);
       if (pr.quant.kind != QuantKind::none) {
         g.dim[2] = tensors[pr.scales].bytes;
         g.out[2] = Ref{gathered(pr.node, pr.group, g.dim[2] * cfg.dp), none};
-        born(g.out[2], e);
       }
     }
-    for (int o = 0; o < max_out; ++o) bindings[e].out[o] = g.out[o];
+    for (int o = 0; o < max_out; ++o) {
+      if (!g.out[o].valid()) continue;
+      bindings[e].out[o] = g.out[o];
+      if (ahead != none) {
+        born(g.out[o], ahead);
+        use(g.out[o], e);
+      } else {
+        born(g.out[o], e);
+      }
+    }
     return e;
   }
   constexpr int gathered(int node, int group, std::int64_t bytes) {

@@ -16,6 +16,7 @@
 // offsets as plan<Run>() (the same packing runs); an engine walks it and
 // calls one kernel per step, so nothing about the graph is decided at run
 // time.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string_view>
@@ -85,6 +86,10 @@ struct Step {
   // then does not run (fused_into_previous).
   bool fuse_next = false;
   bool fused_into_previous = false;
+  // ZeRO 3: a gather whose buffers the plan has alive from an earlier step
+  // (the op before it): the engine may issue it before that step, so the
+  // communication overlaps it (a prefetch one op ahead). -1: at its place.
+  int issue_before = -1;
   std::string_view epilogue_of{};
   int epilogue_input = 0;
 };
@@ -267,6 +272,12 @@ constexpr auto schedule() {
       for (int q = 0; q < graph::max_weights; ++q) {
         st.weight[q] = index.slot(bd.weight[q], j, g);
         st.scales[q] = index.slot(bd.scales[q], j, g);
+      }
+      if (ev.kind == EventKind::collective && st.op == graph::collective::all_gather_params) {
+        int earliest = g;
+        for (int q = 0; q < graph::max_out; ++q)
+          if (bd.out[q].valid()) earliest = std::min(earliest, x.buffers[index.buffer(bd.out[q], j)].first);
+        if (earliest < g) st.issue_before = earliest;
       }
       st.inout = index.slot(bd.inout, j, g);
       st.d_inout = index.slot(bd.d_inout, j, g);
