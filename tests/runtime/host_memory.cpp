@@ -90,6 +90,7 @@ using Offload = Train<models::Llama<models::tiny_llama, Apply<Offloaded<>, Every
 using GPT2Acc = Train<models::GPT2<models::GPT2Config{256, 128, 2, 4, 128}, Apply<LoRA<8>, On<c_attn>>>, Batch<2>, Seq<64>,
                       Accumulate<2>, SGD<>, Workers<2>>;
 using UIB = Train<Tiny, Batch<2>, Seq<64>, UpdateInBackward, Workers<2>>;
+using OneWorker = Train<Tiny, Batch<2>, Seq<64>>;  // Workers<1>: every kernel on the calling thread
 
 template <class R>
 void no_allocation_in_steps(host::TrainOptions o = {}) {
@@ -122,6 +123,7 @@ TEST_CASE("a step allocates nothing: full fine-tuning", "[host][memory]") { no_a
 TEST_CASE("a step allocates nothing: QLoRA, checkpointing, AdamW8bit", "[host][memory]") { no_allocation_in_steps<QLoRA>(); }
 TEST_CASE("a step allocates nothing: offloaded blocks (file-backed tier)", "[host][memory]") { no_allocation_in_steps<Offload>(); }
 TEST_CASE("a step allocates nothing: GPT-2 LoRA, Accumulate<2>, SGD", "[host][memory]") { no_allocation_in_steps<GPT2Acc>(); }
+TEST_CASE("a step allocates nothing: one worker", "[host][memory]") { no_allocation_in_steps<OneWorker>(); }
 TEST_CASE("a step allocates nothing: UpdateInBackward", "[host][memory]") {
   no_allocation_in_steps<UIB>({.clip_norm = 0});
 }

@@ -280,17 +280,22 @@ inline double rope_inv_freq(i64 i, i64 hd, double theta) {
 template <class T>
 void fill_rope_table(T* table, i64 seq, i64 hd, double theta) {
   const i64 half = hd / 2;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-  for (i64 i = 0; i < half; ++i) {
+  auto pair = [&](i64 i) {
     const double inv_freq = rope_inv_freq(i, hd, theta);
     for (i64 p = 0; p < seq; ++p) {
       const double a = static_cast<double>(p) * inv_freq;
       table[p * hd + i] = static_cast<T>(std::cos(a));
       table[p * hd + half + i] = static_cast<T>(std::sin(a));
     }
+  };
+#ifdef _OPENMP
+  if (omp_in_parallel()) {
+#pragma omp for schedule(static)
+    for (i64 i = 0; i < half; ++i) pair(i);
+    return;
   }
+#endif
+  for (i64 i = 0; i < half; ++i) pair(i);  // one worker, no team (see attention_team)
 }
 
 // dst (rows, hd) dense <- mul * R(p0 + r) src_r for each row r; src rows have
@@ -375,9 +380,18 @@ inline ConstTile<T> ctile(const T* p, i64 rows, i64 cols, i64 ld) {
 // switched off for this team's tasks only (omp_set_num_threads sets the
 // calling task's ICV), so Eigen's products stay on their thread even with one
 // worker, where Eigen would otherwise start its own team.
+// One worker runs on the calling thread, without a parallel region (libgomp
+// allocates for a region of one thread each time it opens one).
 template <class F>
 void attention_team(int workers, F&& body) {
 #ifdef _OPENMP
+  if (workers == 1) {
+    const int outer = omp_get_max_threads();
+    omp_set_num_threads(1);
+    body(0);
+    omp_set_num_threads(outer);
+    return;
+  }
 #pragma omp parallel num_threads(workers)
   {
     omp_set_num_threads(1);
@@ -394,9 +408,13 @@ void attention_team(int workers, F&& body) {
 template <class F>
 void for_items(i64 n, F&& f) {
 #ifdef _OPENMP
+  if (omp_in_parallel()) {
 #pragma omp for schedule(dynamic, 1)
+    for (i64 item = 0; item < n; ++item) f(item);
+    return;
+  }
 #endif
-  for (i64 item = 0; item < n; ++item) f(item);
+  for (i64 item = 0; item < n; ++item) f(item);  // one worker, no team: a work-sharing loop there would allocate
 }
 
 template <class T>

@@ -365,17 +365,20 @@ class Trainer {
   }();
   using Lane = LaneWorker<OpContext<T>>;
   std::unique_ptr<Lane> lane_ = has_lane<ops::Lane::host_threads> ? std::make_unique<Lane>() : nullptr;
-  std::unique_ptr<Lane> comm_lane_ = has_lane<ops::Lane::communication> ? std::make_unique<Lane>() : nullptr;
+  std::unique_ptr<Lane> comm_lane_ =
+      has_lane<ops::Lane::communication> && opt_.overlap_communication ? std::make_unique<Lane>() : nullptr;
   std::array<std::uint64_t, sched.steps.size()> tickets_{};
   void join_before(int g) {
     for (int k = join_lists.first[g]; k < join_lists.first[g + 1]; ++k) {
       const int j = join_lists.step[k];
-      (sched.steps[j].lane == ops::Lane::communication ? comm_lane_ : lane_)->wait(tickets_[j]);
+      Lane* lane = (sched.steps[j].lane == ops::Lane::communication ? comm_lane_ : lane_).get();
+      if (lane != nullptr) lane->wait(tickets_[j]);  // null: the collectives run in order
     }
   }
   void join_all() {
     if constexpr (has_lane<ops::Lane::host_threads>) lane_->wait_all();
-    if constexpr (has_lane<ops::Lane::communication>) comm_lane_->wait_all();
+    if constexpr (has_lane<ops::Lane::communication>)
+      if (comm_lane_) comm_lane_->wait_all();
   }
   // ZeRO 3's prefetch: the gathers the schedule lets start before step h
   // (Step::issue_before), as a list per step (CSR: [first[h], first[h + 1])).
@@ -388,7 +391,8 @@ class Trainer {
   // lane is idle first: MPI is called from one thread at a time.
   double mean_over_ranks(double x) {
     if (comm_ == nullptr) return x;
-    if constexpr (has_lane<ops::Lane::communication>) comm_lane_->wait_all();
+    if constexpr (has_lane<ops::Lane::communication>)
+      if (comm_lane_) comm_lane_->wait_all();
     comm_->all_reduce_sum(&x, 1, DType::F64);
     return x / comm_->size();
   }
@@ -518,7 +522,8 @@ class Trainer {
         tickets_[g] = lane_->submit(&lane_forward<O>, k);
       } else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
         k.next_ = nullptr;
-        tickets_[g] = comm_lane_->submit(&lane_forward<O>, k);
+        if (opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_forward<O>, k);
+        else O::forward(k);  // in order; tickets_[g] stays 0, which every wait has passed
       } else {
         O::forward(k);
       }
@@ -544,7 +549,10 @@ class Trainer {
       using O = typename E::op;
       if constexpr (!requires { O::backward(k); }) unsupported(st);
       else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) tickets_[g] = lane_->submit(&lane_backward<O>, k);
-      else if constexpr (ops::lane_of<O>() == ops::Lane::communication) tickets_[g] = comm_lane_->submit(&lane_backward<O>, k);
+      else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
+        if (opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_backward<O>, k);
+        else O::backward(k);
+      }
       else O::backward(k);
     });
   }

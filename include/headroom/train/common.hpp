@@ -27,6 +27,11 @@ struct TrainOptions {
   double clip_norm = 1.0;        // global gradient-norm clipping; 0: off
   std::filesystem::path offload_dir{};  // host: folder of the offload tier's file; empty = the system's temp folder
   bool cuda_graph = false;       // cuda: capture the whole step in a CUDA graph (at the second step) and replay it
+  // host, data parallelism: run the collectives on a communication thread,
+  // beside the compute steps after them (overlap), instead of in order on the
+  // trainer's thread. Overlap pays where a core is free for the thread that
+  // drives MPI; where ranks x threads fill the cores, in order is faster.
+  bool overlap_communication = false;
 };
 
 struct StepStats {
