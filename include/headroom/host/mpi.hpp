@@ -23,13 +23,18 @@
 // neither frees it nor finalizes MPI (both would wait for the missing rank):
 // end the process, and the launcher stops the others.
 //
-// A rank that dies. OpenMPI's mpirun (4.1) answers a rank's death by sending
-// every other rank SIGCONT and SIGTERM, then SIGKILL 1 s later
-// (odls_base_sigkill_timeout). While an MpiCommunicator exists, and unless
-// the program had its own SIGTERM handler (which is then left alone), SIGTERM
-// writes one line with write(2) and exits with status 143:
+// A rank that dies. OpenMPI's mpirun (4.1.4) answers a rank's death by
+// sending every other rank SIGCONT, SIGTERM 1 s later
+// (odls_base_sigkill_timeout), and SIGKILL one more second later or as soon
+// as one of them exits, whichever comes first. While an MpiCommunicator
+// exists, and unless the program had its own SIGTERM handler (which is then
+// left alone), SIGTERM writes one line with write(2), waits 0.25 s and exits
+// with status 143:
 //   "headroom: rank 1 of 4 was stopped by the launcher during all_reduce_sum
 //    (another rank of the job exited, or the job was cancelled)"
+// The wait is for the other ranks: without it, the first rank's exit brings
+// the SIGKILL before the slower ones have printed (2 of 40 four-rank jobs
+// lost a line on a 2-core machine).
 //
 // Threads: MPI is initialized with MPI_THREAD_MULTIPLE when this class
 // initializes it, and at least MPI_THREAD_SERIALIZED is required when the
@@ -58,8 +63,10 @@
 #include <chrono>
 #include <climits>
 #include <signal.h>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
@@ -87,6 +94,8 @@ inline char term_prefix[64] = "headroom: this rank";
 inline std::size_t term_prefix_len = 19;
 // ... and the name of the call in progress (a string literal), or null.
 inline std::atomic<const char*> current_call{nullptr};
+// How long the handler waits between its line and _exit.
+inline constexpr long term_pause_ns = 250'000'000;
 
 inline std::size_t append(char* buf, std::size_t at, std::size_t cap, const char* s) {
   while (*s && at + 1 < cap) buf[at++] = *s++;
@@ -108,6 +117,13 @@ inline void on_sigterm(int) {
   n = append(line, n, sizeof line, " (another rank of the job exited, or the job was cancelled)\n");
   ssize_t ignored = ::write(STDERR_FILENO, line, n);
   (void)ignored;
+  // OpenMPI 4.1's launcher sends SIGKILL to every rank as soon as the first
+  // one exits after its SIGTERM: the pause gives every other rank the time
+  // to print its line too.
+  struct timespec pause {};
+  pause.tv_nsec = term_pause_ns;
+  while (::nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+  }
   ::_exit(143);
 }
 
