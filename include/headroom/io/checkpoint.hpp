@@ -294,13 +294,17 @@ std::vector<TensorView> model_tensors(const Trainer& t) {
   return v;
 }
 
-template <class Trainer>
-std::vector<TensorView> optimizer_tensors(const Trainer& t) {
+// Each trainable parameter's optimizer state over elements(p) of its
+// elements (all of them; or a data-parallel rank's shard, none where it
+// holds none), then the model's shared code tables.
+template <class Trainer, class Elements>
+std::vector<TensorView> optimizer_tensors(const Trainer& t, Elements elements) {
   std::vector<TensorView> v;
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);
-    if (p.state < 0) continue;
-    v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(p.elements())}, t.state(p)});
+    const std::int64_t n = elements(p);
+    if (p.state < 0 || n == 0) continue;
+    v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(n)}, t.state(p)});
   }
   const auto& a = t.arena(Tier::device);
   if (Trainer::sched.quant_table >= 0)
@@ -309,6 +313,10 @@ std::vector<TensorView> optimizer_tensors(const Trainer& t) {
     v.push_back(TensorView{"__optim_table__", DType::U8, {Trainer::config.optim.table_bytes()},
                            a.template at<std::byte>(Trainer::sched.optim_table)});
   return v;
+}
+template <class Trainer>
+std::vector<TensorView> optimizer_tensors(const Trainer& t) {
+  return optimizer_tensors(t, [](const ParamSlot& p) { return p.elements(); });
 }
 
 // A checkpoint never holds a NaN or an infinity in a dense weight or master

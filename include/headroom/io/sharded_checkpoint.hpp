@@ -101,25 +101,9 @@ std::vector<TensorView> rank_model_tensors(const Trainer& t) {
 
 template <class Trainer>
 std::vector<TensorView> rank_optimizer_tensors(const Trainer& t) {
-  if constexpr (!Trainer::config.sharded(1)) {
-    if (t.rank() == 0) return optimizer_tensors(t);
-  }
-  std::vector<TensorView> v;
-  if constexpr (Trainer::config.sharded(1)) {
-    for (std::size_t k = 0; k < Trainer::param_count; ++k) {
-      const ParamSlot& p = Trainer::param(k);
-      const std::int64_t n = t.shard_of(p).count;
-      if (p.state < 0 || n == 0) continue;
-      v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(n)}, t.state(p)});
-    }
-  }
-  const auto& a = t.arena(Tier::device);
-  if (Trainer::sched.quant_table >= 0)
-    v.push_back(TensorView{"__quant_table__", DType::U8, {quant_table_bytes<Trainer>()}, a.template at<std::byte>(Trainer::sched.quant_table)});
-  if (Trainer::sched.optim_table >= 0)
-    v.push_back(TensorView{"__optim_table__", DType::U8, {Trainer::config.optim.table_bytes()},
-                           a.template at<std::byte>(Trainer::sched.optim_table)});
-  return v;
+  if constexpr (Trainer::config.sharded(1)) return optimizer_tensors(t, [&t](const ParamSlot& p) { return t.shard_of(p).count; });
+  else if (t.rank() == 0) return optimizer_tensors(t);
+  else return optimizer_tensors(t, [](const ParamSlot&) { return std::int64_t{0}; });  // the tables alone
 }
 
 template <class Trainer>
