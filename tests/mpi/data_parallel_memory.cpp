@@ -27,13 +27,7 @@
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
-
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-}
+#include "../runtime/support/interposed_malloc.hpp"
 
 namespace {
 std::atomic<bool> counting{false};
@@ -53,34 +47,7 @@ void count(std::size_t bytes) {
   }
 }
 }  // namespace
-
-extern "C" {
-void* malloc(std::size_t n) {
-  count(n);
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t a, std::size_t b) {
-  count(a * b);
-  return __libc_calloc(a, b);
-}
-void* realloc(void* p, std::size_t n) {
-  count(n);
-  return __libc_realloc(p, n);
-}
-void* aligned_alloc(std::size_t align, std::size_t n) {
-  count(n);
-  return __libc_memalign(align, n);
-}
-void* memalign(std::size_t align, std::size_t n) {
-  count(n);
-  return __libc_memalign(align, n);
-}
-int posix_memalign(void** out, std::size_t align, std::size_t n) {
-  count(n);
-  *out = __libc_memalign(align, n);
-  return *out == nullptr ? 12 /* ENOMEM */ : 0;
-}
-}
+void counted_allocation(std::size_t bytes) { count(bytes); }
 
 using namespace headroom;
 

@@ -19,12 +19,7 @@
 #include <string>
 #include <vector>
 
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-}
+#include "support/interposed_malloc.hpp"
 
 namespace {
 std::atomic<bool> counting{false};
@@ -33,34 +28,7 @@ void count() {
   if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
-
-extern "C" {
-void* malloc(std::size_t n) {
-  count();
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t a, std::size_t b) {
-  count();
-  return __libc_calloc(a, b);
-}
-void* realloc(void* p, std::size_t n) {
-  count();
-  return __libc_realloc(p, n);
-}
-void* aligned_alloc(std::size_t align, std::size_t n) {
-  count();
-  return __libc_memalign(align, n);
-}
-void* memalign(std::size_t align, std::size_t n) {
-  count();
-  return __libc_memalign(align, n);
-}
-int posix_memalign(void** out, std::size_t align, std::size_t n) {
-  count();
-  *out = __libc_memalign(align, n);
-  return *out == nullptr ? 12 /* ENOMEM */ : 0;
-}
-}
+void counted_allocation(std::size_t) { count(); }
 
 using namespace headroom;
 
