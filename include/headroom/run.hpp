@@ -23,9 +23,14 @@
 //   ZeRO<S> [0]         what the data-parallel ranks shard (Rajbhandari et
 //                       al. 2020): 1 optimizer states (and master weights),
 //                       2 + gradients, 3 + parameters; the plan is one rank's
+//   TensorParallel<N> [1] N ranks split each block's attention heads and
+//                       feed-forward width, and the vocabulary of the
+//                       embedding and LM head (Megatron-LM); the plan is
+//                       one rank's; DataParallel x TensorParallel ranks in all
 #include <type_traits>
 
 #include "layers/layer.hpp"
+#include "layers/tensor_parallel.hpp"
 #include "optim/optimizer.hpp"
 
 namespace headroom {
@@ -67,6 +72,12 @@ template <int N>
 struct DataParallel {
   static constexpr std::string_view kind = "DataParallel";
   HEADROOM_REQUIRE(N >= 1, "DataParallel<N>: N (the data-parallel ranks) must be at least 1 (it is {})", N);
+  static constexpr int value = N;
+};
+template <int N>
+struct TensorParallel {
+  static constexpr std::string_view kind = "TensorParallel";
+  HEADROOM_REQUIRE(N >= 1, "TensorParallel<N>: N (the tensor-parallel ranks) must be at least 1 (it is {})", N);
   static constexpr int value = N;
 };
 template <int S>
@@ -121,7 +132,7 @@ template <class O>
 inline constexpr bool known_option =
     is_instance<O, Batch>::value || is_instance<O, Seq>::value || is_instance<O, Precision>::value ||
     is_instance<O, Accumulate>::value || is_instance<O, Workers>::value || is_instance<O, LossChunk>::value ||
-    is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value || std::is_same_v<O, UpdateInBackward> ||
+    is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value || is_instance<O, TensorParallel>::value || std::is_same_v<O, UpdateInBackward> ||
     std::is_same_v<O, OnCuda> || Optimizer<O>;
 }  // namespace detail
 
@@ -130,11 +141,11 @@ struct Train {
   static_assert(Layer<M>, "Train<Model, ...>: Model must satisfy the Layer concept (see layers/layer.hpp)");
   static_assert((detail::known_option<Options> && ...),
                 "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, "
-                "UpdateInBackward, OnCuda, DataParallel, ZeRO or an optimizer");
+                "UpdateInBackward, OnCuda, DataParallel, ZeRO, TensorParallel or an optimizer");
   static_assert(detail::option_count<Seq, Options...> == 1, "Train<Model, ...>: give the sequence length exactly once, as Seq<T>");
   static_assert(detail::option_count<Batch, Options...> <= 1 && detail::option_count<Precision, Options...> <= 1 &&
                     detail::option_count<Accumulate, Options...> <= 1 && detail::option_count<DataParallel, Options...> <= 1 &&
-                    detail::option_count<ZeRO, Options...> <= 1,
+                    detail::option_count<ZeRO, Options...> <= 1 && detail::option_count<TensorParallel, Options...> <= 1,
                 "Train<Model, ...>: each option may be given at most once");
   static_assert((0 + ... + (Optimizer<Options> ? 1 : 0)) <= 1, "Train<Model, ...>: give at most one optimizer");
 
@@ -150,6 +161,7 @@ struct Train {
   static constexpr Engine engine = (std::is_same_v<Options, OnCuda> || ...) ? Engine::cuda : Engine::host;
   static constexpr int data_parallel = detail::option_value<DataParallel, 1, Options...>();
   static constexpr int zero = detail::option_value<ZeRO, 0, Options...>();
+  static constexpr int tensor_parallel = detail::option_value<TensorParallel, 1, Options...>();
 
   static_assert(!update_in_backward || accumulate == 1,
                 "Train<Model, ...>: UpdateInBackward frees each layer's grads right after its update, so it needs Accumulate<1>");
@@ -161,6 +173,29 @@ struct Train {
                    "Train<Model, ...>: UpdateInBackward updates each parameter inside its backward, before its gradient is averaged "
                    "over the {} data-parallel ranks; drop one of them",
                    data_parallel);
+  // what the tensor-parallel ranks cannot split (layers/tensor_parallel.hpp)
+  static constexpr tensor_parallel::Issue tp_issue = tensor_parallel::issue<M>(tensor_parallel);
+  static constexpr std::int64_t tp_a = tp_issue.a, tp_b = tp_issue.b;
+  HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::heads,
+                   "Train<Model, TensorParallel<{}>>: each rank takes an equal share of an attention layer's heads, but its {} "
+                   "query heads and {} KV heads do not both divide by {}",
+                   tensor_parallel, tp_a, tp_b, tensor_parallel);
+  HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::features,
+                   "Train<Model, TensorParallel<{}>>: each rank takes an equal share of a feed-forward layer's {} hidden features, "
+                   "which do not divide by {}",
+                   tensor_parallel, tp_a, tensor_parallel);
+  HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::vocabulary,
+                   "Train<Model, TensorParallel<{}>>: each rank takes an equal share of the vocabulary of the embedding and LM "
+                   "head, but {} rows do not divide by {}; pad the vocabulary to a multiple of {}",
+                   tensor_parallel, tp_a, tensor_parallel, tensor_parallel);
+  HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::adapter,
+                   "Train<Model, TensorParallel<{}>>: LoRA adapters are not split over tensor-parallel ranks yet; train the adapters "
+                   "with DataParallel<N> alone",
+                   tensor_parallel);
+  HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::quantized,
+                   "Train<Model, TensorParallel<{}>>: quantized projections are not split over tensor-parallel ranks yet; use "
+                   "DataParallel<N> alone",
+                   tensor_parallel);
   HEADROOM_REQUIRE(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T ({}) exceeds the context length of the model ({})",
                    seq, detail::context_length<M>());
 
@@ -177,6 +212,7 @@ struct Train {
     c.engine = engine;
     c.dp = data_parallel;
     c.zero = zero;
+    c.tp = tensor_parallel;
     return c;
   }
 };

@@ -57,6 +57,7 @@ namespace {
 class Marking final : public host::Communicator {
  public:
   explicit Marking(host::Communicator& inner) : inner_(inner) {}
+  explicit Marking(std::unique_ptr<host::Communicator> group) : owned_(std::move(group)), inner_(*owned_) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void all_reduce_sum(void* d, std::int64_t n, DType t) override { in([&] { inner_.all_reduce_sum(d, n, t); }); }
@@ -67,8 +68,12 @@ class Marking final : public host::Communicator {
   void send(const void* d, std::int64_t b, int p, int t) override { in([&] { inner_.send(d, b, p, t); }); }
   void recv(void* d, std::int64_t b, int p, int t) override { in([&] { inner_.recv(d, b, p, t); }); }
   void barrier() override { in([&] { inner_.barrier(); }); }
+  std::unique_ptr<host::Communicator> split(int color, int key) override {
+    return std::make_unique<Marking>(inner_.split(color, key));
+  }
 
  private:
+  std::unique_ptr<host::Communicator> owned_;
   host::Communicator& inner_;
   template <class F>
   static void in(F&& f) {

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -86,6 +87,11 @@ class Communicator {
 
   // Returns when every rank has entered it.
   virtual void barrier() = 0;
+
+  // A collective: the ranks that pass the same color form a new
+  // communicator, ranked by key (ties by this one's rank). Used to divide
+  // the processes of a run into its data- and tensor-parallel groups.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // "rank R of N": the start of every error message.
   std::string who() const { return comm_detail::cat({"rank ", std::to_string(rank()), " of ", std::to_string(size())}); }

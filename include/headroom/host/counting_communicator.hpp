@@ -12,6 +12,8 @@
 //   t.step(tokens, targets);
 //   comm.counted().all_gather == host::Trainer<Run>::plan.communication.all_gather
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "../plan/plan.hpp"
 #include "communicator.hpp"
@@ -53,6 +55,12 @@ class CountingCommunicator final : public Communicator {
     inner_.recv(data, bytes, peer, tag);
   }
   void barrier() override { inner_.barrier(); }
+  // The group counts its own calls (the communicator returned), not this one.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return std::make_unique<CountingCommunicator>(inner_.split(color, key));
+  }
+  // Owns the communicator it counts (a group split from another).
+  explicit CountingCommunicator(std::unique_ptr<Communicator> owned) : owned_(std::move(owned)), inner_(*owned_) {}
 
   const Communication& counted() const { return counted_; }
   std::int64_t scalars() const { return scalars_; }
@@ -64,6 +72,7 @@ class CountingCommunicator final : public Communicator {
   }
 
  private:
+  std::unique_ptr<Communicator> owned_;
   Communicator& inner_;
   Communication counted_{};
   std::int64_t scalars_ = 0, sent_ = 0, received_ = 0;

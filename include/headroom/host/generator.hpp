@@ -142,6 +142,9 @@ class Generator {
       headroom::detail::generation_plan<R, context, batch>(Tr::sched, Tr::plan, static_cast<std::int64_t>(sizeof(T)));
   static_assert(!(requires { R::model::max_seq; }) || context <= R::model::max_seq,
                 "Generator<Run, Context<C>>: C exceeds the model's context length");
+  static_assert(R::config().tp == 1,
+                "Generator<Run>: a tensor-parallel run's trainer holds one rank's block of the split weights; generate with a "
+                "one-process run type, its weights loaded from the whole model");
   static_assert(R::config().dp == 1,
                 "Generator<Run>: a data-parallel run's trainer is one rank's (ZeRO 3: its shards of the weights); generate "
                 "with a one-process run type, its weights loaded from the data-parallel run's save_pretrained (io::Consolidated)");

@@ -70,6 +70,7 @@
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -358,6 +359,20 @@ class MpiCommunicator final : public Communicator {
     MPI_Request req = MPI_REQUEST_NULL;
     check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", call);
     wait(req, call);
+  }
+
+  // A group of this communicator's ranks (MPI_Comm_split, which blocks: the
+  // trainer splits right after every rank has answered agree()); the group
+  // works on its own duplicate, with this one's timeout.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    mpi_detail::CallScope scope("split");
+    usable("split");
+    const Call call{"split"};
+    MPI_Comm part = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split", call);
+    auto group = std::make_unique<MpiCommunicator>(part, timeout_);
+    MPI_Comm_free(&part);
+    return group;
   }
 
   // Prints "headroom: rank R of N aborts the job: <why>" and ends every rank

@@ -20,7 +20,8 @@ struct OpContext : ops::Bound<T> {
   static constexpr const char* engine = "host";
   int n_workers = 1;
   GemmPanels<T> gemm_panels{};
-  Communicator* comm = nullptr;  // data parallelism: the ranks' communicator (the collectives' kernels)
+  Communicator* comm = nullptr;         // data parallelism: the ranks' communicator (the collectives' kernels)
+  Communicator* tensor_comm = nullptr;  // tensor parallelism: this rank's tensor-parallel group (ops/tensor_parallel.hpp)
 
   int workers() const { return n_workers; }
   const GemmPanels<T>& panels() const { return gemm_panels; }

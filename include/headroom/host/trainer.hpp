@@ -123,25 +123,33 @@ class Trainer {
                 detail::check_lanes<config.dp>(typename Ops::ops{}));
   // Data parallelism: the ranks of the run, and what they shard (ZeRO).
   static constexpr int ranks = config.dp;
+  // Every process of the run: data-parallel groups of tensor-parallel ranks.
+  static constexpr int world_size = config.world();
 
   // Options are always given: host::Trainer<R> t({}) for the defaults, or
   // t({.lr = 1e-3, ...}). (A default argument would make t({}) ambiguous with
   // the copy and move constructors.)
   explicit Trainer(TrainOptions o) : Trainer(o, nullptr) {
-    static_assert(config.dp == 1,
-                  "host::Trainer: a run with DataParallel<N> trains one rank of N; construct it with the ranks' communicator: "
-                  "host::Trainer<Run> t(options, comm) (an MpiCommunicator of headroom/host/mpi.hpp under mpirun)");
+    static_assert(config.world() == 1,
+                  "host::Trainer: a run with DataParallel<N> or TensorParallel<N> trains one rank of several; construct it with "
+                  "the ranks' communicator: host::Trainer<Run> t(options, comm) (an MpiCommunicator of headroom/host/mpi.hpp "
+                  "under mpirun)");
   }
-  // One rank of a data-parallel run: `comm` joins the ranks (it must have
-  // exactly DataParallel<N> processes, every one built from this run type
-  // and given the same seed: checked here, on every rank). Each rank
-  // step()s its own micro-batches; gradients are averaged over the ranks.
+  // One rank of a parallel run: `comm` joins every process of the run (it
+  // must have exactly DataParallel<N> x TensorParallel<M> of them, every one
+  // built from this run type and given the same seed: checked here, on every
+  // rank). Process w is tensor-parallel rank w % M of data-parallel rank
+  // w / M (the tensor-parallel ranks of a group are neighbours, as a
+  // launcher places them on one node). Each data-parallel rank step()s its
+  // own micro-batches (its tensor-parallel ranks the same ones); gradients
+  // are averaged over the data-parallel ranks.
   Trainer(TrainOptions o, Communicator& comm) : Trainer(o, &comm) {}
 
  private:
   Trainer(TrainOptions o, Communicator* comm)
       : opt_(o),
         comm_(comm),
+        world_(comm),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload), o.offload_dir.empty() ? default_offload_dir() : o.offload_dir) {
     workers_ = o.threads <= 0 ? config.workers : o.threads;
@@ -155,9 +163,14 @@ class Trainer {
     panels_ = GemmPanels<T>{sched.gemm_panels.bound() ? device_.at<T>(sched.gemm_panels.offset) : nullptr,
                             sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(T)) / config.workers};
     if (comm_ != nullptr) {
-      comm_->check_size(config.dp, "data-parallel ranks");
+      if constexpr (config.tp == 1)
+        comm_->check_size(config.dp, "data-parallel ranks");
+      else
+        comm_->check_size(config.world(), "ranks (" + std::to_string(config.dp) + " data-parallel x " + std::to_string(config.tp) +
+                                              " tensor-parallel)");
       comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
       comm_->agree(o.seed, "the seed");
+      if constexpr (config.tp > 1) split_world();
     }
     fill_tables();
     initialize(o.seed);
@@ -255,6 +268,12 @@ class Trainer {
   // state(p) with ZeRO 1-3 the state of the `count` elements it updates.
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   Communicator* communicator() const { return comm_; }
+  // Tensor parallelism: this process's rank in its tensor-parallel group
+  // (0 without one), that group's communicator (null without one), and the
+  // communicator of every process of the run (null for one process).
+  int tensor_rank() const { return tensor_comm_ != nullptr ? tensor_comm_->rank() : 0; }
+  Communicator* tensor_communicator() const { return tensor_comm_; }
+  Communicator* world() const { return world_; }
   struct Shard {
     std::int64_t begin = 0, count = 0;
   };
@@ -303,7 +322,21 @@ class Trainer {
 
  private:
   TrainOptions opt_;
-  Communicator* comm_ = nullptr;  // data parallelism: the ranks (null for one process)
+  Communicator* comm_ = nullptr;         // data parallelism: the ranks (null for one process)
+  Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
+  Communicator* world_ = nullptr;        // every process of the run
+  std::unique_ptr<Communicator> data_group_, tensor_group_;  // split from the world (TensorParallel<N>)
+  // TensorParallel<M>: the world's processes as groups (see the constructor).
+  void split_world() {
+    const int w = world_->rank();
+    tensor_group_ = world_->split(w / config.tp, w % config.tp);
+    tensor_comm_ = tensor_group_.get();
+    comm_ = nullptr;
+    if constexpr (config.dp > 1) {
+      data_group_ = world_->split(w % config.tp, w / config.tp);
+      comm_ = data_group_.get();
+    }
+  }
   int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
   Arena device_, offload_;
   GemmPanels<T> panels_{};
@@ -494,6 +527,7 @@ class Trainer {
     k.n_workers = workers_;
     k.gemm_panels = panels_;
     k.comm = comm_;
+    k.tensor_comm = tensor_comm_;
     k.micro = micro_;
     return k;
   }
@@ -573,9 +607,11 @@ class Trainer {
   // check: only when its sum is out of range are the gradients searched, and
   // the step stops before any parameter is updated.
   double update(int step_no) {
-    double sq = 0;
+    double sq = 0, split_sq = 0;  // split_sq: of the tensor-parallel ranks' blocks (each holds its own)
     for (const ParamSlot& p : sched.params)
-      if (p.trainable) sq += squared_norm(update_grad(p), owned(p).count);
+      if (p.trainable) (p.split.split() ? split_sq : sq) += squared_norm(update_grad(p), owned(p).count);
+    if constexpr (config.tp > 1) tensor_comm_->all_reduce_sum(&split_sq, 1, DType::F64);
+    sq += split_sq;
     if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
     if (!(sq <= max_squares)) stop_before_update(step_no, sq);
     const double norm = std::sqrt(sq);
@@ -739,7 +775,10 @@ class Trainer {
   void initialize(std::uint64_t seed) {
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       const ParamSlot& p = sched.params[k];
-      const trainers::InitialValues value(seed, path_of(p), plan.nodes[p.node].kind, p.name, p.cols);
+      // tensor parallelism: the values of this rank's block of the whole
+      const trainers::InitialValues whole(seed, path_of(p), plan.nodes[p.node].kind, p.name, p.split.whole_cols(p.cols));
+      const int tr = tensor_rank();
+      auto value = [&](std::int64_t i) { return whole(p.split.whole_index(p.rows, p.cols, tr, i)); };
       // ZeRO 3: this rank keeps only its shard of every parameter
       const std::int64_t begin = config.sharded(3) ? rank() * p.shard : 0;
       const std::int64_t count = config.sharded(3) ? std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard) : p.elements();

@@ -252,6 +252,18 @@ inline T sum_exp(const T* z, std::int64_t n, T m) {
   return r;
 }
 
+// z = e^(z - m) * scale, in place (a softmax's gradient, scaled).
+template <class T>
+inline void exp_scaled(T* z, std::int64_t n, T m, T scale) {
+  std::int64_t v = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<T, float>)
+    for (; v + 8 <= n; v += 8)
+      _mm256_storeu_ps(z + v, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v), _mm256_set1_ps(m))), _mm256_set1_ps(scale)));
+#endif
+  for (; v < n; ++v) z[v] = vec::exp(z[v] - m) * scale;
+}
+
 // Cross-entropy of one row of logits, its gradient in place: the formulas
 // of math/cross_entropy.hpp with the vectorized exp and reductions.
 template <class T>
@@ -260,14 +272,7 @@ inline T cross_entropy_row(T* z, std::int64_t vocab, std::int32_t target, T grad
   const T s = sum_exp(z, vocab, m);
   const T loss = m + std::log(s) - z[target];
   if (gradient) {
-    const T inv = grad_scale / s;
-    std::int64_t v = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    if constexpr (std::is_same_v<T, float>)
-      for (; v + 8 <= vocab; v += 8)
-        _mm256_storeu_ps(z + v, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v), _mm256_set1_ps(m))), _mm256_set1_ps(inv)));
-#endif
-    for (; v < vocab; ++v) z[v] = vec::exp(z[v] - m) * inv;
+    exp_scaled(z, vocab, m, grad_scale / s);
     z[target] -= grad_scale;
   }
   return loss;

@@ -9,6 +9,7 @@
 // FusedAttention<D, Heads, QKV, O>: one fused q|k|v projection (GPT-2's c_attn).
 #include "../ops/attention.hpp"
 #include "layer.hpp"
+#include "tensor_parallel.hpp"
 
 namespace headroom {
 
@@ -25,9 +26,11 @@ struct AttentionCore {
   using children = type_list<>;
   using ops = type_list<headroom::ops::Attention>;
 
-  // inputs: either one fused (N, (H + 2 KV) hd) tensor or q (N, H hd), k, v (N, KV hd)
+  // inputs: either one fused (N, (H + 2 KV) hd) tensor or q (N, H hd), k, v (N, KV hd);
+  // with tensor parallelism, this rank's heads (H / N, KV / N)
   static constexpr Ref build_from(graph::Builder& b, const Ref* in, int n_in) {
-    return headroom::ops::Attention::emit(b, in, n_in, Heads, KVHeads, HeadDim, Pos == Positions::rope ? Theta : 0);  // o: (N, H hd)
+    return headroom::ops::Attention::emit(b, in, n_in, tensor_parallel::local(b, Heads), tensor_parallel::local(b, KVHeads),
+                                          HeadDim, Pos == Positions::rope ? Theta : 0);  // o: (N, H hd)
   }
 };
 
@@ -66,11 +69,13 @@ struct Attention {
   using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos, RopeTheta>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
-    const Ref qkv[3] = {b.child<Q>("q_proj", x), b.child<K>("k_proj", x), b.child<V>("v_proj", x)};
+    x = tensor_parallel::input(b, x, D);
+    const Ref qkv[3] = {tensor_parallel::column_parallel<Q>(b, "q_proj", x), tensor_parallel::column_parallel<K>(b, "k_proj", x),
+                        tensor_parallel::column_parallel<V>(b, "v_proj", x)};
     b.open("attn", core::kind);
     const Ref o = core::build_from(b, qkv, 3);  // o: (N, H hd)
     b.close();
-    return b.child<O>("o_proj", o);
+    return tensor_parallel::row_parallel<O>(b, "o_proj", o);
   }
 };
 
@@ -93,11 +98,12 @@ struct FusedAttention {
   using core = detail::AttentionCore<Heads, Heads, D / Heads, Positions::none>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
-    const Ref qkv = b.child<QKV>("c_attn", x);            // qkv: (N, 3 D)
+    x = tensor_parallel::input(b, x, D);
+    const Ref qkv = tensor_parallel::column_parallel<QKV>(b, "c_attn", x, 3);  // qkv: (N, 3 D)
     b.open("attn", core::kind);
     const Ref o = core::build_from(b, &qkv, 1);
     b.close();
-    return b.child<O>("c_proj", o);
+    return tensor_parallel::row_parallel<O>(b, "c_proj", o);
   }
 };
 

@@ -3,6 +3,7 @@
 // LearnedPositions<MaxPos, Dim>: x[i] += P[i mod T] in place (GPT-2's wpe).
 #include "../ops/embedding.hpp"
 #include "layer.hpp"
+#include "tensor_parallel.hpp"
 
 namespace headroom {
 
@@ -11,13 +12,18 @@ struct Embedding {
   HEADROOM_REQUIRE(Vocab > 0 && Dim > 0, "Embedding<Vocab, Dim>: dims must be positive (they are {} and {})", Vocab, Dim);
   static constexpr std::string_view kind = "Embedding";
   static constexpr std::int64_t in_features = 0, out_features = Dim;
+  static constexpr std::int64_t vocab = Vocab;
   using children = type_list<>;
   using ops = type_list<headroom::ops::Embedding>;
 
   static constexpr Ref build(graph::Builder& b, Ref tokens) {  // tokens: (N) i32
-    const int w = b.param("weight", Vocab, Dim);                // E: (Vocab, Dim)
+    b.push_split(SplitAxis::rows);  // vocabulary-parallel with TensorParallel<N>
+    const int w = b.param("weight", tensor_parallel::local(b, Vocab), Dim);  // E: (Vocab / ranks, Dim)
+    b.pop_split();
     b.tied_weight = w;
-    return headroom::ops::Embedding::emit(b, tokens, w, Vocab, Dim);  // x: (N, Dim)
+    const Ref x = headroom::ops::Embedding::emit(b, tokens, w, tensor_parallel::local(b, Vocab), Dim);  // x: (N, Dim)
+    // this rank's rows; zeros for the tokens of the others' (summed over the ranks)
+    return b.cfg.tp > 1 ? headroom::ops::TensorParallelOutput::emit(b, x, false, Dim) : x;
   }
 };
 

@@ -1,7 +1,11 @@
 #pragma once
 // Linear<In, Out, Bias>: y = x W^T (+ b), W [Out, In].
 // Linear<> (no dims) is a recipe: the model fills in the dims.
+// Inside a tensor-parallel split (layers/tensor_parallel.hpp) it builds this
+// rank's block: Out / N rows (column-parallel) or In / N columns
+// (row-parallel: the partial y is summed over the ranks, then the bias added).
 #include "../ops/linear.hpp"
+#include "../ops/tensor_parallel.hpp"
 #include "layer.hpp"
 
 namespace headroom {
@@ -20,8 +24,15 @@ struct Linear {
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
     static_assert(!is_recipe, "Linear<>: a recipe without dims is only valid inside a model's Apply<...>; write Linear<In, Out>");
-    const int w = b.matrix("weight", Out, In);      // W: (Out, In); with Bias, b: (Out)
-    return headroom::ops::Linear::emit(b, x, w, Bias, In, Out);  // y: (N, Out)
+    const TensorSplit s = b.split();
+    const std::int64_t out = s.split() && s.axis == SplitAxis::rows ? Out / s.ranks : Out;
+    const std::int64_t in = s.split() && s.axis == SplitAxis::cols ? In / s.ranks : In;
+    const int w = b.matrix("weight", out, in);  // W: (out, in); with Bias, b: (out)
+    if (s.split() && s.axis == SplitAxis::cols) {
+      const Ref partial = headroom::ops::Linear::emit(b, x, w, false, in, out);  // y: (N, Out), this rank's part
+      return headroom::ops::TensorParallelOutput::emit(b, partial, Bias, out);
+    }
+    return headroom::ops::Linear::emit(b, x, w, Bias, in, out);  // y: (N, out)
   }
 };
 

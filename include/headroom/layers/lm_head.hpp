@@ -7,6 +7,7 @@
 // gradients). Tied: W is the embedding table.
 #include "../ops/lm_head_loss.hpp"
 #include "layer.hpp"
+#include "tensor_parallel.hpp"
 
 namespace headroom {
 
@@ -16,13 +17,19 @@ struct LMHeadLoss {
   static constexpr std::string_view kind = "LMHeadLoss";
   static constexpr std::int64_t in_features = D, out_features = 0;
   static constexpr bool tied = Tied;
+  static constexpr std::int64_t vocab = Vocab;
   using children = type_list<>;
   using ops = type_list<headroom::ops::LmHeadLoss>;
 
   static constexpr Ref build(graph::Builder& b, Ref h) {  // h: (N, D)
+    h = tensor_parallel::input(b, h, D);
     int w = b.tied_weight;
-    if constexpr (!Tied) w = b.matrix("weight", Vocab, D);  // W: (Vocab, D)
-    return headroom::ops::LmHeadLoss::emit(b, h, w, Vocab, D);  // the loss
+    if constexpr (!Tied) {
+      b.push_split(SplitAxis::rows);  // vocabulary-parallel with TensorParallel<N>
+      w = b.matrix("weight", tensor_parallel::local(b, Vocab), D);  // W: (Vocab / ranks, D)
+      b.pop_split();
+    }
+    return headroom::ops::LmHeadLoss::emit(b, h, w, tensor_parallel::local(b, Vocab), D);  // the loss
   }
 };
 

@@ -4,6 +4,7 @@
 // SwiGLU<D, F, Gate, Up, Down>: down(silu(gate(x)) * up(x)) (Shazeer 2020; Llama).
 #include "../ops/elementwise.hpp"
 #include "layer.hpp"
+#include "tensor_parallel.hpp"
 
 namespace headroom {
 
@@ -17,15 +18,17 @@ struct MLP {
                    Proj::out_features);
   static constexpr std::string_view kind = "MLP";
   static constexpr std::int64_t in_features = D, out_features = D;
+  static constexpr std::int64_t hidden = F;
   using children = type_list<Fc, Proj>;
   using ops = type_list<headroom::ops::Gelu>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
-    const Ref pre = b.child<Fc>("c_fc", x);                // pre: (N, F)
+    x = tensor_parallel::input(b, x, D);
+    const Ref pre = tensor_parallel::column_parallel<Fc>(b, "c_fc", x);  // pre: (N, F / ranks)
     b.open("act", "GELU");
-    const Ref g = headroom::ops::Gelu::emit(b, pre, F);  // g: (N, F)
+    const Ref g = headroom::ops::Gelu::emit(b, pre, tensor_parallel::local(b, F));  // g: (N, F / ranks)
     b.close();
-    return b.child<Proj>("c_proj", g);
+    return tensor_parallel::row_parallel<Proj>(b, "c_proj", g);
   }
 };
 
@@ -42,15 +45,18 @@ struct SwiGLU {
                    Down::out_features);
   static constexpr std::string_view kind = "SwiGLU";
   static constexpr std::int64_t in_features = D, out_features = D;
+  static constexpr std::int64_t hidden = F;
   using children = type_list<Gate, Up, Down>;
   using ops = type_list<headroom::ops::SwiGLU>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
-    const Ref gu[2] = {b.child<Gate>("gate_proj", x), b.child<Up>("up_proj", x)};  // (N, F) each
+    x = tensor_parallel::input(b, x, D);
+    const Ref gu[2] = {tensor_parallel::column_parallel<Gate>(b, "gate_proj", x),
+                       tensor_parallel::column_parallel<Up>(b, "up_proj", x)};  // (N, F / ranks) each
     b.open("act", "SiLU*");
-    const Ref s = headroom::ops::SwiGLU::emit(b, gu[0], gu[1], F);  // s: (N, F)
+    const Ref s = headroom::ops::SwiGLU::emit(b, gu[0], gu[1], tensor_parallel::local(b, F));  // s: (N, F / ranks)
     b.close();
-    return b.child<Down>("down_proj", s);
+    return tensor_parallel::row_parallel<Down>(b, "down_proj", s);
   }
 };
 

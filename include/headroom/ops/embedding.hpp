@@ -22,14 +22,17 @@ struct Embedding {
   static constexpr Weight<0> table{};        // (vocab, D)
   static constexpr Dim<0> vocab{};
   static constexpr Dim<1> features{};
+  static constexpr Dim<2> ranks{};  // tensor-parallel ranks: the table is this rank's block of vocab rows
 
-  // The table is parameter `w` (vocab, D).
+  // The table is parameter `w` (vocab, D): with tensor parallelism, rank
+  // r's rows [r vocab, (r + 1) vocab) of the whole.
   static constexpr graph::Ref emit(graph::Builder& b, graph::Ref ids, int w, std::int64_t v, std::int64_t d) {
     const graph::Param pw = b.params[w];
     graph::Op op = make<Embedding>();
     op.use(table, w, pw.trainable ? pw.grad : graph::none);
     op.set(vocab, v);
     op.set(features, d);
+    op.set(ranks, b.cfg.tp);
     op.input(tokens, ids, false);
     const graph::Ref out = b.activation("x", d);  // (N, D)
     op.output(x, out);
@@ -43,13 +46,18 @@ struct Embedding {
 
   template <class T>
   static void forward(const host::OpContext<T>& k) {
-    host::embedding_forward(k.template get<std::int32_t>(tokens), k[table], k[x], k.rows(), k[features], k.workers());
+    host::embedding_forward(k.template get<std::int32_t>(tokens), k[table], k[x], k.rows(), k[features], k.workers(), first_row(k),
+                            k[vocab]);
   }
   template <class T>
   static void backward(const host::OpContext<T>& k) {
     if (T* g = k.grad(table))
       host::embedding_backward(k.template get<std::int32_t>(tokens_saved), k.grad(x), g, k.first(table), k.rows(), k[vocab],
-                               k[features], k.workers());
+                               k[features], k.workers(), first_row(k));
+  }
+  template <class T>
+  static std::int64_t first_row(const host::OpContext<T>& k) {
+    return k[ranks] > 1 ? k.tensor_comm->rank() * k[vocab] : 0;
   }
 #if HEADROOM_CUDA_KERNELS
   template <class S>

@@ -27,7 +27,9 @@ struct LmHeadLoss {
   static constexpr Dim<0> vocab{};
   static constexpr Dim<1> features{};
   static constexpr Dim<2> chunk{};
+  static constexpr Dim<3> ranks{};  // tensor-parallel ranks: vocab is this rank's block of rows (layers/tensor_parallel.hpp)
 
+  // v: the vocabulary rows w holds (this rank's, with tensor parallelism).
   static constexpr graph::Ref emit(graph::Builder& b, graph::Ref input, int w, std::int64_t v, std::int64_t d) {
     const graph::Param pw = b.params[w];
     const std::int64_t n = b.tokens_count();
@@ -37,6 +39,7 @@ struct LmHeadLoss {
     op.set(vocab, v);
     op.set(features, d);
     op.set(chunk, c);
+    op.set(ranks, b.cfg.tp);
     op.input(h, input);
     op.input(targets, b.targets, false);
     const graph::Ref out = b.produced("loss", b.cfg.compute_bytes());  // f32 scalar
@@ -50,11 +53,16 @@ struct LmHeadLoss {
     // keeps its fast kernels (turned into dlogits in place; the padding
     // columns are never read), then every token's loss in f32 (summed once,
     // in order, at the end)
+    // (with tensor parallelism, host: each row's statistics from every rank, (ranks, chunk, 3))
     op.scratch_fwd = b.cfg.cuda() ? CudaWorkspace::lm_head_logits_bytes(c, v, b.cfg.act_bytes()) + n * 4
-                                  : c * (v + 2) * b.cfg.compute_bytes();
+                                  : (c * (v + 2) + (b.cfg.tp > 1 ? b.cfg.tp * c * 3 : 0)) * b.cfg.compute_bytes();
     b.gemm(c, v, d);                       // logits = h W^T
     b.gemm(c, d, v);                       // dh = dlogits W
     if (pw.trainable) b.gemm(v, d, c);     // dW += dlogits^T h
+    if (b.cfg.tp > 1) {  // each chunk's row statistics, gathered from every rank
+      const std::int64_t chunks = (n + c - 1) / c;
+      op.tensor_fwd = graph::Exchange{.all_gather = chunks * b.cfg.tp * c * 3 * b.cfg.compute_bytes(), .all_gather_calls = chunks};
+    }
     op.flops_fwd = 2 * n * d * v;
     op.flops_bwd = 2 * n * d * v;          // dh
     if (pw.trainable) op.flops_bwd += 2 * n * d * v;  // dW
@@ -127,6 +135,13 @@ template <class T>
 double LmHeadLoss::loss(const host::OpContext<T>& k, bool grads) {
   const std::int64_t n = k.rows();
   const T scale = T(1) / static_cast<T>(n * k.accumulate());
+  if (k[ranks] > 1) {
+    const int rank = k.tensor_comm->rank();
+    return host::lm_head_loss_vocab_parallel(
+        k[h], k[weight], k.template get<std::int32_t>(targets), grads ? k.grad(h) : nullptr, k.first(h), grads ? k.grad(weight) : nullptr,
+        k.first(weight), scale, n, k[features], k[vocab], k[chunk], rank * k[vocab], rank, static_cast<int>(k[ranks]), k.scratch(),
+        k.panels(), k.workers(), [&](T* stats, std::int64_t bytes) { k.tensor_comm->all_gather(stats, bytes); });
+  }
   return host::lm_head_loss(k[h], k[weight], k.template get<std::int32_t>(targets), grads ? k.grad(h) : nullptr, k.first(h),
                             grads ? k.grad(weight) : nullptr, k.first(weight), scale, n, k[features], k[vocab], k[chunk],
                             k.scratch(), k.panels(), k.workers());

@@ -24,6 +24,7 @@
 #include "../optim/optimizer.hpp"
 #include "../ops/operands.hpp"
 #include "roles.hpp"
+#include "tensor_split.hpp"
 
 namespace headroom {
 
@@ -71,8 +72,11 @@ struct RunConfig {
   Engine engine = Engine::host;   // the kernels the scratch and workspace are sized for
   int dp = 1;                     // data-parallel ranks (DataParallel<N>); the plan is one rank's
   int zero = 0;                   // ZeRO stage over them: 1 optimizer states, 2 + gradients, 3 + parameters
+  int tp = 1;                     // tensor-parallel ranks (TensorParallel<N>); the plan is one rank's
 
   constexpr std::int64_t tokens() const { return batch * seq; }
+  // Processes of the run: data-parallel groups of tensor-parallel ranks.
+  constexpr int world() const { return dp * tp; }
   // Whether the data-parallel ranks shard what ZeRO stage `stage` shards.
   constexpr bool sharded(int stage) const { return dp > 1 && zero >= stage; }
   // Elements of one rank's shard of an n-element parameter: an equal block
@@ -184,7 +188,16 @@ struct Param {
   int group = none;
   int weight = none, scales = none, master = none, grad = none, state = none;
   int grad_shard = none;  // ZeRO 2 and 3: this rank's shard of the averaged gradient (grad is then the bucket)
+  TensorSplit split{};    // tensor parallelism: which block of the whole this rank holds (rows, cols: its own)
   constexpr std::int64_t elements() const { return rows * cols; }
+};
+
+// What an op's kernels exchange over its tensor-parallel group each time its
+// event runs (ops/tensor_parallel.hpp; the vocabulary-parallel LM head):
+// payload bytes and calls.
+struct Exchange {
+  std::int64_t all_reduce = 0, all_gather = 0;
+  std::int64_t all_reduce_calls = 0, all_gather_calls = 0;
 };
 
 inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_dims = 6, max_weights = 2;
@@ -212,6 +225,7 @@ struct Op {
   int n_grads = 0;
   std::int64_t scratch_fwd = 0, scratch_bwd = 0;
   std::int64_t flops_fwd = 0, flops_bwd = 0;
+  Exchange tensor_fwd{}, tensor_bwd{};  // over the tensor-parallel group: forward (and recompute, loss), backward
   bool fused_loss = false;   // forward computes loss and input gradient in one pass
   std::string_view kind{};   // the op type's name
   ops::Lane lane = ops::Lane::compute;
@@ -370,6 +384,16 @@ class Builder {
   constexpr void pop_frozen() { --frozen_; }
   constexpr void push_quant(QuantDesc q) { quant_stack_.push_back(q); }
   constexpr void pop_quant() { quant_stack_.pop_back(); }
+
+  // ---- tensor parallelism (layers/tensor_parallel.hpp) ------------------------------
+  // Parameters made inside a split scope are this rank's block of the
+  // whole (plan/tensor_split.hpp): rows (a column-parallel projection: its
+  // matrix and bias; a vocabulary-parallel table) or columns (a
+  // row-parallel projection's matrix; a 1-column parameter stays whole).
+  // The layer passes the block's dims; the scope records how it was cut.
+  constexpr void push_split(SplitAxis axis, int parts = 1) { split_stack_.push_back(TensorSplit{axis, parts, cfg.tp}); }
+  constexpr void pop_split() { split_stack_.pop_back(); }
+  constexpr TensorSplit split() const { return split_stack_.empty() ? TensorSplit{} : split_stack_.back(); }
 
   // ---- tensors -----------------------------------------------------------------
   constexpr int new_tensor(std::string_view name, Role role, std::int64_t bytes, int group, Tier tier = Tier::device) {
@@ -548,6 +572,7 @@ class Builder {
   detail::cvec<int> node_stack_;
   detail::cvec<int> group_stack_;
   detail::cvec<QuantDesc> quant_stack_;
+  detail::cvec<TensorSplit> split_stack_;
   int frozen_ = 0;
   detail::cvec<int> grad_of_;
   detail::cvec<int> remap_;        // checkpoint / offload: tensor -> copy used by backward
@@ -569,6 +594,8 @@ class Builder {
     p.trainable = trainable;
     p.quant = q;
     p.group = current_group();
+    p.split = split();
+    if (p.split.axis == SplitAxis::cols && cols == 1) p.split = TensorSplit{};
     const std::int64_t n = rows * cols;
     // Data parallelism with ZeRO: each rank keeps its shard (cfg.shard(n)
     // elements) of what its stage shards; the full tensors a collective
@@ -765,6 +792,14 @@ class Builder {
               if (oj.in[q] == ops[k].out[o]) need = true;
       }
       needed[k] = need;
+    }
+    // an op that only updates a tensor in place (a tensor-parallel sum)
+    // reruns when the op producing that tensor does
+    for (int k = sg.first_op; k < sg.end_op; ++k) {
+      if (ops[k].n_out > 0 || !ops[k].inout.valid()) continue;
+      for (int j = sg.first_op; j < k; ++j)
+        for (int o = 0; o < ops[j].n_out; ++o)
+          if (needed[j] && ops[j].out[o] == ops[k].inout) needed[k] = 1;
     }
     const int seg_off = innermost_active_offload(sg.first_op);
     for (int k = sg.first_op; k < sg.end_op; ++k) {

@@ -48,6 +48,8 @@ struct ParamSlot {
   // then the bucket backward fills).
   std::int64_t shard = 0;
   std::int64_t grad_shard = -1;
+  // Tensor parallelism: the block of the whole this rank holds (rows, cols are the block's).
+  TensorSplit split{};
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
@@ -221,6 +223,7 @@ constexpr auto schedule() {
         ps.state = index.slot_of_tensor(pr.state, j, -1).offset;
         ps.grad_shard = index.slot_of_tensor(pr.grad_shard, j, -1).offset;
         ps.shard = b.cfg.dp > 1 ? b.cfg.shard(pr.elements()) : pr.elements();
+        ps.split = pr.split;
       }
     }
   }

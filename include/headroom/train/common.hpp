@@ -3,6 +3,7 @@
 // learning-rate schedule, batch validation, parameter paths and the initial
 // weights (host::Trainer and cuda::Trainer start from the same values).
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -141,7 +142,8 @@ const auto* find_param(const Plan& plan, const Schedule& sched, std::string_view
 template <class Schedule>
 constexpr std::int64_t vocab_size(const Schedule& sched) {
   for (const auto& s : sched.steps)
-    if (s.op == ops::LmHeadLoss::name) return s.dim[ops::LmHeadLoss::vocab.index];
+    if (s.op == ops::LmHeadLoss::name)  // with tensor parallelism, the step holds one rank's block of rows
+      return s.dim[ops::LmHeadLoss::vocab.index] * std::max<std::int64_t>(1, s.dim[ops::LmHeadLoss::ranks.index]);
   return 0;
 }
 

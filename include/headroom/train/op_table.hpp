@@ -18,6 +18,7 @@
 #include "../layers/ops_of.hpp"
 #include "../ops/bound.hpp"
 #include "../ops/collectives.hpp"
+#include "../ops/tensor_parallel.hpp"
 #include "../plan/schedule.hpp"
 #include "../run.hpp"
 
@@ -35,8 +36,9 @@ constexpr int duplicate_name(type_list<Es...>) {
 }
 }  // namespace detail
 
-// The ops of a run: its model's (ops_of), and the collectives of its
-// data-parallel layout (listed under DataParallel<N>).
+// The ops of a run: its model's (ops_of), the collectives of its
+// data-parallel layout (listed under DataParallel<N>) and the sums of its
+// tensor-parallel one (under TensorParallel<N>).
 template <class R>
 struct run_ops {
   static constexpr RunConfig cfg = R::config();
@@ -47,7 +49,11 @@ struct run_ops {
                          std::conditional_t<cfg.zero == 2, type_list<op_entry<layout, ops::ReduceScatterGrads>>,
                                             type_list<op_entry<layout, ops::ReduceScatterGrads>,
                                                       op_entry<layout, ops::AllGatherParams>>>>>;
-  using type = typename headroom::detail::concat<ops_of<typename R::model>, collectives>::type;
+  // tensor parallelism: the sums the layers emit between split projections
+  using tensor_parallel = std::conditional_t<cfg.tp <= 1, type_list<>,
+                                             type_list<op_entry<TensorParallel<cfg.tp>, ops::TensorParallelInput>,
+                                                       op_entry<TensorParallel<cfg.tp>, ops::TensorParallelOutput>>>;
+  using type = typename headroom::detail::concat<ops_of<typename R::model>, collectives, tensor_parallel>::type;
 };
 
 template <class R, const auto& Sched>

@@ -3,6 +3,7 @@
 // time, logits (chunk, V) = h W^T in scratch, then per row the log-sum-exp,
 // the loss and, in place, dlogits = (softmax - onehot(target)) * grad_scale;
 // then dh = dlogits W and dW += dlogits^T h. The (N, V) logits never exist.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -10,6 +11,29 @@
 #include "../vector_math.hpp"
 
 namespace headroom::host {
+
+// The chunk loop: for each chunk, logits = h W^T into scratch, then
+// rows(c0, rows, logits, row_loss) turns them into each row's loss and, in
+// place, dlogits; then dh and dW. Returns the summed loss (in row order).
+template <class T, class Rows>
+double lm_head_chunks(const T* h, const T* w, T* dh, bool dh_first, T* dw, bool dw_first, std::int64_t n, std::int64_t d,
+                      std::int64_t vocab, std::int64_t chunk, T* scratch, const GemmPanels<T>& ws, int workers, Rows&& rows_of) {
+  double total = 0.0;
+  T* logits = scratch;                    // (chunk, V)
+  T* row_loss = scratch + chunk * vocab;  // (chunk)
+  for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
+    gemm(Trans::no, Trans::yes, rows, vocab, d, T(1), h + c0 * d, d, w, d, T(0), logits, vocab, ws, workers);
+    rows_of(c0, rows, logits, row_loss);
+    for (std::int64_t r = 0; r < rows; ++r) total += static_cast<double>(row_loss[r]);
+    if (dh != nullptr)
+      gemm(Trans::no, Trans::no, rows, d, vocab, T(1), logits, vocab, w, d, dh_first ? T(0) : T(1), dh + c0 * d, d, ws, workers);
+    if (dw != nullptr)
+      gemm(Trans::yes, Trans::no, vocab, d, rows, T(1), logits, vocab, h + c0 * d, d, (dw_first && c0 == 0) ? T(0) : T(1), dw, d,
+           ws, workers);
+  }
+  return total;
+}
 
 // h (N, D), w (V, D), targets (N), scratch (chunk, V + 2).
 // Returns the summed loss over the N tokens (in double, summed in row order).
@@ -20,23 +44,58 @@ double lm_head_loss(const T* h, const T* w, const std::int32_t* targets, T* dh, 
                     std::int64_t n, std::int64_t d, std::int64_t vocab, std::int64_t chunk, T* scratch, const GemmPanels<T>& ws,
                     int workers) {
   const bool grads = dh != nullptr || dw != nullptr;
-  double total = 0.0;
-  T* logits = scratch;                    // (chunk, V)
-  T* row_loss = scratch + chunk * vocab;  // (chunk)
-  for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const std::int64_t rows = c0 + chunk < n ? chunk : n - c0;
-    gemm(Trans::no, Trans::yes, rows, vocab, d, T(1), h + c0 * d, d, w, d, T(0), logits, vocab, ws, workers);
-    parallel_for(rows, workers, [&](std::int64_t r, int) {
-      row_loss[r] = vec::cross_entropy_row(logits + r * vocab, vocab, targets[c0 + r], grad_scale, grads);
-    });
-    for (std::int64_t r = 0; r < rows; ++r) total += static_cast<double>(row_loss[r]);
-    if (dh != nullptr)
-      gemm(Trans::no, Trans::no, rows, d, vocab, T(1), logits, vocab, w, d, dh_first ? T(0) : T(1), dh + c0 * d, d, ws, workers);
-    if (dw != nullptr)
-      gemm(Trans::yes, Trans::no, vocab, d, rows, T(1), logits, vocab, h + c0 * d, d, (dw_first && c0 == 0) ? T(0) : T(1), dw, d,
-           ws, workers);
-  }
-  return total;
+  return lm_head_chunks(h, w, dh, dh_first, dw, dw_first, n, d, vocab, chunk, scratch, ws, workers,
+                        [&](std::int64_t c0, std::int64_t rows, T* logits, T* row_loss) {
+                          parallel_for(rows, workers, [&](std::int64_t r, int) {
+                            row_loss[r] = vec::cross_entropy_row(logits + r * vocab, vocab, targets[c0 + r], grad_scale, grads);
+                          });
+                        });
+}
+
+// Vocabulary-parallel: this rank's w holds rows [first, first + vocab) of
+// the whole vocabulary of `ranks` equal blocks. For each chunk, every row's
+// max, sum of exponentials (over this rank's logits) and target logit (0
+// where another rank holds the target) go to every rank through
+// gather(stats, bytes) (in place: `ranks` blocks, this rank's filled), and
+// each rank forms the whole row's log-sum-exp from them, in rank order, so
+// every rank computes the same loss; dlogits of its own columns follow.
+// dh is then this rank's part of the sum over the ranks. Scratch: (chunk, V
+// + 2) and (ranks, chunk, 3).
+template <class T, class Gather>
+double lm_head_loss_vocab_parallel(const T* h, const T* w, const std::int32_t* targets, T* dh, bool dh_first, T* dw, bool dw_first,
+                                   T grad_scale, std::int64_t n, std::int64_t d, std::int64_t vocab, std::int64_t chunk,
+                                   std::int64_t first, int rank, int ranks, T* scratch, const GemmPanels<T>& ws, int workers,
+                                   Gather&& gather) {
+  const bool grads = dh != nullptr || dw != nullptr;
+  T* stats = scratch + chunk * (vocab + 2);  // (ranks, chunk, 3): max, sum of exponentials, target logit
+  return lm_head_chunks(h, w, dh, dh_first, dw, dw_first, n, d, vocab, chunk, scratch, ws, workers,
+                        [&](std::int64_t c0, std::int64_t rows, T* logits, T* row_loss) {
+                          T* own = stats + static_cast<std::int64_t>(rank) * chunk * 3;
+                          parallel_for(rows, workers, [&](std::int64_t r, int) {
+                            const T* z = logits + r * vocab;
+                            const std::int64_t t = static_cast<std::int64_t>(targets[c0 + r]) - first;
+                            own[3 * r] = vec::row_max(z, vocab);
+                            own[3 * r + 1] = vec::sum_exp(z, vocab, own[3 * r]);
+                            own[3 * r + 2] = t >= 0 && t < vocab ? z[t] : T(0);
+                          });
+                          gather(stats, chunk * 3 * static_cast<std::int64_t>(sizeof(T)));
+                          parallel_for(rows, workers, [&](std::int64_t r, int) {
+                            T m = stats[3 * r], target = T(0), s = T(0);
+                            for (int q = 1; q < ranks; ++q) m = std::max(m, stats[(q * chunk + r) * 3]);
+                            for (int q = 0; q < ranks; ++q) {
+                              const T* st = stats + (q * chunk + r) * 3;
+                              s += st[1] * std::exp(st[0] - m);
+                              target += st[2];
+                            }
+                            const T lse = m + std::log(s);
+                            row_loss[r] = lse - target;
+                            if (!grads) return;
+                            T* z = logits + r * vocab;
+                            vec::exp_scaled(z, vocab, lse, grad_scale);
+                            const std::int64_t t = static_cast<std::int64_t>(targets[c0 + r]) - first;
+                            if (t >= 0 && t < vocab) z[t] -= grad_scale;
+                          });
+                        });
 }
 
 }  // namespace headroom::host

@@ -2,6 +2,7 @@
 // Row-wise and element-wise ops on the host: RMSNorm / LayerNorm (saving
 // their row statistics), GELU, SwiGLU, the residual add, the token embedding
 // and learned positions. The per-element math is math/*.hpp, shared with CUDA.
+#include <climits>
 #include <cstdint>
 
 #include "../../math/activations.hpp"
@@ -131,23 +132,34 @@ void accumulate(const T* dy, T* dx, bool dx_first, std::int64_t count, int worke
 }
 
 // x (N, D) = E[tokens] ; dE (+)= scatter of dx rows (by columns: one writer each).
+// A table of rows [first, first + vocab) of the vocabulary (a rank's block
+// with tensor parallelism; the whole by default): tokens outside it give
+// zero rows and no gradient.
 template <class T>
-void embedding_forward(const std::int32_t* tokens, const T* table, T* x, std::int64_t n, std::int64_t d, int workers) {
+void embedding_forward(const std::int32_t* tokens, const T* table, T* x, std::int64_t n, std::int64_t d, int workers,
+                       std::int64_t first = 0, std::int64_t vocab = INT64_MAX) {
   parallel_for(n, workers, [&](std::int64_t r, int) {
-    const T* src = table + static_cast<std::int64_t>(tokens[r]) * d;
+    const std::int64_t t = static_cast<std::int64_t>(tokens[r]) - first;
+    if (t < 0 || t >= vocab) {
+      for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = T(0);
+      return;
+    }
+    const T* src = table + t * d;
     for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = src[j];
   });
 }
 template <class T>
 void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtable, bool first, std::int64_t n, std::int64_t vocab,
-                        std::int64_t d, int workers) {
+                        std::int64_t d, int workers, std::int64_t first_row = 0) {
   team(workers, [&](int w, int c) {
     const Range cols = share(d, c, w);
     if (first)
       for (std::int64_t v = 0; v < vocab; ++v)
         for (std::int64_t j = cols.begin; j < cols.end; ++j) dtable[v * d + j] = T(0);
     for (std::int64_t r = 0; r < n; ++r) {
-      T* dst = dtable + static_cast<std::int64_t>(tokens[r]) * d;
+      const std::int64_t t = static_cast<std::int64_t>(tokens[r]) - first_row;
+      if (t < 0 || t >= vocab) continue;
+      T* dst = dtable + t * d;
       for (std::int64_t j = cols.begin; j < cols.end; ++j) dst[j] += dx[r * d + j];
     }
   });

@@ -1,0 +1,95 @@
+#pragma once
+// Tensor parallelism in the layers (Megatron-LM, Shoeybi et al. 2019).
+//
+// With TensorParallel<N> in the run, each of N ranks holds a block of every
+// split parameter (plan/tensor_split.hpp) and computes its part:
+//
+//   Attention      q, k, v column-parallel (Heads / N query heads and
+//                  KVHeads / N KV heads per rank), the attention core on
+//                  those heads, o_proj row-parallel
+//   MLP, SwiGLU    fc (gate, up) column-parallel (F / N features per rank),
+//                  the activation on them, proj (down) row-parallel
+//   Embedding      rows split (vocabulary-parallel): a rank looks up the
+//                  tokens of its rows, zeros for the others, then the sum
+//   LMHeadLoss     rows split: a rank's logits are its vocabulary's; the
+//                  fused, chunked loss exchanges each row's max, sum of
+//                  exponentials and target logit between the ranks
+//
+// A replicated activation entering column-parallel projections passes a
+// tp_input op (its gradient is summed over the ranks in backward); the
+// partial output of a row-parallel projection or of the embedding passes a
+// tp_output op (summed in forward) (ops/tensor_parallel.hpp). Everything
+// else (norms, residual adds, positions, the projections of custom layers)
+// runs whole on every rank, on the same values.
+//
+// The layers call the helpers below; with one rank they build exactly what
+// they build without tensor parallelism.
+#include <cstdint>
+#include <string_view>
+
+#include "../ops/tensor_parallel.hpp"
+#include "layer.hpp"
+
+namespace headroom::tensor_parallel {
+
+// x enters projections split over the ranks: Megatron's f.
+constexpr Ref input(graph::Builder& b, Ref x, std::int64_t features) {
+  return b.cfg.tp > 1 ? ops::TensorParallelInput::emit(b, x, features) : x;
+}
+// L (a projection) built with its output features split over the ranks;
+// `parts`: a fused projection's stacked parts (q | k | v), each split.
+template <class L>
+constexpr Ref column_parallel(graph::Builder& b, std::string_view name, Ref x, int parts = 1) {
+  b.push_split(SplitAxis::rows, parts);
+  const Ref y = b.child<L>(name, x);
+  b.pop_split();
+  return y;
+}
+// L (a projection) built with its input features split over the ranks; its
+// output is summed over them (Linear emits the tp_output).
+template <class L>
+constexpr Ref row_parallel(graph::Builder& b, std::string_view name, Ref x) {
+  b.push_split(SplitAxis::cols);
+  const Ref y = b.child<L>(name, x);
+  b.pop_split();
+  return y;
+}
+// n divided over the ranks (heads, features, vocabulary rows).
+constexpr std::int64_t local(const graph::Builder& b, std::int64_t n) { return n / b.cfg.tp; }
+
+// ---- what a layout cannot split, found at compile time (run.hpp) ---------------------------------------
+// The first layer of a model whose dims do not divide by the ranks, or that
+// tensor parallelism does not support yet.
+struct Issue {
+  enum Kind : int { none, heads, features, vocabulary, adapter, quantized } kind = none;
+  std::int64_t a = 0, b = 0;
+};
+
+template <class L>
+constexpr Issue issue(int ranks);
+
+template <class... Ls>
+constexpr Issue first_issue(type_list<Ls...>, int ranks) {
+  Issue found{};
+  ((found.kind == Issue::none ? (found = issue<Ls>(ranks), 0) : 0), ...);
+  return found;
+}
+
+template <class L>
+constexpr Issue issue(int ranks) {
+  if (ranks <= 1) return {};
+  if constexpr (L::kind == std::string_view("Attention")) {
+    if (L::heads % ranks != 0 || L::kv_heads % ranks != 0) return {Issue::heads, L::heads, L::kv_heads};
+  } else if constexpr (L::kind == std::string_view("MLP") || L::kind == std::string_view("SwiGLU")) {
+    if (L::hidden % ranks != 0) return {Issue::features, L::hidden, 0};
+  } else if constexpr (L::kind == std::string_view("Embedding") || L::kind == std::string_view("LMHeadLoss")) {
+    if (L::vocab % ranks != 0) return {Issue::vocabulary, L::vocab, 0};
+  } else if constexpr (L::kind == std::string_view("LoRA")) {
+    return {Issue::adapter, 0, 0};
+  } else if constexpr (L::kind == std::string_view("Quantized")) {
+    return {Issue::quantized, 0, 0};
+  }
+  return first_issue(typename L::children{}, ranks);
+}
+
+}  // namespace headroom::tensor_parallel

@@ -1,0 +1,173 @@
+// Tensor parallelism (ctest mpi.tensor_parallel.np2 / .np4): TensorParallel<2>
+// trains like one process on the same batch (losses within 1e-5 relative
+// over 10 steps, every rank's block of every weight equal to the same
+// elements of the one-process weights to float rounding), for Llama
+// (separate q, k, v; GQA; SwiGLU; untied LM head) and GPT-2 (fused c_attn
+// split head by head; biases, the row-parallel ones added once; learned
+// positions; tied vocabulary-parallel embedding); a step exchanges exactly
+// what the plan counts; on 4 ranks, DataParallel<2> x TensorParallel<2> with
+// ZeRO 1 trains like one process on the global batch.
+//
+// The one-process reference runs on every rank beside its parallel trainer.
+#include <catch2/catch.hpp>
+
+#include <headroom/headroom.hpp>
+#include <headroom/host/counting_communicator.hpp>
+#include <headroom/host/mpi.hpp>
+#include <headroom/host/trainer.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../runtime/support/fixtures.hpp"
+
+using namespace headroom;
+
+namespace {
+using headroom::test::ids;
+
+constexpr std::int64_t batch = 2, seq = 12;
+constexpr models::LlamaConfig llama_tp{48, 64, 128, 2, 4, 2, 64, false};  // 4 heads, 2 KV heads, F 128
+constexpr models::GPT2Config gpt2_tp{48, 64, 2, 4, 32};                     // 4 heads, F 256, tied wte
+using Llama = models::Llama<llama_tp>;
+using Gpt2 = models::GPT2<gpt2_tp>;
+
+template <class M, class Opt = SGD<>, class... More>
+using TensorParallelRun = Train<M, Batch<batch>, Seq<seq>, Opt, TensorParallel<2>, More...>;
+
+// Parameters split over the ranks, counted by hand: Llama's q, k, v, o,
+// gate, up and down per block, the embedding and the LM head; GPT-2's
+// c_attn (weight and bias), attn.c_proj's weight, c_fc (weight and bias) and
+// mlp.c_proj's weight per block, and wte (the LM head's too).
+template <class M>
+constexpr int split_params = std::is_same_v<M, Llama> ? 7 * 2 + 2 : 6 * 2 + 1;
+
+host::TrainOptions options() { return {.seed = 7, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0}; }
+
+struct Batch_ {
+  std::vector<std::int32_t> tokens, targets;
+};
+// Step s's batch of `sequences` sequences; `part` of `parts` equal parts of it.
+Batch_ batch_of(int s, std::size_t sequences, int part = 0, int parts = 1) {
+  const std::size_t n = sequences * seq, per = n / static_cast<std::size_t>(parts);
+  const auto t = ids(n, static_cast<std::uint32_t>(100 * s), 48);
+  const auto y = ids(n, static_cast<std::uint32_t>(100 * s + 50), 48);
+  return {{t.begin() + part * per, t.begin() + (part + 1) * per}, {y.begin() + part * per, y.begin() + (part + 1) * per}};
+}
+
+// The largest difference between this rank's block (ZeRO 3 aside: whole
+// blocks) of every parameter and the same elements of the one-process
+// trainer's, found through the parameter's split.
+template <class Tp, class One>
+double weight_difference(const Tp& tp, const One& one, int split_expected) {
+  double worst = 0;
+  int split = 0;
+  for (std::size_t k = 0; k < Tp::param_count; ++k) {
+    const ParamSlot& p = Tp::param(k);
+    const ParamSlot& q = One::param(k);
+    REQUIRE(Tp::path_of(p) == One::path_of(q));
+    REQUIRE(p.split.whole_rows(p.rows) == q.rows);
+    REQUIRE(p.split.whole_cols(p.cols) == q.cols);
+    split += p.split.split() && p.elements() < q.elements();
+    const float* w = tp.weight(p);
+    const float* v = one.weight(q);
+    for (std::int64_t i = 0; i < p.elements(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(w[i] - v[p.split.whole_index(p.rows, p.cols, tp.tensor_rank(), i)])));
+  }
+  CHECK(split == split_expected);
+  return worst;
+}
+
+// TensorParallel<2> against one process on the same batch, 10 steps.
+template <class M>
+void trains_like_one_process(host::Communicator& c) {
+  using Tp = host::Trainer<TensorParallelRun<M>>;
+  using One = host::Trainer<Train<M, Batch<batch>, Seq<seq>, SGD<>>>;
+  Tp tp(options(), c);
+  One one(options());
+  REQUIRE(tp.tensor_rank() == c.rank());
+  double worst = 0;
+  for (int s = 1; s <= 10; ++s) {
+    const Batch_ b = batch_of(s, batch);
+    const StepStats a = tp.step(b.tokens, b.targets);
+    const StepStats o = one.step(b.tokens, b.targets);
+    worst = std::max(worst, std::abs(a.loss - o.loss) / std::abs(o.loss));
+    CHECK(a.grad_norm == Approx(o.grad_norm).epsilon(1e-5));
+  }
+  INFO(M::kind << ", tensor-parallel rank " << tp.tensor_rank());
+  CHECK(worst < 1e-5);
+  CHECK(weight_difference(tp, one, split_params<M>) < 1e-6);
+}
+
+// What a step exchanges over the tensor-parallel group is what the plan says.
+template <class M>
+void exchanges_what_the_plan_says(host::Communicator& mpi) {
+  using Tp = host::Trainer<TensorParallelRun<M>>;
+  host::CountingCommunicator world(mpi);
+  Tp tp(options(), world);
+  auto* group = dynamic_cast<host::CountingCommunicator*>(tp.tensor_communicator());
+  REQUIRE(group != nullptr);
+  const Communication& planned = Tp::plan.communication;
+  for (int s = 1; s <= 2; ++s) {
+    group->reset();
+    const Batch_ b = batch_of(s, batch);
+    tp.step(b.tokens, b.targets);
+    INFO(M::kind);
+    CHECK(group->counted().all_reduce == planned.tensor_all_reduce);
+    CHECK(group->counted().all_reduce_calls == planned.tensor_all_reduce_calls);
+    CHECK(group->counted().all_gather == planned.tensor_all_gather);
+    CHECK(group->counted().all_gather_calls == planned.tensor_all_gather_calls);
+    CHECK(group->counted().reduce_scatter == 0);
+    CHECK(group->scalars() == 1);  // the squared norm of the split gradients
+    CHECK(planned.tensor_payload() > 0);
+    CHECK(planned.payload() == 0);  // nothing over data-parallel ranks
+  }
+}
+
+// DataParallel<2> x TensorParallel<2>, ZeRO 1: data-parallel rank d
+// trains sequences [d B, (d + 1) B) of each global batch of 2 B.
+void data_and_tensor_parallel(host::Communicator& c) {
+  using Both = host::Trainer<TensorParallelRun<Llama, SGD<>, DataParallel<2>, ZeRO<1>>>;
+  using One = host::Trainer<Train<Llama, Batch<2 * batch>, Seq<seq>, SGD<>>>;
+  Both both(options(), c);
+  One one(options());
+  REQUIRE(both.tensor_rank() == c.rank() % 2);
+  REQUIRE(both.rank() == c.rank() / 2);
+  double worst = 0;
+  for (int s = 1; s <= 10; ++s) {
+    const Batch_ mine = batch_of(s, 2 * batch, both.rank(), 2);
+    const Batch_ all = batch_of(s, 2 * batch);
+    const StepStats a = both.step(mine.tokens, mine.targets);
+    const StepStats o = one.step(all.tokens, all.targets);
+    worst = std::max(worst, std::abs(a.loss - o.loss) / std::abs(o.loss));
+    INFO("step " << s);
+    CHECK(a.grad_norm == Approx(o.grad_norm).epsilon(1e-5));
+  }
+  INFO("rank " << c.rank());
+  CHECK(worst < 1e-5);
+  CHECK(weight_difference(both, one, split_params<Llama>) < 1e-6);
+}
+
+}  // namespace
+
+// [np2] runs under mpirun -np 2, [np4] under -np 4 (tests/mpi/CMakeLists.txt).
+TEST_CASE("tensor parallel: TensorParallel<2> trains like one process", "[mpi][tensor_parallel][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  trains_like_one_process<Llama>(c);
+  trains_like_one_process<Gpt2>(c);
+}
+
+TEST_CASE("tensor parallel: a step exchanges exactly what the plan counts", "[mpi][tensor_parallel][communication][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  exchanges_what_the_plan_says<Llama>(c);
+  exchanges_what_the_plan_says<Gpt2>(c);
+}
+
+TEST_CASE("tensor parallel: 2 data-parallel x 2 tensor-parallel ranks train like one process", "[mpi][tensor_parallel][np4]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 4);
+  data_and_tensor_parallel(c);
+}
