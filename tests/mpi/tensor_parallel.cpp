@@ -6,7 +6,9 @@
 // split head by head; biases, the row-parallel ones added once; learned
 // positions; tied vocabulary-parallel embedding); a step exchanges exactly
 // what the plan counts; on 4 ranks, DataParallel<2> x TensorParallel<2> with
-// ZeRO 1 trains like one process on the global batch.
+// ZeRO 1 trains like one process on the global batch; both layouts resume
+// bit-identically from their checkpoint and refuse another layout's; the
+// consolidated export equals the one-process save_pretrained.
 //
 // The one-process reference runs on every rank beside its parallel trainer.
 #include <catch2/catch.hpp>
@@ -15,9 +17,16 @@
 #include <headroom/host/counting_communicator.hpp>
 #include <headroom/host/mpi.hpp>
 #include <headroom/host/trainer.hpp>
+#include <headroom/io/checkpoint.hpp>
+#include <headroom/io/consolidated.hpp>
+#include <headroom/io/hf_names.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
@@ -25,6 +34,7 @@
 using namespace headroom;
 
 namespace {
+namespace fs = std::filesystem;
 using headroom::test::ids;
 
 constexpr std::int64_t batch = 2, seq = 12;
@@ -149,6 +159,116 @@ void data_and_tensor_parallel(host::Communicator& c) {
   CHECK(weight_difference(both, one, split_params<Llama>) < 1e-6);
 }
 
+// One directory every rank names the same: rank 0's.
+struct SharedDir {
+  std::unique_ptr<headroom::test::TempDir> own;
+  fs::path path;
+  explicit SharedDir(host::Communicator& c) {
+    char name[512] = {};
+    std::vector<char> all(sizeof name * static_cast<std::size_t>(c.size()));
+    if (c.rank() == 0) {
+      own = std::make_unique<headroom::test::TempDir>();
+      std::strncpy(all.data(), own->dir.c_str(), sizeof name - 1);
+    }
+    c.all_gather(all.data(), sizeof name);
+    path = fs::path(all.data());
+  }
+};
+
+// Saves after 3 steps, runs 3 more; a trainer with other initial weights
+// loads the checkpoint and runs the same 3 steps to the same losses, with
+// the same bytes in every weight and optimizer state.
+template <class Parallel>
+void resumes_bit_identically(host::Communicator& c, int data_ranks) {
+  using Tp = host::Trainer<Parallel>;
+  SharedDir dir(c);
+  auto step = [&](Tp& t) {
+    const Batch_ b = batch_of(t.steps_done() + 1, static_cast<std::size_t>(data_ranks) * batch, t.rank(), data_ranks);
+    return t.step(b.tokens, b.targets).loss;
+  };
+  Tp a(options(), c);
+  for (int s = 0; s < 3; ++s) step(a);
+  io::save_checkpoint(a, dir.path / "ckpt", R"({"position": 3})");
+  std::vector<double> losses;
+  for (int s = 0; s < 3; ++s) losses.push_back(step(a));
+  host::TrainOptions other = options();
+  other.seed = 99;
+  Tp b(other, c);
+  CHECK(io::load_checkpoint(b, dir.path / "ckpt") == R"({"position": 3})");
+  for (int s = 0; s < 3; ++s) CHECK(step(b) == losses[static_cast<std::size_t>(s)]);
+  for (std::size_t k = 0; k < Tp::param_count; ++k) {
+    const ParamSlot& p = Tp::param(k);
+    const auto n = static_cast<std::size_t>(a.shard_of(p).count);
+    CHECK(std::memcmp(a.weight(p), b.weight(p), static_cast<std::size_t>(p.elements()) * 4) == 0);
+    if (p.state >= 0) CHECK(std::memcmp(a.state(p), b.state(p), static_cast<std::size_t>(Tp::config.optim.state_bytes(n))) == 0);
+  }
+  // a one-process trainer refuses it, naming both layouts
+  if (c.rank() == 0) {
+    host::Trainer<Train<Llama, Batch<batch>, Seq<seq>, SGD<>>> one(options());
+    try {
+      io::load_checkpoint(one, dir.path / "ckpt");
+      FAIL("a tensor-parallel checkpoint loaded into a one-process trainer");
+    } catch (const io::checkpoint_error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("tensor-parallel ranks in the checkpoint, one process in this trainer"));
+    }
+  }
+  c.barrier();
+}
+
+// The largest difference between two safetensors files' tensors, which must
+// have the same names and shapes.
+double file_difference(const fs::path& x, const fs::path& y) {
+  const io::SafetensorsFile a(x), b(y);
+  REQUIRE(a.tensors().size() == b.tensors().size());
+  double worst = 0;
+  for (const io::TensorInfo& t : a.tensors()) {
+    const io::TensorInfo* u = b.find(t.name);
+    REQUIRE(u != nullptr);
+    REQUIRE(u->shape == t.shape);
+    std::int64_t n = 1;
+    for (const std::int64_t e : t.shape) n *= e;
+    std::vector<float> va(static_cast<std::size_t>(n)), vb(va.size());
+    io::read_converted<float>(a, t, std::span<float>(va));
+    io::read_converted<float>(b, *u, std::span<float>(vb));
+    for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(va[i] - vb[i])));
+  }
+  return worst;
+}
+
+// io::Consolidated joins the ranks' blocks: its save_pretrained equals the
+// one-process run's, and loading through it gives every rank its block.
+template <class M>
+void exports_like_one_process(host::Communicator& c) {
+  using Tp = host::Trainer<TensorParallelRun<M>>;
+  using One = host::Trainer<Train<M, Batch<batch>, Seq<seq>, SGD<>>>;
+  SharedDir dir(c);
+  Tp tp(options(), c);
+  One one(options());
+  for (int s = 1; s <= 3; ++s) {
+    const Batch_ b = batch_of(s, batch);
+    tp.step(b.tokens, b.targets);
+    one.step(b.tokens, b.targets);
+  }
+  const io::Consolidated<Tp> full(tp);  // every rank
+  if (c.rank() == 0) {
+    io::save_pretrained(full, dir.path / "tp.safetensors");
+    io::save_pretrained(one, dir.path / "one.safetensors");
+    CHECK(file_difference(dir.path / "tp.safetensors", dir.path / "one.safetensors") < 1e-6);
+  }
+  c.barrier();
+  host::TrainOptions other = options();
+  other.seed = 3;
+  Tp fresh(other, c);
+  io::Consolidated<Tp> loading(fresh);
+  io::load_pretrained(loading, dir.path / "tp.safetensors");
+  loading.write_back(fresh);
+  for (std::size_t k = 0; k < Tp::param_count; ++k) {
+    const ParamSlot& p = Tp::param(k);
+    CHECK(std::memcmp(tp.weight(p), fresh.weight(p), static_cast<std::size_t>(p.elements()) * 4) == 0);
+  }
+  c.barrier();
+}
+
 }  // namespace
 
 // [np2] runs under mpirun -np 2, [np4] under -np 4 (tests/mpi/CMakeLists.txt).
@@ -170,4 +290,23 @@ TEST_CASE("tensor parallel: 2 data-parallel x 2 tensor-parallel ranks train like
   host::MpiCommunicator c(std::chrono::seconds(60));
   REQUIRE(c.size() == 4);
   data_and_tensor_parallel(c);
+}
+
+TEST_CASE("tensor parallel: a checkpoint resumes bit-identically and is refused by another layout", "[mpi][tensor_parallel][checkpoint][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  resumes_bit_identically<TensorParallelRun<Llama>>(c, 1);
+}
+
+TEST_CASE("tensor parallel: the consolidated export equals the one-process run's", "[mpi][tensor_parallel][export][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  exports_like_one_process<Llama>(c);
+  exports_like_one_process<Gpt2>(c);
+}
+
+TEST_CASE("tensor parallel: 2 data-parallel x 2 tensor-parallel ranks resume bit-identically", "[mpi][tensor_parallel][checkpoint][np4]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 4);
+  resumes_bit_identically<TensorParallelRun<Llama, SGD<>, DataParallel<2>, ZeRO<1>>>(c, 2);
 }

@@ -145,10 +145,13 @@ inline constexpr std::int64_t format_version = 2;
 // Version 1 identified a run by its plan's arena bytes (which change with the
 // batch or Workers<W>); it is still read: its tensors are checked one by one.
 inline constexpr std::int64_t oldest_version = 1;
-// Version 3: a data-parallel run's checkpoint (its "layout", a pair of files per rank).
+// Version 3: a parallel run's checkpoint (its "layout", a pair of files per rank).
 inline constexpr std::int64_t sharded_version = 3;
-inline std::string layout_words(std::int64_t ranks, std::int64_t zero) {
-  return ranks == 1 ? std::string("one process") : std::to_string(ranks) + " data-parallel ranks with ZeRO " + std::to_string(zero);
+inline std::string layout_words(std::int64_t ranks, std::int64_t zero, std::int64_t tensor = 1) {
+  if (ranks == 1 && tensor == 1) return "one process";
+  std::string w = ranks == 1 ? std::string() : std::to_string(ranks) + " data-parallel ranks with ZeRO " + std::to_string(zero);
+  if (tensor > 1) w += (w.empty() ? "" : " x ") + std::to_string(tensor) + " tensor-parallel ranks";
+  return w;
 }
 inline constexpr const char* model_file = "model.safetensors";
 inline constexpr const char* optimizer_file = "optimizer.safetensors";
@@ -537,14 +540,16 @@ Opened open_checkpoint(const std::filesystem::path& dir) {
       }
     }
   }
-  // the data-parallel layout: one process (no "layout"), or N ranks at a ZeRO stage
-  std::int64_t ranks = 1, zero = 0;
+  // the parallel layout: one process (no "layout"), or N data-parallel ranks
+  // at a ZeRO stage, of M tensor-parallel ranks each (no "tensor_parallel": 1)
+  std::int64_t ranks = 1, zero = 0, tensor = 1;
   if (const js::Value* l = o.root.get("layout")) {
     if (l->kind != js::Value::Kind::Object) fail(o.trainer_json(), "corrupt: \"layout\" is not an object");
     ranks = integer(o, *l, "data_parallel", "layout.");
     zero = integer(o, *l, "zero", "layout.");
+    if (l->get("tensor_parallel") != nullptr) tensor = integer(o, *l, "tensor_parallel", "layout.");
   }
-  differs("layout", layout_words(ranks, zero), layout_words(Trainer::config.dp, Trainer::config.zero));
+  differs("layout", layout_words(ranks, zero, tensor), layout_words(Trainer::config.dp, Trainer::config.zero, Trainer::config.tp));
   if (!diff.empty()) fail(o.dir, "belongs to another run (" + diff + "); save_pretrained / load_pretrained move weights between runs");
   return o;
 }
@@ -604,7 +609,7 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
   namespace fs = std::filesystem;
   namespace ck = detail::checkpoint;
   const std::string extra = ck::checked_extra(extra_json);
-  if constexpr (Trainer::config.dp > 1) {
+  if constexpr (Trainer::config.world() > 1) {
     ck::save_sharded(t, dir, extra);
   } else {
     const fs::path d = ck::normalized(dir);
@@ -639,7 +644,7 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
 template <class Trainer>
 std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
   namespace ck = detail::checkpoint;
-  if constexpr (Trainer::config.dp > 1) {
+  if constexpr (Trainer::config.world() > 1) {
     return ck::load_sharded(t, dir);
   } else {
     const ck::Opened o = ck::open_checkpoint<Trainer>(dir);

@@ -1,26 +1,33 @@
 #pragma once
-// Checkpoints of a data-parallel run (DataParallel<N>, ZeRO<S>): one
-// directory for the whole job, each rank writing its own part. Every rank
-// calls io::save_checkpoint / io::load_checkpoint (checkpoint.hpp) with the
-// same directory, which must be on a file system every rank sees.
+// Checkpoints of a parallel run (DataParallel<N>, ZeRO<S>, TensorParallel<M>):
+// one directory for the whole job, each process writing its own part. Every
+// process calls io::save_checkpoint / io::load_checkpoint (checkpoint.hpp)
+// with the same directory, which must be on a file system every one sees.
+// Files are numbered by the process's rank r in the run (host::Trainer::
+// world()); "data-parallel rank" is host::Trainer::rank(). With tensor
+// parallelism each process holds its block of the split parameters
+// (ParamSlot::split), which its files hold as they are.
 //
 // The directory (format version 3):
-//   model.rank-<r>.safetensors      rank r's part of the parameters. ZeRO 3:
-//                                   its shard of each, "<path>" as a 1-D
+//   model.rank-<r>.safetensors      process r's part of the parameters. ZeRO
+//                                   3: its shard of each, "<path>" as a 1-D
 //                                   tensor of the elements it holds
 //                                   (host::Trainer::shard_of; quantized:
 //                                   "<path>" and "<path>.scales", U8 byte
-//                                   shards). Below ZeRO 3 every rank holds the
-//                                   same parameters: rank 0 writes them whole,
-//                                   as one process does; the other ranks'
-//                                   files hold no tensor.
-//   optimizer.rank-<r>.safetensors  rank r's optimizer state: ZeRO 1-3 the
+//                                   shards). Below ZeRO 3 the data-parallel
+//                                   ranks hold the same parameters:
+//                                   data-parallel rank 0 writes them whole, as
+//                                   one process does; the others' files hold
+//                                   no tensor.
+//   optimizer.rank-<r>.safetensors  process r's optimizer state: ZeRO 1-3 the
 //                                   state of the elements it updates ("<path>",
-//                                   U8), ZeRO 0 rank 0's whole state; every
-//                                   rank's file also holds the shared code tables.
+//                                   U8), ZeRO 0 data-parallel rank 0's whole
+//                                   state; every file also holds the shared
+//                                   code tables.
 //   trainer.json                    as for one process, with "layout":
-//                                   {"data_parallel": N, "zero": S} and every
-//                                   rank's files, their sizes and hashes.
+//                                   {"data_parallel": N, "zero": S,
+//                                   "tensor_parallel": M} and every process's
+//                                   files, their sizes and hashes.
 //
 // Atomic as one process's save: rank 0 stages the directory, every rank
 // writes and fsyncs its files into it, and rank 0 writes trainer.json once
@@ -109,7 +116,7 @@ std::vector<TensorView> rank_optimizer_tensors(const Trainer& t) {
 template <class Trainer>
 void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std::string& extra) {
   namespace fs = std::filesystem;
-  host::Communicator& c = *t.communicator();
+  host::Communicator& c = *t.world();
   const int r = c.rank(), n = c.size();
   const fs::path d = normalized(dir);
   const fs::path staging = staging_of(d);
@@ -183,7 +190,8 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
           files.push_back(FileRecord{rank_file(f == 0 ? "model" : "optimizer", q), all[static_cast<std::size_t>(q)].bytes[f],
                                      std::string(all[static_cast<std::size_t>(q)].hash[f], 16)});
       const std::string layout = "{\"data_parallel\": " + std::to_string(Trainer::config.dp) +
-                                 ", \"zero\": " + std::to_string(Trainer::config.zero) + "}";
+                                 ", \"zero\": " + std::to_string(Trainer::config.zero) +
+                                 ", \"tensor_parallel\": " + std::to_string(Trainer::config.tp) + "}";
       finish_save(staging, d, trainer_json(t, files, extra, sharded_version, layout));
     } catch (...) {
       error = std::current_exception();
@@ -195,14 +203,16 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
 
 template <class Trainer>
 std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
-  host::Communicator& c = *t.communicator();
+  host::Communicator& c = *t.world();
   const int r = c.rank();
   const std::string not_loaded = "not loaded; no rank's trainer was changed";
   std::exception_ptr error;
-  // the files this rank reads: its own, and rank 0's where rank 0 wrote for all
+  // the files this process reads: its own, and those of data-parallel rank 0
+  // of its tensor-parallel rank (process `first`) where that one wrote for all
+  const int first = t.tensor_rank();
   std::vector<std::string> reads{rank_file("model", r), rank_file("optimizer", r)};
-  if (!Trainer::config.sharded(3) && r != 0) reads.push_back(rank_file("model", 0));
-  if (!Trainer::config.sharded(1) && r != 0) reads.push_back(rank_file("optimizer", 0));
+  if (!Trainer::config.sharded(3) && r != first) reads.push_back(rank_file("model", first));
+  if (!Trainer::config.sharded(1) && r != first) reads.push_back(rank_file("optimizer", first));
 
   // 1. every rank checks everything it will read
   Opened o;
@@ -213,8 +223,8 @@ std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
     // what this rank restores, from which file
     model = !Trainer::config.sharded(3) ? model_tensors(t) : rank_model_tensors(t);
     optim = !Trainer::config.sharded(1) ? optimizer_tensors(t) : rank_optimizer_tensors(t);
-    const SafetensorsFile mf(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : 0));
-    const SafetensorsFile of(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : 0));
+    const SafetensorsFile mf(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : first));
+    const SafetensorsFile of(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : first));
     expect_exactly(mf, model);
     expect_exactly(of, optim);
   } catch (...) {
@@ -223,8 +233,8 @@ std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
   settle(c, error, normalized(dir), not_loaded);
 
   // 2. every rank restores its part
-  read_all(SafetensorsFile(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : 0)), model);
-  read_all(SafetensorsFile(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : 0)), optim);
+  read_all(SafetensorsFile(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : first)), model);
+  read_all(SafetensorsFile(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : first)), optim);
   t.set_steps_done(static_cast<int>(o.steps));
   return extra_of(o);
 }
