@@ -177,12 +177,12 @@ struct Train {
   static constexpr tensor_parallel::Issue tp_issue = tensor_parallel::issue<M>(tensor_parallel);
   static constexpr std::int64_t tp_a = tp_issue.a, tp_b = tp_issue.b;
   HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::heads,
-                   "Train<Model, TensorParallel<{}>>: each rank takes an equal share of an attention layer's heads, but its {} "
-                   "query heads and {} KV heads do not both divide by {}",
+                   "Train<Model, TensorParallel<{}>>: each rank takes an equal share of the heads of every attention layer, but "
+                   "{} query heads and {} KV heads do not both divide by {}",
                    tensor_parallel, tp_a, tp_b, tensor_parallel);
   HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::features,
-                   "Train<Model, TensorParallel<{}>>: each rank takes an equal share of a feed-forward layer's {} hidden features, "
-                   "which do not divide by {}",
+                   "Train<Model, TensorParallel<{}>>: each rank takes an equal share of the hidden features of every feed-forward "
+                   "layer, but {} do not divide by {}",
                    tensor_parallel, tp_a, tensor_parallel);
   HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::vocabulary,
                    "Train<Model, TensorParallel<{}>>: each rank takes an equal share of the vocabulary of the embedding and LM "

@@ -1,5 +1,5 @@
 // A data-parallel run's trainer is one rank: it needs the ranks' communicator.
-// expect: host::Trainer: a run with DataParallel<N> trains one rank of N; construct it with the ranks' communicator
+// expect: host::Trainer: a run with DataParallel<N> or TensorParallel<N> trains one rank of several; construct it with the ranks' communicator
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
 using namespace headroom;
