@@ -105,6 +105,12 @@ struct Communication {
     const double f = static_cast<double>(n - 1) / n;
     return 2 * f * static_cast<double>(all_reduce) + f * static_cast<double>(reduce_scatter + all_gather);
   }
+  // Bytes one rank sends over its tensor-parallel group of n ranks in a step (ring collectives).
+  constexpr double tensor_sent_per_rank(int n) const {
+    if (n <= 1) return 0;
+    const double f = static_cast<double>(n - 1) / n;
+    return 2 * f * static_cast<double>(tensor_all_reduce) + f * static_cast<double>(tensor_all_gather);
+  }
 };
 
 namespace detail {

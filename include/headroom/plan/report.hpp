@@ -286,11 +286,14 @@ void print(std::ostream& os, const P& p) {
      << (c.optim.blockwise8 ? ", 8-bit block-wise" : (c.optim.states > 0 ? ", f32" : "")) << ")"
      << (c.update_in_backward ? ", update in backward" : "") << ", loss chunk " << c.loss_chunk << ", workers "
      << c.workers << '\n';
-  if (c.dp > 1) {
+  if (c.dp > 1 || c.tp > 1) {
     static constexpr const char* sharded[] = {"nothing sharded", "optimizer states sharded", "optimizer states and gradients sharded",
                                               "optimizer states, gradients and parameters sharded"};
-    os << "  layout       data parallel over " << c.dp << " ranks, ZeRO " << c.zero << " (" << sharded[c.zero]
-       << "): every figure below is one rank's\n";
+    os << "  layout       ";
+    if (c.dp > 1) os << "data parallel over " << c.dp << " ranks, ZeRO " << c.zero << " (" << sharded[c.zero] << ")";
+    if (c.dp > 1 && c.tp > 1) os << " x ";
+    if (c.tp > 1) os << "tensor parallel over " << c.tp << " ranks (heads, feed-forward features and vocabulary split)";
+    os << ": every figure below is one rank's\n";
   }
   const std::int64_t params = p.parameters(), trainable = p.trainable_parameters();
   os << "  parameters   total " << with_commas(params) << " (" << human_count(static_cast<double>(params)) << ")"
@@ -439,21 +442,28 @@ void print(std::ostream& os, const P& p) {
     row("total", p.flops());
     t.print(os);
   }
-  if (c.dp > 1) {
+  if (c.dp > 1 || c.tp > 1) {
     const Communication& m = p.communication;
-    os << "\ncommunication (one rank, per optimizer step; sent: ring collectives over " << c.dp << " ranks)\n";
-    rp::TextTable t({"collective", "calls", "payload", "sent per rank"});
-    const double f = static_cast<double>(c.dp - 1) / c.dp;
-    auto row = [&](const char* name, std::int64_t calls, std::int64_t bytes, double share) {
+    os << "\ncommunication (one rank, per optimizer step; sent: ring collectives over its group)\n";
+    rp::TextTable t({"collective", "group", "calls", "payload", "sent per rank"});
+    auto row = [&](const char* name, bool tensor, std::int64_t calls, std::int64_t bytes, double times) {
       if (calls == 0) return;
-      t.row({name, with_commas(calls), human_bytes(bytes), human_bytes(static_cast<std::int64_t>(share * static_cast<double>(bytes)))});
+      const int ranks = tensor ? c.tp : c.dp;
+      const double share = times * static_cast<double>(ranks - 1) / ranks;
+      t.row({name, std::to_string(ranks) + (tensor ? " tensor" : " data"), with_commas(calls), human_bytes(bytes),
+             human_bytes(static_cast<std::int64_t>(share * static_cast<double>(bytes)))});
     };
-    row("all-reduce (gradients)", m.all_reduce_calls, m.all_reduce, 2 * f);
-    row("reduce-scatter (gradient buckets)", m.reduce_scatter_calls, m.reduce_scatter, f);
-    row(c.zero == 3 ? "all-gather (parameters, per event)" : "all-gather (weights after the update)", m.all_gather_calls, m.all_gather, f);
+    row("all-reduce (gradients)", false, m.all_reduce_calls, m.all_reduce, 2);
+    row("reduce-scatter (gradient buckets)", false, m.reduce_scatter_calls, m.reduce_scatter, 1);
+    row(c.zero == 3 ? "all-gather (parameters, per event)" : "all-gather (weights after the update)", false, m.all_gather_calls,
+        m.all_gather, 1);
+    row("all-reduce (activations, their gradients)", true, m.tensor_all_reduce_calls, m.tensor_all_reduce, 2);
+    row("all-gather (LM head row statistics)", true, m.tensor_all_gather_calls, m.tensor_all_gather, 1);
     t.rule();
-    t.row({"all", with_commas(m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls), human_bytes(m.payload()),
-           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp)))});
+    const std::int64_t calls = m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls + m.tensor_all_reduce_calls +
+                               m.tensor_all_gather_calls;
+    t.row({"all", "", with_commas(calls), human_bytes(m.payload() + m.tensor_payload()),
+           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)))});
     t.print(os);
   }
   os.flags(saved_flags);
