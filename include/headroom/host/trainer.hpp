@@ -160,6 +160,11 @@ class Trainer {
       throw std::invalid_argument(
           "host::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
           "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
+    if (config.tp > 1 && o.overlap_communication)
+      throw std::invalid_argument(
+          "host::Trainer: overlap_communication runs data-parallel collectives on a second thread, while a tensor-parallel "
+          "run sums activations on the compute thread; one process calls its communicators from one thread at a time, so "
+          "set overlap_communication = false with TensorParallel<" + std::to_string(config.tp) + ">");
     panels_ = GemmPanels<T>{sched.gemm_panels.bound() ? device_.at<T>(sched.gemm_panels.offset) : nullptr,
                             sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(T)) / config.workers};
     if (comm_ != nullptr) {
