@@ -27,9 +27,17 @@
 //                       feed-forward width, and the vocabulary of the
 //                       embedding and LM head (Megatron-LM); the plan is
 //                       one rank's; DataParallel x TensorParallel ranks in all
+//   PipelineParallel<S> [1] S stages, each with an equal share of the blocks
+//                       of the model's Repeat (the first also the layers
+//                       before it, the last those after it), running the
+//                       Accumulate<K> micro-batches of a step under 1F1B;
+//                       S x DataParallel x TensorParallel processes in all.
+//                       plan<Run>() is the plan of the stage with the
+//                       largest peak; plan<pipeline_stage<Run, s>>() stage s's
 #include <type_traits>
 
 #include "layers/layer.hpp"
+#include "layers/pipeline_stages.hpp"
 #include "layers/tensor_parallel.hpp"
 #include "optim/optimizer.hpp"
 
@@ -80,6 +88,19 @@ struct TensorParallel {
   HEADROOM_REQUIRE(N >= 1, "TensorParallel<N>: N (the tensor-parallel ranks) must be at least 1 (it is {})", N);
   static constexpr int value = N;
 };
+template <int S>
+struct PipelineParallel {
+  static constexpr std::string_view kind = "PipelineParallel";
+  HEADROOM_REQUIRE(S >= 1, "PipelineParallel<S>: S (the pipeline stages) must be at least 1 (it is {})", S);
+  static constexpr int value = S;
+};
+namespace detail {
+// The stage a pipelined run type is planned for (pipeline_stage<Run, s>).
+template <int S>
+struct PipelineStage {
+  static constexpr int value = S;
+};
+}  // namespace detail
 template <int S>
 struct ZeRO {
   HEADROOM_REQUIRE(S >= 0 && S <= 3,
@@ -132,7 +153,8 @@ template <class O>
 inline constexpr bool known_option =
     is_instance<O, Batch>::value || is_instance<O, Seq>::value || is_instance<O, Precision>::value ||
     is_instance<O, Accumulate>::value || is_instance<O, Workers>::value || is_instance<O, LossChunk>::value ||
-    is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value || is_instance<O, TensorParallel>::value || std::is_same_v<O, UpdateInBackward> ||
+    is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value || is_instance<O, TensorParallel>::value ||
+    is_instance<O, PipelineParallel>::value || is_instance<O, PipelineStage>::value || std::is_same_v<O, UpdateInBackward> ||
     std::is_same_v<O, OnCuda> || Optimizer<O>;
 }  // namespace detail
 
@@ -141,11 +163,12 @@ struct Train {
   static_assert(Layer<M>, "Train<Model, ...>: Model must satisfy the Layer concept (see layers/layer.hpp)");
   static_assert((detail::known_option<Options> && ...),
                 "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, "
-                "UpdateInBackward, OnCuda, DataParallel, ZeRO, TensorParallel or an optimizer");
+                "UpdateInBackward, OnCuda, DataParallel, ZeRO, TensorParallel, PipelineParallel or an optimizer");
   static_assert(detail::option_count<Seq, Options...> == 1, "Train<Model, ...>: give the sequence length exactly once, as Seq<T>");
   static_assert(detail::option_count<Batch, Options...> <= 1 && detail::option_count<Precision, Options...> <= 1 &&
                     detail::option_count<Accumulate, Options...> <= 1 && detail::option_count<DataParallel, Options...> <= 1 &&
-                    detail::option_count<ZeRO, Options...> <= 1 && detail::option_count<TensorParallel, Options...> <= 1,
+                    detail::option_count<ZeRO, Options...> <= 1 && detail::option_count<TensorParallel, Options...> <= 1 &&
+                    detail::option_count<PipelineParallel, Options...> <= 1,
                 "Train<Model, ...>: each option may be given at most once");
   static_assert((0 + ... + (Optimizer<Options> ? 1 : 0)) <= 1, "Train<Model, ...>: give at most one optimizer");
 
@@ -162,6 +185,9 @@ struct Train {
   static constexpr int data_parallel = detail::option_value<DataParallel, 1, Options...>();
   static constexpr int zero = detail::option_value<ZeRO, 0, Options...>();
   static constexpr int tensor_parallel = detail::option_value<TensorParallel, 1, Options...>();
+  static constexpr int pipeline_parallel = detail::option_value<PipelineParallel, 1, Options...>();
+  // -1: a pipelined run type whose stage is not chosen (pipeline_stage<Run, s> chooses it)
+  static constexpr int stage = detail::option_value<detail::PipelineStage, (pipeline_parallel > 1 ? -1 : 0), Options...>();
 
   static_assert(!update_in_backward || accumulate == 1,
                 "Train<Model, ...>: UpdateInBackward frees each layer's grads right after its update, so it needs Accumulate<1>");
@@ -196,6 +222,27 @@ struct Train {
                    "Train<Model, TensorParallel<{}>>: quantized projections are not split over tensor-parallel ranks yet; use "
                    "DataParallel<N> alone",
                    tensor_parallel);
+  // what the pipeline stages cannot divide (layers/pipeline_stages.hpp)
+  static constexpr pipeline_stages::Issue pp_issue = pipeline_stages::issue<M>(pipeline_parallel);
+  static constexpr std::int64_t pp_blocks = pp_issue.blocks;
+  HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::no_repeat,
+                   "Train<Model, PipelineParallel<{}>>: the stages divide the blocks of a Repeat of the model, and it has none",
+                   pipeline_parallel);
+  HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::uneven,
+                   "Train<Model, PipelineParallel<{}>>: each stage takes an equal share of the {} blocks of the model, which do not "
+                   "divide by {}",
+                   pipeline_parallel, pp_blocks, pipeline_parallel);
+  HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::tied,
+                   "Train<Model, PipelineParallel<{}>>: the LM head is tied to the embedding, which the first stage holds and the "
+                   "last does not; tied weights are not shared between stages yet",
+                   pipeline_parallel);
+  HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::offloaded,
+                   "Train<Model, PipelineParallel<{}>>: Offloaded layers are not planned over pipeline stages yet",
+                   pipeline_parallel);
+  HEADROOM_REQUIRE(!update_in_backward || pipeline_parallel == 1,
+                   "Train<Model, ...>: UpdateInBackward updates each parameter inside its backward, but a pipeline stage runs the "
+                   "backward of {} micro-batches before it may update; drop one of them",
+                   accumulate);
   HEADROOM_REQUIRE(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T ({}) exceeds the context length of the model ({})",
                    seq, detail::context_length<M>());
 
@@ -213,9 +260,23 @@ struct Train {
     c.dp = data_parallel;
     c.zero = zero;
     c.tp = tensor_parallel;
+    c.pp = pipeline_parallel;
+    c.stage = stage;
     return c;
   }
 };
+
+// Stage s of a pipelined run type: Run with its stage chosen, 0 .. S - 1.
+template <class R, int S>
+struct pipeline_stage_of;
+template <class M, class... Options, int S>
+struct pipeline_stage_of<Train<M, Options...>, S> {
+  static constexpr int last = Train<M, Options...>::pipeline_parallel - 1;
+  HEADROOM_REQUIRE(S >= 0 && S <= last, "pipeline_stage<Run, s>: s must be a stage of the run, 0 to {} (it is {})", last, S);
+  using type = Train<M, Options..., detail::PipelineStage<S>>;
+};
+template <class R, int S>
+using pipeline_stage = typename pipeline_stage_of<R, S>::type;
 
 template <class R>
 concept TrainingRun = requires {

@@ -67,6 +67,8 @@ class Marking final : public host::Communicator {
   void all_gather(void* d, std::int64_t b) override { in([&] { inner_.all_gather(d, b); }); }
   void send(const void* d, std::int64_t b, int p, int t) override { in([&] { inner_.send(d, b, p, t); }); }
   void recv(void* d, std::int64_t b, int p, int t) override { in([&] { inner_.recv(d, b, p, t); }); }
+  void begin_send(const void* d, std::int64_t b, int p, int t) override { in([&] { inner_.begin_send(d, b, p, t); }); }
+  void finish_send(int p, int t) override { in([&] { inner_.finish_send(p, t); }); }
   void barrier() override { in([&] { inner_.barrier(); }); }
   std::unique_ptr<host::Communicator> split(int color, int key) override {
     return std::make_unique<Marking>(inner_.split(color, key));

@@ -84,6 +84,14 @@ class Communicator {
   // at least 32767).
   virtual void send(const void* data, std::int64_t bytes, int peer, int tag) = 0;
   virtual void recv(void* data, std::int64_t bytes, int peer, int tag) = 0;
+  // A send that may still be in flight when it returns (the buffer must stay
+  // as it is), and the completion of the oldest such send to `peer` with
+  // `tag` (sends to one peer and tag complete in the order begun). Pipeline
+  // stages send activations this way and complete the send when the
+  // gradient comes back, so that no two stages wait on each other's sends.
+  // By default the send completes at once (a blocking send).
+  virtual void begin_send(const void* data, std::int64_t bytes, int peer, int tag) { send(data, bytes, peer, tag); }
+  virtual void finish_send(int /*peer*/, int /*tag*/) {}
 
   // Returns when every rank has entered it.
   virtual void barrier() = 0;

@@ -50,6 +50,11 @@ class CountingCommunicator final : public Communicator {
     sent_ += bytes;
     inner_.send(data, bytes, peer, tag);
   }
+  void begin_send(const void* data, std::int64_t bytes, int peer, int tag) override {
+    sent_ += bytes;
+    inner_.begin_send(data, bytes, peer, tag);
+  }
+  void finish_send(int peer, int tag) override { inner_.finish_send(peer, tag); }
   void recv(void* data, std::int64_t bytes, int peer, int tag) override {
     received_ += bytes;
     inner_.recv(data, bytes, peer, tag);

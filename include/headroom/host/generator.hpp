@@ -142,6 +142,8 @@ class Generator {
       headroom::detail::generation_plan<R, context, batch>(Tr::sched, Tr::plan, static_cast<std::int64_t>(sizeof(T)));
   static_assert(!(requires { R::model::max_seq; }) || context <= R::model::max_seq,
                 "Generator<Run, Context<C>>: C exceeds the model's context length");
+  static_assert(R::config().pp == 1,
+                "Generator<Run>: a pipelined run's trainer holds one stage's layers; generate with a one-process run type");
   static_assert(R::config().tp == 1,
                 "Generator<Run>: a tensor-parallel run's trainer holds one rank's block of the split weights; generate with a "
                 "one-process run type, its weights loaded from the whole model");

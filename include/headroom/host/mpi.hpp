@@ -60,22 +60,25 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
-#include <signal.h>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unistd.h>
 #include <utility>
+#include <vector>
+#include <signal.h>
+#include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -331,6 +334,37 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // The send's chunks are posted now (MPI_Isend) and waited for, against
+  // the timeout, by finish_send.
+  void begin_send(const void* data, std::int64_t bytes, int peer, int tag) override {
+    mpi_detail::CallScope scope("send");
+    check_peer(peer, tag, "send");
+    check_count(bytes, "send");
+    usable("send");
+    const char* p = static_cast<const char*>(data);
+    const std::int64_t chunks = chunk_count(bytes);
+    PendingSend pending;
+    for (std::int64_t c = 0, off = 0; off < bytes; ++c, off += chunk_) {
+      const int len = static_cast<int>(std::min(chunk_, bytes - off));
+      const Call call = Call::p2p("send", bytes, peer, tag, c, chunks);
+      MPI_Request req = MPI_REQUEST_NULL;
+      check(MPI_Isend(p + off, len, MPI_BYTE, peer, tag, comm_, &req), "MPI_Isend", call);
+      pending.push_back({req, call});
+    }
+    pending_sends_[{peer, tag}].push_back(std::move(pending));
+  }
+  void finish_send(int peer, int tag) override {
+    mpi_detail::CallScope scope("send");
+    usable("send");
+    auto it = pending_sends_.find({peer, tag});
+    if (it == pending_sends_.end() || it->second.empty())
+      throw std::logic_error(comm_detail::cat({who(), ": finish_send to rank ", std::to_string(peer), " (tag ", std::to_string(tag),
+                                               ") without a send begun"}));
+    PendingSend pending = std::move(it->second.front());
+    it->second.pop_front();
+    for (auto& [req, call] : pending) wait(req, call);
+  }
+
   void recv(void* data, std::int64_t bytes, int peer, int tag) override {
     mpi_detail::CallScope scope("recv");
     check_peer(peer, tag, "recv");
@@ -479,6 +513,9 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  // begin_send's messages not yet finished, per (peer, tag), oldest first: each its chunks' requests
+  using PendingSend = std::vector<std::pair<MPI_Request, Call>>;
+  std::map<std::pair<int, int>, std::deque<PendingSend>> pending_sends_;
   int tag_ub_ = 32767;
   std::chrono::milliseconds timeout_;
   std::int64_t chunk_ = default_chunk_limit;

@@ -22,6 +22,7 @@ struct OpContext : ops::Bound<T> {
   GemmPanels<T> gemm_panels{};
   Communicator* comm = nullptr;         // data parallelism: the ranks' communicator (the collectives' kernels)
   Communicator* tensor_comm = nullptr;  // tensor parallelism: this rank's tensor-parallel group (ops/tensor_parallel.hpp)
+  Communicator* pipe_comm = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (ops/pipeline.hpp)
 
   int workers() const { return n_workers; }
   const GemmPanels<T>& panels() const { return gemm_panels; }

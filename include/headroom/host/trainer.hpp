@@ -160,22 +160,35 @@ class Trainer {
       throw std::invalid_argument(
           "host::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
           "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
-    if (config.tp > 1 && o.overlap_communication)
+    if ((config.tp > 1 || config.pp > 1) && o.overlap_communication)
       throw std::invalid_argument(
-          "host::Trainer: overlap_communication runs data-parallel collectives on a second thread, while a tensor-parallel "
-          "run sums activations on the compute thread; one process calls its communicators from one thread at a time, so "
-          "set overlap_communication = false with TensorParallel<" + std::to_string(config.tp) + ">");
+          "host::Trainer: overlap_communication runs data-parallel collectives on a second thread, while a tensor- or "
+          "pipeline-parallel run exchanges activations on the compute thread; one process calls its communicators from one "
+          "thread at a time, so set overlap_communication = false with TensorParallel or PipelineParallel");
     panels_ = GemmPanels<T>{sched.gemm_panels.bound() ? device_.at<T>(sched.gemm_panels.offset) : nullptr,
                             sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(T)) / config.workers};
     if (comm_ != nullptr) {
-      if constexpr (config.tp == 1)
+      if constexpr (config.tp == 1 && config.pp == 1)
         comm_->check_size(config.dp, "data-parallel ranks");
       else
-        comm_->check_size(config.world(), "ranks (" + std::to_string(config.dp) + " data-parallel x " + std::to_string(config.tp) +
+        comm_->check_size(config.world(), "ranks (" + std::to_string(config.pp) + " pipeline stages x " +
+                                              std::to_string(config.dp) + " data-parallel x " + std::to_string(config.tp) +
                                               " tensor-parallel)");
-      comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
+      if constexpr (config.pp > 1) {
+        // every process: the same run type; each stage's processes: the same schedule
+        comm_->agree(headroom::fingerprint_of_run(config), "the hash of the pipelined run type");
+        const int stage = comm_->rank() / (config.dp * config.tp);
+        if (stage != config.stage)
+          throw std::invalid_argument("host::Trainer: " + comm_->who() + " is pipeline stage " + std::to_string(stage) +
+                                      " (process w is stage w / " + std::to_string(config.dp * config.tp) +
+                                      "), but this trainer's run type is stage " + std::to_string(config.stage) +
+                                      "; choose the stage with host::with_pipeline_stage");
+        comm_->split(stage, comm_->rank())->agree(headroom::fingerprint(sched), "the hash of the stage's schedule");
+      } else {
+        comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
+      }
       comm_->agree(o.seed, "the seed");
-      if constexpr (config.tp > 1) split_world();
+      if constexpr (config.tp > 1 || config.pp > 1) split_world();
     }
     fill_tables();
     initialize(o.seed);
@@ -192,11 +205,15 @@ class Trainer {
     if (config.accumulate > 1) zero_grads();
     checked_ = GradientCheck{};
     double loss = 0;
-    for (int k = 0; k < config.accumulate; ++k) {
-      micro_ = k;
-      const double l = micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
-                                   targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no);
-      loss += l / config.accumulate;
+    if constexpr (config.pp > 1) {
+      loss = pipeline_micro_batches(tokens, targets, step_no);
+    } else {
+      for (int k = 0; k < config.accumulate; ++k) {
+        micro_ = k;
+        const double l = micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
+                                     targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no);
+        loss += l / config.accumulate;
+      }
     }
     StepStats s;
     s.step = step_no;
@@ -216,6 +233,7 @@ class Trainer {
   // gradients stay in the arena (read them with grad()). For gradient checks.
   double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
+    static_assert(config.pp == 1, "forward_backward: a pipeline stage runs its micro-batches with the others; use step()");
     check_batch(tokens, targets, tokens_per_micro_batch);
     if (config.accumulate > 1) zero_grads();
     micro_ = config.accumulate - 1;  // a data-parallel run averages the gradients
@@ -226,6 +244,20 @@ class Trainer {
   double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_micro_batch);
     load_batch(tokens, targets);
+    if constexpr (config.pp > 1) {  // every stage its forward; the last stage's loss to all
+      double loss = 0;
+      for (int g = 1; g < sched.backward_step; ++g) {
+        join_before(g);
+        issue_hoisted(g);
+        const Step& st = sched.steps[g];
+        if (st.kind == EventKind::loss) loss = loss_step(st, false) / tokens_per_micro_batch;
+        else run_step(st);
+      }
+      join_all();
+      if constexpr (!config.last_stage()) pipe_comm_->finish_send(pipe_comm_->rank() + 1, ops::pipe_detail::activation_tag);
+      pipe_comm_->all_reduce_sum(&loss, 1, DType::F64);
+      return mean_over_ranks(loss);
+    }
     for (int g = 1; g < sched.loss_step; ++g) {
       join_before(g);
       issue_hoisted(g);
@@ -277,6 +309,9 @@ class Trainer {
   // (0 without one), that group's communicator (null without one), and the
   // communicator of every process of the run (null for one process).
   int tensor_rank() const { return tensor_comm_ != nullptr ? tensor_comm_->rank() : 0; }
+  // Pipeline parallelism: this process's stage (0 without), and its stages' communicator (null without).
+  static constexpr int stage() { return config.stage; }
+  Communicator* pipe_communicator() const { return pipe_comm_; }
   Communicator* tensor_communicator() const { return tensor_comm_; }
   Communicator* world() const { return world_; }
   struct Shard {
@@ -329,17 +364,27 @@ class Trainer {
   TrainOptions opt_;
   Communicator* comm_ = nullptr;         // data parallelism: the ranks (null for one process)
   Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
+  Communicator* pipe_comm_ = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (null without)
   Communicator* world_ = nullptr;        // every process of the run
-  std::unique_ptr<Communicator> data_group_, tensor_group_;  // split from the world (TensorParallel<N>)
-  // TensorParallel<M>: the world's processes as groups (see the constructor).
+  std::unique_ptr<Communicator> data_group_, tensor_group_, pipe_group_;  // split from the world
+  int copy_ = 0;  // pipeline parallelism: the copy of the per-micro-batch buffers in use (Slot::stride)
+  // The world's processes as groups (see the constructor): process
+  // w = (stage D + d) M + t is tensor-parallel rank t of data-parallel rank
+  // d of pipeline stage `stage` (D data-parallel, M tensor-parallel ranks).
   void split_world() {
-    const int w = world_->rank();
-    tensor_group_ = world_->split(w / config.tp, w % config.tp);
-    tensor_comm_ = tensor_group_.get();
+    const int w = world_->rank(), t = w % config.tp, d = (w / config.tp) % config.dp, stage = w / (config.tp * config.dp);
+    if constexpr (config.tp > 1) {
+      tensor_group_ = world_->split(w / config.tp, t);
+      tensor_comm_ = tensor_group_.get();
+    }
     comm_ = nullptr;
     if constexpr (config.dp > 1) {
-      data_group_ = world_->split(w % config.tp, w / config.tp);
+      data_group_ = world_->split(stage * config.tp + t, d);
       comm_ = data_group_.get();
+    }
+    if constexpr (config.pp > 1) {
+      pipe_group_ = world_->split(d * config.tp + t, stage);
+      pipe_comm_ = pipe_group_.get();
     }
   }
   int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
@@ -445,7 +490,7 @@ class Trainer {
 
   template <class U = T>
   U* ptr(const Slot& s) const {
-    return s.bound() ? device_.at<U>(s.offset) : nullptr;
+    return s.bound() ? device_.at<U>(s.offset + copy_ * s.stride) : nullptr;
   }
 
   static void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::int64_t n) {
@@ -482,6 +527,64 @@ class Trainer {
       }
     }
     join_all();
+    return loss;
+  }
+
+  // Pipeline parallelism: the step's micro-batches under 1F1B (Narayanan
+  // et al. 2021): as many forwards as the stages after this one (at most
+  // K), then a forward and a backward in turn, then the backwards left. A
+  // micro-batch m uses copy m % in_flight of what its forward keeps for its
+  // backward. The loss (the last stage's) reaches every stage; a
+  // non-finite one stops the step on every stage after the backward, before
+  // any update.
+  double pipeline_micro_batches(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
+    constexpr int K = config.accumulate, copies = config.in_flight();
+    constexpr int warmup = config.pp - 1 - config.stage < K ? config.pp - 1 - config.stage : K;
+    const int forward_end = sched.backward_step;
+    double loss = 0;
+    int forwards = 0, backwards = 0;
+    auto forward_one = [&] {
+      const int m = forwards++;
+      micro_ = m;
+      copy_ = m % copies;
+      load_batch(tokens.subspan(m * tokens_per_micro_batch, tokens_per_micro_batch),
+                 targets.subspan(m * tokens_per_micro_batch, tokens_per_micro_batch));
+      for (int g = 1; g < forward_end; ++g) {
+        const Step& st = sched.steps[g];
+        join_before(g);
+        issue_hoisted(g);
+        if (st.kind == EventKind::loss) {
+          const double l = loss_step(st, true) / tokens_per_micro_batch;
+          *ptr(sched.loss) = static_cast<T>(l);
+          loss += l / K;
+        } else {
+          run_step(st);
+        }
+      }
+    };
+    auto backward_one = [&] {
+      const int m = backwards++;
+      micro_ = m;
+      copy_ = m % copies;
+      for (int g = forward_end; g < micro_batch_end; ++g) {
+        join_before(g);
+        issue_hoisted(g);
+        run_step(sched.steps[g]);
+      }
+      join_all();
+    };
+    for (int i = 0; i < warmup; ++i) forward_one();
+    while (forwards < K) {
+      forward_one();
+      backward_one();
+    }
+    while (backwards < K) backward_one();
+    copy_ = 0;
+    // the last stage's loss on every stage, then its mean over the data-parallel ranks
+    if (!config.last_stage()) loss = 0;
+    pipe_comm_->all_reduce_sum(&loss, 1, DType::F64);
+    loss = mean_over_ranks(loss);
+    if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
     return loss;
   }
 
@@ -528,11 +631,12 @@ class Trainer {
   // The kernels' view of a step: every operand resolved to its pointer.
   OpContext<T> context(const Step& st) const {
     OpContext<T> k{};
-    trainers::bind_step(k, sched, st, device_.at<std::byte>(0));
+    trainers::bind_step(k, sched, st, device_.at<std::byte>(0), copy_);
     k.n_workers = workers_;
     k.gemm_panels = panels_;
     k.comm = comm_;
     k.tensor_comm = tensor_comm_;
+    k.pipe_comm = pipe_comm_;
     k.micro = micro_;
     return k;
   }
@@ -618,6 +722,7 @@ class Trainer {
     if constexpr (config.tp > 1) tensor_comm_->all_reduce_sum(&split_sq, 1, DType::F64);
     sq += split_sq;
     if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
+    if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(&sq, 1, DType::F64);  // each stage its parameters
     if (!(sq <= max_squares)) stop_before_update(step_no, sq);
     const double norm = std::sqrt(sq);
     T scale = T(1);
@@ -817,5 +922,28 @@ class Trainer {
     keep(scales, p.scales);
   }
 };
+
+// Pipeline parallelism: calls f.template operator()<Stage>() with Stage =
+// pipeline_stage<R, s> for this process's stage s (process w of the run is
+// stage w / (DataParallel x TensorParallel)), so that one program trains
+// every stage:
+//
+//   host::with_pipeline_stage<Run>(comm, [&]<class Stage>() {
+//     host::Trainer<Stage> t(options, comm);
+//     for (...) t.step(tokens, targets);  // every stage gets the step's micro-batches
+//   });
+//
+// f is compiled for every stage.
+template <TrainingRun R, class F>
+void with_pipeline_stage(Communicator& world, F&& f) {
+  constexpr RunConfig c = R::config();
+  static_assert(c.pp > 1 && c.stage < 0, "host::with_pipeline_stage<Run>: Run must be a PipelineParallel<S> run type, its stage not chosen");
+  world.check_size(c.world(), "ranks (" + std::to_string(c.pp) + " pipeline stages x " + std::to_string(c.dp) + " data-parallel x " +
+                                  std::to_string(c.tp) + " tensor-parallel)");
+  const int stage = world.rank() / (c.dp * c.tp);
+  [&]<int... S>(std::integer_sequence<int, S...>) {
+    ((S == stage ? (f.template operator()<pipeline_stage<R, S>>(), 0) : 0), ...);
+  }(std::make_integer_sequence<int, c.pp>{});
+}
 
 }  // namespace headroom::host

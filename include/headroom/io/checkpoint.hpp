@@ -147,9 +147,10 @@ inline constexpr std::int64_t format_version = 2;
 inline constexpr std::int64_t oldest_version = 1;
 // Version 3: a parallel run's checkpoint (its "layout", a pair of files per rank).
 inline constexpr std::int64_t sharded_version = 3;
-inline std::string layout_words(std::int64_t ranks, std::int64_t zero, std::int64_t tensor = 1) {
-  if (ranks == 1 && tensor == 1) return "one process";
-  std::string w = ranks == 1 ? std::string() : std::to_string(ranks) + " data-parallel ranks with ZeRO " + std::to_string(zero);
+inline std::string layout_words(std::int64_t ranks, std::int64_t zero, std::int64_t tensor = 1, std::int64_t stages = 1) {
+  if (ranks == 1 && tensor == 1 && stages == 1) return "one process";
+  std::string w = stages == 1 ? std::string() : std::to_string(stages) + " pipeline stages";
+  if (ranks > 1) w += (w.empty() ? "" : " x ") + std::to_string(ranks) + " data-parallel ranks with ZeRO " + std::to_string(zero);
   if (tensor > 1) w += (w.empty() ? "" : " x ") + std::to_string(tensor) + " tensor-parallel ranks";
   return w;
 }
@@ -529,8 +530,11 @@ Opened open_checkpoint(const std::filesystem::path& dir) {
   differs("model", member(o, sig, "model", js::Value::Kind::String, "signature.").string, mine.model);
   differs("dtype", member(o, sig, "dtype", js::Value::Kind::String, "signature.").string, mine.dtype);
   differs("optimizer", member(o, sig, "optimizer", js::Value::Kind::String, "signature.").string, mine.optimizer);
-  differs("parameter count", std::to_string(integer(o, sig, "param_count", "signature.")), std::to_string(mine.param_count));
-  if (o.version >= 2) {  // the first parameter stored otherwise
+  // (a pipeline stage's parameters are its own: the signature holds the first
+  // stage's; every stage checks its files' tensors against its parameters)
+  if constexpr (Trainer::config.pp == 1)
+    differs("parameter count", std::to_string(integer(o, sig, "param_count", "signature.")), std::to_string(mine.param_count));
+  if (o.version >= 2 && Trainer::config.pp == 1) {  // the first parameter stored otherwise
     const auto& theirs = member(o, sig, "parameters", js::Value::Kind::Array, "signature.").items;
     for (std::size_t k = 0; k < std::min(theirs.size(), mine.parameters.size()); ++k) {
       if (theirs[k].kind != js::Value::Kind::String) fail(o.trainer_json(), "corrupt: signature.\"parameters\" holds a non-string");
@@ -542,14 +546,16 @@ Opened open_checkpoint(const std::filesystem::path& dir) {
   }
   // the parallel layout: one process (no "layout"), or N data-parallel ranks
   // at a ZeRO stage, of M tensor-parallel ranks each (no "tensor_parallel": 1)
-  std::int64_t ranks = 1, zero = 0, tensor = 1;
+  std::int64_t ranks = 1, zero = 0, tensor = 1, stages = 1;
   if (const js::Value* l = o.root.get("layout")) {
     if (l->kind != js::Value::Kind::Object) fail(o.trainer_json(), "corrupt: \"layout\" is not an object");
     ranks = integer(o, *l, "data_parallel", "layout.");
     zero = integer(o, *l, "zero", "layout.");
     if (l->get("tensor_parallel") != nullptr) tensor = integer(o, *l, "tensor_parallel", "layout.");
+    if (l->get("pipeline_parallel") != nullptr) stages = integer(o, *l, "pipeline_parallel", "layout.");
   }
-  differs("layout", layout_words(ranks, zero, tensor), layout_words(Trainer::config.dp, Trainer::config.zero, Trainer::config.tp));
+  differs("layout", layout_words(ranks, zero, tensor, stages),
+          layout_words(Trainer::config.dp, Trainer::config.zero, Trainer::config.tp, Trainer::config.pp));
   if (!diff.empty()) fail(o.dir, "belongs to another run (" + diff + "); save_pretrained / load_pretrained move weights between runs");
   return o;
 }

@@ -68,6 +68,8 @@ class Consolidated {
 
   // Gathers every parameter from every rank's part (all ranks call it).
   explicit Consolidated(const Trainer& t) : table_(t.quant_table()) {
+    static_assert(Trainer::config.pp == 1,
+                  "io::Consolidated: a pipeline stage holds its own layers only; consolidating the stages is not done yet");
     static_assert(Trainer::config.sharded(3) || Trainer::config.tp > 1,
                   "io::Consolidated: this trainer holds whole parameters already (ZeRO below 3, no tensor parallelism); use it "
                   "directly");

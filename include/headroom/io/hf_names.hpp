@@ -74,10 +74,11 @@ constexpr HfFamily hf_family() {
 // but a ZeRO<3> one's, which holds its shards, and a tensor-parallel one's,
 // which holds its blocks (io::Consolidated gathers them).
 template <class Trainer>
-inline constexpr bool holds_whole_parameters = !Trainer::config.sharded(3) && Trainer::config.tp == 1;
+inline constexpr bool holds_whole_parameters = !Trainer::config.sharded(3) && Trainer::config.tp == 1 && Trainer::config.pp == 1;
 #define HEADROOM_WHOLE_PARAMETERS(function)                                                                                    \
-  static_assert(holds_whole_parameters<Trainer>, function ": a ZeRO<3> or tensor-parallel trainer holds parts of each "        \
-                                                 "parameter; give io::Consolidated(trainer) instead (io/consolidated.hpp)")
+  static_assert(holds_whole_parameters<Trainer>, function ": a ZeRO<3>, tensor-parallel or pipeline-stage trainer holds parts "  \
+                                                 "of the parameters; give io::Consolidated(trainer) instead (io/consolidated.hpp; "     \
+                                                 "not yet for pipeline stages)")
 
 // LoRA's parameters (lora_A, lora_B): adapters, not part of a base checkpoint.
 constexpr bool is_adapter_param(std::string_view name) { return name.substr(0, 5) == "lora_"; }

@@ -26,8 +26,10 @@
 //                                   code tables.
 //   trainer.json                    as for one process, with "layout":
 //                                   {"data_parallel": N, "zero": S,
-//                                   "tensor_parallel": M} and every process's
-//                                   files, their sizes and hashes.
+//                                   "tensor_parallel": M, "pipeline_parallel":
+//                                   P} and every process's files, their sizes
+//                                   and hashes. With pipeline parallelism each
+//                                   process holds its stage's parameters.
 //
 // Atomic as one process's save: rank 0 stages the directory, every rank
 // writes and fsyncs its files into it, and rank 0 writes trainer.json once
@@ -191,7 +193,8 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
                                      std::string(all[static_cast<std::size_t>(q)].hash[f], 16)});
       const std::string layout = "{\"data_parallel\": " + std::to_string(Trainer::config.dp) +
                                  ", \"zero\": " + std::to_string(Trainer::config.zero) +
-                                 ", \"tensor_parallel\": " + std::to_string(Trainer::config.tp) + "}";
+                                 ", \"tensor_parallel\": " + std::to_string(Trainer::config.tp) +
+                                 ", \"pipeline_parallel\": " + std::to_string(Trainer::config.pp) + "}";
       finish_save(staging, d, trainer_json(t, files, extra, sharded_version, layout));
     } catch (...) {
       error = std::current_exception();
@@ -208,8 +211,8 @@ std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
   const std::string not_loaded = "not loaded; no rank's trainer was changed";
   std::exception_ptr error;
   // the files this process reads: its own, and those of data-parallel rank 0
-  // of its tensor-parallel rank (process `first`) where that one wrote for all
-  const int first = t.tensor_rank();
+  // of its stage and tensor-parallel rank (process `first`) where that one wrote for all
+  const int first = Trainer::stage() * Trainer::config.dp * Trainer::config.tp + t.tensor_rank();
   std::vector<std::string> reads{rank_file("model", r), rank_file("optimizer", r)};
   if (!Trainer::config.sharded(3) && r != first) reads.push_back(rank_file("model", first));
   if (!Trainer::config.sharded(1) && r != first) reads.push_back(rank_file("optimizer", first));

@@ -1,6 +1,14 @@
 #pragma once
 // Repeat<N, Block>: N instances of one block, built once.
 // Sequential<Ls...>: children in order, named by index.
+//
+// With PipelineParallel<S>, the model's outermost Repeat is what the stages
+// divide: stage s builds instances [s N / S, (s + 1) N / S) (named by their
+// place in the whole model), receiving its input from stage s - 1 and
+// sending its output to stage s + 1 (ops/pipeline.hpp); the model builds
+// the layers before the Repeat on the first stage and those after it on the
+// last (graph::RunConfig::first_stage, last_stage).
+#include "../ops/pipeline.hpp"
 #include "layer.hpp"
 
 namespace headroom {
@@ -58,9 +66,14 @@ struct Repeat {
   using children = type_list<Block>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
-    const Ref p = b.begin_group(N, x);
-    const Ref y = Block::build(b, p);
-    return b.end_group(y);
+    const bool pipelined = b.cfg.pp > 1 && b.current_group() == graph::none;
+    const int count = pipelined ? N / b.cfg.pp : N;
+    if (pipelined && !b.cfg.first_stage()) x = headroom::ops::PipelineRecv::emit(b, in_features);  // (N, D) from the stage before
+    const Ref p = b.begin_group(count, x);
+    if (pipelined) b.nodes[b.groups[b.current_group()].node].first_instance = b.cfg.stage * count;
+    const Ref y = b.end_group(Block::build(b, p));
+    if (pipelined && !b.cfg.last_stage()) headroom::ops::PipelineSend::emit(b, y, out_features);  // to the next stage
+    return y;
   }
 };
 template <int N, class Block>

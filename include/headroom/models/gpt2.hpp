@@ -76,13 +76,18 @@ struct GPT2 {
 
   static constexpr Ref build(graph::Builder& b, Ref tokens) {
     if constexpr (adapters) b.push_frozen();
-    Ref x = b.child<Embedding<C.vocab, D>>("wte", tokens);
-    x = b.child<LearnedPositions<C.max_positions, D>>("wpe", x);
+    Ref x = tokens;  // with pipeline parallelism, a stage builds its part (layers/repeat.hpp)
+    if (b.cfg.first_stage()) {
+      x = b.child<Embedding<C.vocab, D>>("wte", tokens);
+      x = b.child<LearnedPositions<C.max_positions, D>>("wpe", x);
+    }
     x = b.child<Repeat<C.layers, block>>("h", x);
-    x = b.child<LayerNorm<D>>("ln_f", x);
-    const Ref loss = b.child<LMHeadLoss<C.vocab, D, true>>("lm_head", x);
+    if (b.cfg.last_stage()) {
+      x = b.child<LayerNorm<D>>("ln_f", x);
+      x = b.child<LMHeadLoss<C.vocab, D, true>>("lm_head", x);  // the loss
+    }
     if constexpr (adapters) b.pop_frozen();
-    return loss;
+    return x;
   }
 };
 

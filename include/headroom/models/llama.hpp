@@ -87,12 +87,15 @@ struct Llama {
 
   static constexpr Ref build(graph::Builder& b, Ref tokens) {
     if constexpr (adapters) b.push_frozen();
-    Ref x = b.child<Embedding<C.vocab, D>>("embed_tokens", tokens);
+    Ref x = tokens;  // with pipeline parallelism, a stage builds its part (layers/repeat.hpp)
+    if (b.cfg.first_stage()) x = b.child<Embedding<C.vocab, D>>("embed_tokens", tokens);
     x = b.child<Repeat<C.layers, block>>("layers", x);
-    x = b.child<RMSNorm<D>>("norm", x);
-    const Ref loss = b.child<LMHeadLoss<C.vocab, D, C.tied>>("lm_head", x);
+    if (b.cfg.last_stage()) {
+      x = b.child<RMSNorm<D>>("norm", x);
+      x = b.child<LMHeadLoss<C.vocab, D, C.tied>>("lm_head", x);  // the loss
+    }
     if constexpr (adapters) b.pop_frozen();
-    return loss;
+    return x;
   }
 };
 

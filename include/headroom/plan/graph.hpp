@@ -73,10 +73,19 @@ struct RunConfig {
   int dp = 1;                     // data-parallel ranks (DataParallel<N>); the plan is one rank's
   int zero = 0;                   // ZeRO stage over them: 1 optimizer states, 2 + gradients, 3 + parameters
   int tp = 1;                     // tensor-parallel ranks (TensorParallel<N>); the plan is one rank's
+  int pp = 1;                     // pipeline stages (PipelineParallel<S>); the plan is one stage's
+  int stage = 0;                  // the stage planned, 0 .. pp - 1 (-1: a pipelined run type before its stage is chosen)
 
   constexpr std::int64_t tokens() const { return batch * seq; }
-  // Processes of the run: data-parallel groups of tensor-parallel ranks.
-  constexpr int world() const { return dp * tp; }
+  // Processes of the run: pipeline stages of data-parallel groups of tensor-parallel ranks.
+  constexpr int world() const { return pp * dp * tp; }
+  // Pipeline parallelism: the stage holds the layers before the model's
+  // Repeat (first stage), its share of the Repeat's blocks, the layers after
+  // it (last stage); micro-batches in flight at once on this stage under 1F1B
+  // (its forward activations live until its backward: so many copies).
+  constexpr bool first_stage() const { return stage <= 0; }
+  constexpr bool last_stage() const { return stage < 0 || stage == pp - 1; }
+  constexpr int in_flight() const { return pp <= 1 ? 1 : (pp - stage < accumulate ? pp - stage : accumulate); }
   // Whether the data-parallel ranks shard what ZeRO stage `stage` shards.
   constexpr bool sharded(int stage) const { return dp > 1 && zero >= stage; }
   // Elements of one rank's shard of an n-element parameter: an equal block
@@ -131,6 +140,7 @@ struct Node {
   int index = none;       // position in a Sequential, or none
   int group = none;       // the Repeat group it belongs to
   int repeat = 1;         // for the node of a Repeat: its count
+  int first_instance = 0; // pipeline parallelism: the model's block index of this stage's instance 0
 };
 
 struct Tensor {

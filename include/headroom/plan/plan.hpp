@@ -20,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "../run.hpp"
 #include "graph.hpp"
@@ -40,6 +41,11 @@ struct Buffer {
   std::int64_t align = 256;
   int first = 0, last = 0;  // events, inclusive
   std::int64_t offset = 0;  // in its tier's arena
+  // Pipeline parallelism: copies, one per micro-batch in flight (size is
+  // theirs together, each align_up(bytes, align) apart); born: the event
+  // that writes a copy first (first is then the step's start).
+  int copies = 1;
+  int born = 0;
 
   constexpr bool alive_at(int e) const { return first <= e && e <= last; }
   constexpr std::int64_t end() const { return offset + size; }
@@ -75,6 +81,7 @@ struct NodeInfo {
   int repeat = 1;          // for a Repeat node: its count
   bool is_repeat = false;  // a Repeat node (its subtree is per instance)
   int group = -1;          // the Repeat group it lies in, -1 outside any
+  int first_instance = 0;  // for a Repeat node: the model's block index of instance 0 (a pipeline stage's share)
 };
 
 // What one rank of a data-parallel run exchanges with the others in one
@@ -455,7 +462,8 @@ constexpr graph::Builder build_graph() {
   graph::Builder b{R::config()};
   b.open_batch();
   b.nodes[0].kind = R::model::kind;
-  b.loss = R::model::build(b, b.tokens);
+  const graph::Ref out = R::model::build(b, b.tokens);
+  b.loss = b.cfg.last_stage() ? out : graph::Ref{};  // a pipeline stage before the last sends its output instead
   b.finish();
   return b;
 }
@@ -499,15 +507,21 @@ constexpr Expanded expand_graph(const graph::Builder& b) {
       }
     }
   }
+  // the end of the forward: the loss, or (a pipeline stage before the last)
+  // the event before the first backward
   int loss_event = E - 1;
+  bool has_loss = false;
   for (int e = 0; e < E; ++e)
-    if (x.events[e].kind == EventKind::loss) loss_event = e;
+    if (x.events[e].kind == EventKind::loss) loss_event = e, has_loss = true;
+  if (!has_loss)
+    for (int e = E - 1; e >= 0; --e)
+      if (x.events[e].kind == EventKind::backward) loss_event = e - 1;
 
   for (int k = 0; k < static_cast<int>(b.nodes.size()); ++k) {
     const auto& n = b.nodes[k];
     bool rep = false;
     for (const auto& g : b.groups) rep = rep || g.node == k;
-    x.nodes.push_back(NodeInfo{n.name, n.kind, n.parent, n.index, n.repeat, rep, n.group});
+    x.nodes.push_back(NodeInfo{n.name, n.kind, n.parent, n.index, n.repeat, rep, n.group, n.first_instance});
   }
   detail::cvec<int> param_of(b.tensors.size(), -1);
   for (int p = 0; p < static_cast<int>(b.params.size()); ++p) {
@@ -626,8 +640,19 @@ constexpr Expanded expand_graph(const graph::Builder& b) {
       buf.bytes = tr.bytes;
       buf.align = A;
       buf.size = align_up(tr.bytes, A);
-      buf.first = first;
+      buf.first = buf.born = first;
       buf.last = last;
+      // pipeline parallelism: what a micro-batch's forward leaves for its
+      // backward (saved activations, the token ids) exists once per
+      // micro-batch in flight on this stage, for the whole step
+      const int copies = b.cfg.in_flight();
+      if (copies > 1 && !tr.persistent && first <= loss_event && last > loss_event &&
+          (buf.role == Role::saved_activation || buf.role == Role::batch_io)) {
+        buf.copies = copies;
+        buf.size *= copies;
+        buf.first = 0;
+        buf.last = E - 1;
+      }
     }
   }
 
@@ -768,8 +793,9 @@ RuntimePlan plan_at_run_time() {
   return detail::expand<R>();
 }
 
+namespace detail {
 template <TrainingRun R>
-constexpr auto plan() {
+constexpr auto plan_of() {
   constexpr detail::Sizes n = detail::sizes<R>();
   HEADROOM_REQUIRE(n.trainable > 0 || n.parameters == 0,
                    "Train<Model, ...>: the optimizer has nothing to train: the model has {} trainable parameters of {}",
@@ -792,6 +818,29 @@ constexpr auto plan() {
   p.communication = x.communication;
   p.checked_valid = x.valid;
   return p;
+}
+
+// Pipeline parallelism: the stage whose device peak is the largest (the first, on a tie).
+template <class R, int... S>
+constexpr int largest_stage(std::integer_sequence<int, S...>) {
+  const std::int64_t peaks[] = {plan_of<pipeline_stage<R, S>>().peak_bytes()...};
+  int worst = 0;
+  for (int s = 1; s < static_cast<int>(sizeof...(S)); ++s)
+    if (peaks[s] > peaks[worst]) worst = s;
+  return worst;
+}
+}  // namespace detail
+
+// The plan of one training step of run R, for one process: with data or
+// tensor parallelism one rank's; with pipeline parallelism the plan of the
+// stage with the largest peak (plan<pipeline_stage<R, s>>() is stage s's),
+// so that a bound on it holds on every process.
+template <TrainingRun R>
+constexpr auto plan() {
+  if constexpr (R::config().stage >= 0)
+    return detail::plan_of<R>();
+  else
+    return detail::plan_of<pipeline_stage<R, detail::largest_stage<R>(std::make_integer_sequence<int, R::config().pp>{})>>();
 }
 
 }  // namespace headroom

@@ -112,7 +112,8 @@ constexpr bool is_repeat_node(const P& p, int n) {
 // The root is omitted ("model" for the root itself); a positional child is
 // named by its index; at and below a Repeat the instance follows the
 // Repeat's name ("layers.3" is block 3 as a whole), "*" when instance < 0
-// (all instances).
+// (all instances). With pipeline parallelism a stage's instance j is block
+// first_instance + j of the whole model, and is named so.
 template <class P>
   requires detail::reporting::is_plan<P>::value
 std::string node_path(const P& p, int node, int instance = -1) {
@@ -129,7 +130,7 @@ std::string node_path(const P& p, int node, int instance = -1) {
     s += nd.index >= 0 ? std::to_string(nd.index) : std::string(nd.name);
     if (detail::reporting::is_repeat_node(p, chain[k])) {
       s += '.';
-      s += instance < 0 ? std::string("*") : std::to_string(instance);
+      s += instance < 0 ? std::string("*") : std::to_string(nd.first_instance + instance);
     }
   }
   return s;

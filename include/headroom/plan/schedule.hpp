@@ -30,7 +30,13 @@ struct Slot {
   std::int64_t offset = -1;  // in the arena of its tier; -1: not bound
   std::int64_t bytes = 0;
   bool first = false;        // this event writes the buffer first (overwrite, don't accumulate)
+  // Pipeline parallelism: bytes between the copies of a buffer kept per
+  // micro-batch in flight (copy c at offset + c stride); 0: one copy.
+  std::int64_t stride = 0;
+  int copies = 1;
   constexpr bool bound() const { return offset >= 0; }
+  // the bytes it spans, every copy
+  constexpr std::int64_t extent() const { return stride > 0 ? stride * copies : bytes; }
 };
 
 // One instance of one parameter, and where its buffers live (device tier).
@@ -111,6 +117,7 @@ struct Schedule {
   std::int64_t quant_table = -1;  // NF4 code values (+ the dynamic map for double quantization)
   std::int64_t optim_table = -1;  // AdamW8bit's two dynamic maps
   int loss_step = -1, update_step = -1;
+  int backward_step = -1;  // the first backward step: a micro-batch's forward is [1, backward_step)
 
   constexpr std::int64_t arena_bytes(Tier t = Tier::device) const { return peak[static_cast<int>(t)]; }
 };
@@ -175,7 +182,7 @@ struct BufferIndex {
   constexpr Slot slot(graph::Ref r, int j, int event) const {
     if (!r.valid()) return Slot{};
     const Buffer& buf = x.buffers[buffer(r, j)];
-    return Slot{buf.offset, buf.bytes, buf.first == event};
+    return Slot{buf.offset, buf.bytes, buf.born == event, buf.copies > 1 ? align_up(buf.bytes, buf.align) : 0, buf.copies};
   }
   constexpr Slot slot_of_tensor(int t, int j, int event) const {
     if (t == graph::none) return Slot{};
@@ -189,6 +196,9 @@ struct BufferIndex {
 
 template <TrainingRun R>
 constexpr auto schedule() {
+  static_assert(R::config().stage >= 0,
+                "schedule<Run>: a pipelined run is scheduled stage by stage: schedule<pipeline_stage<Run, s>>() (host::Trainer of a "
+                "stage: host::with_pipeline_stage)");
   constexpr detail::ScheduleSizes n = detail::schedule_sizes<R>();
   const graph::Builder b = detail::build_graph<R>();
   const detail::Expanded x = detail::expand_graph<true>(b);
@@ -241,6 +251,7 @@ constexpr auto schedule() {
       st.instance = j;
       if (ev.kind == EventKind::loss) s.loss_step = g;
       if (ev.kind == EventKind::update) s.update_step = g;
+      if (ev.kind == EventKind::backward && (s.backward_step < 0 || g < s.backward_step)) s.backward_step = g;
       if (ev.op != graph::none || ev.collective != graph::none) {
         const graph::Op& op = ev.op != graph::none ? b.ops[ev.op] : b.collectives[ev.collective];
         st.op = op.kind;
@@ -362,19 +373,43 @@ constexpr auto schedule() {
   return s;
 }
 
+namespace detail {
+// FNV-1a, eight bytes at a time.
+struct Fnv {
+  std::uint64_t h = 14695981039346656037ull;
+  constexpr void mix(std::int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<std::uint64_t>(v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  constexpr void mix_config(const RunConfig& c) {
+    for (std::int64_t v : {c.batch, c.seq, std::int64_t(c.dtype), std::int64_t(c.optim.kind), std::int64_t(c.accumulate),
+                           std::int64_t(c.update_in_backward), std::int64_t(c.workers), c.loss_chunk, std::int64_t(c.engine),
+                           std::int64_t(c.dp), std::int64_t(c.zero), std::int64_t(c.tp), std::int64_t(c.pp), std::int64_t(c.stage)})
+      mix(v);
+  }
+};
+}  // namespace detail
+
+// A 64-bit hash of a run's shape and layout, whatever its stage (the stages
+// of a pipelined run compare it at start-up; each stage's processes then
+// compare their schedule's fingerprint).
+constexpr std::uint64_t fingerprint_of_run(RunConfig c) {
+  c.stage = -1;
+  detail::Fnv f;
+  f.mix_config(c);
+  return f.h;
+}
+
 // A 64-bit hash (FNV-1a) of a schedule: its run's shape, every step's op,
 // dimensions and slots, every parameter's buffers and the arenas' sizes.
 // Two programs built from the same run type (with the same headroom) have
 // the same; the ranks of a data-parallel run compare theirs at start-up.
 template <class S>
 constexpr std::uint64_t fingerprint(const S& s) {
-  std::uint64_t h = 14695981039346656037ull;
-  auto mix = [&h](std::int64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= static_cast<std::uint64_t>(v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
+  detail::Fnv f;
+  auto mix = [&f](std::int64_t v) { f.mix(v); };
   auto text = [&mix](std::string_view t) {
     mix(static_cast<std::int64_t>(t.size()));
     for (char c : t) mix(c);
@@ -383,12 +418,9 @@ constexpr std::uint64_t fingerprint(const S& s) {
     mix(x.offset);
     mix(x.bytes);
     mix(x.first);
+    mix(x.stride);
   };
-  const RunConfig& c = s.config;
-  for (std::int64_t v : {c.batch, c.seq, std::int64_t(c.dtype), std::int64_t(c.optim.kind), std::int64_t(c.accumulate),
-                         std::int64_t(c.update_in_backward), std::int64_t(c.workers), c.loss_chunk, std::int64_t(c.engine),
-                         std::int64_t(c.dp), std::int64_t(c.zero)})
-    mix(v);
+  f.mix_config(s.config);
   for (const Step& st : s.steps) {
     mix(static_cast<std::int64_t>(st.kind));
     text(st.op);
@@ -407,7 +439,7 @@ constexpr std::uint64_t fingerprint(const S& s) {
     for (std::int64_t v : {p.rows, p.cols, p.weight, p.scales, p.master, p.grad, p.state, p.grad_shard, p.shard}) mix(v);
   }
   for (std::int64_t v : s.peak) mix(v);
-  return h;
+  return f.h;
 }
 
 }  // namespace headroom

@@ -2,8 +2,8 @@
 // What every engine's trainer shares: options and per-step statistics, the
 // learning-rate schedule, batch validation, parameter paths and the initial
 // weights (host::Trainer and cuda::Trainer start from the same values).
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "../ops/embedding.hpp"
 #include "../ops/lm_head_loss.hpp"
 #include "../plan/graph.hpp"
 
@@ -99,7 +100,7 @@ inline void check_batch(std::string_view engine, const RunConfig& config, std::i
                                 std::to_string(config.batch) + " x seq " + std::to_string(config.seq) +
                                 (config.accumulate > 1 ? " x accumulate " + std::to_string(config.accumulate) : std::string()) +
                                 "), got " + std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
+  for (std::size_t i = 0; i < tokens.size() && vocab >= 0; ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab || targets[i] < 0 || targets[i] >= vocab)
       throw std::out_of_range(std::string(engine) + ": token id " +
                               std::to_string(tokens[i] < 0 || tokens[i] >= vocab ? tokens[i] : targets[i]) + " at position " +
@@ -113,7 +114,7 @@ std::string node_path(const Plan& plan, int node, int instance) {
   std::vector<std::string> parts;  // leaf first
   for (int n = node; n > 0; n = plan.nodes[n].parent) {
     const auto& ni = plan.nodes[n];
-    if (ni.is_repeat) parts.push_back(std::to_string(instance));
+    if (ni.is_repeat) parts.push_back(std::to_string(ni.first_instance + instance));
     parts.push_back(ni.name.empty() ? std::to_string(ni.index) : std::string(ni.name));
   }
   std::string s;
@@ -127,7 +128,7 @@ std::string node_path(const Plan& plan, int node, int instance) {
 // The dotted path of a parameter: "layers.3.self_attn.q_proj.lora_A".
 template <class Plan, class Param>
 std::string path_of(const Plan& plan, const Param& p) {
-  return node_path(plan, p.node, p.instance) + "." + std::string(p.name);
+  return trainers::node_path(plan, p.node, p.instance) + "." + std::string(p.name);
 }
 
 // The parameter of a schedule at a dotted path, or null.
@@ -138,13 +139,19 @@ const auto* find_param(const Plan& plan, const Schedule& sched, std::string_view
   return static_cast<decltype(&sched.params[0])>(nullptr);
 }
 
-// The model's vocabulary: the LM head's rows (0 without one).
+// The model's vocabulary: the LM head's rows, else the embedding's (a first
+// pipeline stage); 0 without either (-1 for a pipeline stage between: it
+// reads no token id).
 template <class Schedule>
 constexpr std::int64_t vocab_size(const Schedule& sched) {
+  // with tensor parallelism, a step holds one rank's block of rows
   for (const auto& s : sched.steps)
-    if (s.op == ops::LmHeadLoss::name)  // with tensor parallelism, the step holds one rank's block of rows
+    if (s.op == ops::LmHeadLoss::name)
       return s.dim[ops::LmHeadLoss::vocab.index] * std::max<std::int64_t>(1, s.dim[ops::LmHeadLoss::ranks.index]);
-  return 0;
+  for (const auto& s : sched.steps)
+    if (s.op == ops::Embedding::name)
+      return s.dim[ops::Embedding::vocab.index] * std::max<std::int64_t>(1, s.dim[ops::Embedding::ranks.index]);
+  return sched.config.pp > 1 ? -1 : 0;
 }
 
 // Counter-based random numbers: the value of element i of a parameter never

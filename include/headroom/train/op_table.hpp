@@ -18,6 +18,7 @@
 #include "../layers/ops_of.hpp"
 #include "../ops/bound.hpp"
 #include "../ops/collectives.hpp"
+#include "../ops/pipeline.hpp"
 #include "../ops/tensor_parallel.hpp"
 #include "../plan/schedule.hpp"
 #include "../run.hpp"
@@ -53,7 +54,11 @@ struct run_ops {
   using tensor_parallel = std::conditional_t<cfg.tp <= 1, type_list<>,
                                              type_list<op_entry<TensorParallel<cfg.tp>, ops::TensorParallelInput>,
                                                        op_entry<TensorParallel<cfg.tp>, ops::TensorParallelOutput>>>;
-  using type = typename headroom::detail::concat<ops_of<typename R::model>, collectives, tensor_parallel>::type;
+  // pipeline parallelism: the transfers between stages
+  using pipeline = std::conditional_t<cfg.pp <= 1, type_list<>,
+                                      type_list<op_entry<PipelineParallel<cfg.pp>, ops::PipelineRecv>,
+                                                op_entry<PipelineParallel<cfg.pp>, ops::PipelineSend>>>;
+  using type = typename headroom::detail::concat<ops_of<typename R::model>, collectives, tensor_parallel, pipeline>::type;
 };
 
 template <class R, const auto& Sched>
@@ -88,11 +93,13 @@ struct OpTable {
 
 // Binds step `st` for a kernel: every operand of the step, as a pointer into
 // the arena whose base is `base` (the device tier), the parameters' weights,
-// gradients and quantized views, and the run's shape.
+// gradients and quantized views, and the run's shape. `copy`: with pipeline
+// parallelism, the micro-batch's copy of what is kept once per micro-batch
+// in flight (Slot::stride).
 template <class T, class Sched>
-void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* base) {
+void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* base, int copy = 0) {
   const RunConfig& cfg = sched.config;
-  auto at = [base](const Slot& s) -> void* { return s.bound() ? base + s.offset : nullptr; };
+  auto at = [base, copy](const Slot& s) -> void* { return s.bound() ? base + s.offset + copy * s.stride : nullptr; };
   k.event = st.kind;
   for (int d = 0; d < graph::max_dims; ++d) k.dims[d] = st.dim[d];
   k.n_rows = cfg.batch * cfg.seq;
@@ -143,7 +150,7 @@ void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* 
 // ---- lanes -------------------------------------------------------------------------------------------------
 namespace detail {
 constexpr bool overlap(const Slot& a, const Slot& b) {
-  return a.bound() && b.bound() && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+  return a.bound() && b.bound() && a.offset < b.offset + b.extent() && b.offset < a.offset + a.extent();
 }
 template <class F>
 constexpr void for_each_slot(const Step& s, F&& f) {

@@ -1,0 +1,57 @@
+#pragma once
+// What pipeline parallelism needs of a model, checked at compile time
+// (run.hpp): PipelineParallel<S> divides the blocks of the model's Repeat
+// (layers/repeat.hpp builds a stage's share) into S equal shares, so the
+// model must have a Repeat whose count S divides; the layers before it go
+// to the first stage and those after it to the last, so an LM head tied to
+// the embedding cannot follow it yet; Offloaded segments are not planned
+// over stages yet.
+#include <cstdint>
+#include <string_view>
+
+#include "layer.hpp"
+
+namespace headroom::pipeline_stages {
+
+struct Issue {
+  enum Kind : int { none, no_repeat, uneven, tied, offloaded } kind = none;
+  std::int64_t blocks = 0;  // the Repeat's count
+};
+
+namespace detail {
+struct Found {
+  std::int64_t repeat = -1;  // the first Repeat's count, -1: none
+  bool tied = false, offloaded = false;
+};
+template <class L>
+constexpr void find(Found& f);
+template <class... Ls>
+constexpr void find_all(Found& f, type_list<Ls...>) {
+  (find<Ls>(f), ...);
+}
+template <class L>
+constexpr void find(Found& f) {
+  if constexpr (L::kind == std::string_view("Repeat")) {
+    if (f.repeat < 0) f.repeat = L::count;
+  } else if constexpr (L::kind == std::string_view("LMHeadLoss")) {
+    f.tied = f.tied || L::tied;
+  } else if constexpr (L::kind == std::string_view("Offloaded")) {
+    f.offloaded = true;
+  }
+  find_all(f, typename L::children{});
+}
+}  // namespace detail
+
+template <class M>
+constexpr Issue issue(int stages) {
+  if (stages <= 1) return {};
+  detail::Found f;
+  detail::find<M>(f);
+  if (f.repeat < 0) return {Issue::no_repeat, 0};
+  if (f.repeat % stages != 0) return {Issue::uneven, f.repeat};
+  if (f.tied) return {Issue::tied, f.repeat};
+  if (f.offloaded) return {Issue::offloaded, f.repeat};
+  return {Issue::none, f.repeat};
+}
+
+}  // namespace headroom::pipeline_stages

@@ -1,0 +1,170 @@
+// Pipeline parallelism (ctest mpi.pipeline_parallel.np2 / .np4):
+// PipelineParallel<2> with 4 micro-batches per step under 1F1B trains like
+// one process given the same micro-batches (losses within 1e-5 relative
+// over 10 steps, each stage's weights equal to the same parameters of the
+// one-process trainer to float rounding), exchanging exactly the
+// activations and gradients of its micro-batches; it resumes
+// bit-identically from its checkpoint. On 4 ranks, PipelineParallel<2> x
+// TensorParallel<2> does the same.
+//
+// Every process runs its stage (host::with_pipeline_stage) and a
+// one-process reference beside it.
+#include <catch2/catch.hpp>
+
+#include <headroom/headroom.hpp>
+#include <headroom/host/counting_communicator.hpp>
+#include <headroom/host/mpi.hpp>
+#include <headroom/host/trainer.hpp>
+#include <headroom/io/checkpoint.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../runtime/support/fixtures.hpp"
+
+using namespace headroom;
+
+namespace {
+namespace fs = std::filesystem;
+using headroom::test::ids;
+
+constexpr std::int64_t batch = 2, seq = 12;
+constexpr int micro = 4;
+constexpr models::LlamaConfig llama_pp{48, 64, 128, 4, 4, 2, 64, false};  // 4 blocks: 2 per stage
+using Llama = models::Llama<llama_pp>;
+template <class... More>
+using Pipelined = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, PipelineParallel<2>, More...>;
+using OneProcess = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>>;
+
+host::TrainOptions options(std::uint64_t seed = 7) {
+  return {.seed = seed, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0};
+}
+
+struct Batch_ {
+  std::vector<std::int32_t> tokens, targets;
+};
+Batch_ batch_of(int s) {
+  const std::size_t n = static_cast<std::size_t>(micro * batch * seq);
+  return {ids(n, static_cast<std::uint32_t>(100 * s), 48), ids(n, static_cast<std::uint32_t>(100 * s + 50), 48)};
+}
+
+// The largest difference between this stage's parameters (its tensor-parallel
+// block of each) and the same ones of the one-process trainer, found by path.
+template <class Stage, class One>
+double weight_difference(const host::Trainer<Stage>& st, const One& one, int expected_params) {
+  double worst = 0;
+  int found = 0;
+  for (std::size_t k = 0; k < host::Trainer<Stage>::param_count; ++k) {
+    const ParamSlot& p = host::Trainer<Stage>::param(k);
+    const ParamSlot* q = One::find(host::Trainer<Stage>::path_of(p));
+    REQUIRE(q != nullptr);
+    ++found;
+    const float* w = st.weight(p);
+    const float* v = one.weight(*q);
+    for (std::int64_t i = 0; i < p.elements(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(w[i] - v[p.split.whole_index(p.rows, p.cols, st.tensor_rank(), i)])));
+  }
+  CHECK(found == expected_params);
+  return worst;
+}
+
+// A stage's parameters, counted by hand: per block 2 norms and 7 projections;
+// the first stage also the embedding, the last the final norm and the LM head.
+constexpr int params_of_stage(int stage) { return 2 * 9 + (stage == 0 ? 1 : 2); }
+
+template <class Run>
+void trains_like_one_process(host::Communicator& c) {
+  host::with_pipeline_stage<Run>(c, [&]<class Stage>() {
+    using Tr = host::Trainer<Stage>;
+    host::CountingCommunicator counting(c);
+    Tr t(options(), counting);
+    host::Trainer<OneProcess> one(options());
+    REQUIRE(Tr::stage() == c.rank() / Stage::config().tp);
+    auto* pipe = dynamic_cast<host::CountingCommunicator*>(t.pipe_communicator());
+    REQUIRE(pipe != nullptr);
+    double worst = 0;
+    for (int s = 1; s <= 10; ++s) {
+      const Batch_ b = batch_of(s);
+      pipe->reset();
+      const StepStats a = t.step(b.tokens, b.targets);
+      const StepStats o = one.step(b.tokens, b.targets);
+      worst = std::max(worst, std::abs(a.loss - o.loss) / std::abs(o.loss));
+      INFO("step " << s << ", stage " << Tr::stage());
+      CHECK(a.grad_norm == Approx(o.grad_norm).epsilon(1e-5));
+      // each micro-batch's (batch x seq x width) activation one way, its gradient the other
+      const std::int64_t per = batch * seq * 64 * 4 * micro;
+      CHECK(pipe->sent() == per);
+      CHECK(pipe->received() == per);
+    }
+    INFO("stage " << Tr::stage() << ", tensor rank " << t.tensor_rank());
+    CHECK(worst < 1e-5);
+    CHECK(weight_difference(t, one, params_of_stage(Tr::stage())) < 1e-6);
+  });
+}
+
+// One directory every rank names the same: rank 0's.
+struct SharedDir {
+  std::unique_ptr<headroom::test::TempDir> own;
+  fs::path path;
+  explicit SharedDir(host::Communicator& c) {
+    char name[512] = {};
+    std::vector<char> all(sizeof name * static_cast<std::size_t>(c.size()));
+    if (c.rank() == 0) {
+      own = std::make_unique<headroom::test::TempDir>();
+      std::strncpy(all.data(), own->dir.c_str(), sizeof name - 1);
+    }
+    c.all_gather(all.data(), sizeof name);
+    path = fs::path(all.data());
+  }
+};
+
+void resumes_bit_identically(host::Communicator& c) {
+  SharedDir dir(c);
+  host::with_pipeline_stage<Pipelined<>>(c, [&]<class Stage>() {
+    using Tr = host::Trainer<Stage>;
+    auto step = [&](Tr& t) {
+      const Batch_ b = batch_of(t.steps_done() + 1);
+      return t.step(b.tokens, b.targets).loss;
+    };
+    Tr a(options(), c);
+    for (int s = 0; s < 3; ++s) step(a);
+    io::save_checkpoint(a, dir.path / "ckpt");
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) losses.push_back(step(a));
+    Tr b(options(99), c);
+    io::load_checkpoint(b, dir.path / "ckpt");
+    for (int s = 0; s < 3; ++s) CHECK(step(b) == losses[static_cast<std::size_t>(s)]);
+    for (std::size_t k = 0; k < Tr::param_count; ++k) {
+      const ParamSlot& p = Tr::param(k);
+      CHECK(std::memcmp(a.weight(p), b.weight(p), static_cast<std::size_t>(p.elements()) * 4) == 0);
+      CHECK(std::memcmp(a.state(p), b.state(p), static_cast<std::size_t>(Tr::config.optim.state_bytes(p.elements()))) == 0);
+    }
+  });
+  c.barrier();
+}
+
+}  // namespace
+
+// [np2] runs under mpirun -np 2, [np4] under -np 4 (tests/mpi/CMakeLists.txt).
+TEST_CASE("pipeline parallel: 2 stages under 1F1B train like one process", "[mpi][pipeline_parallel][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  trains_like_one_process<Pipelined<>>(c);
+}
+
+TEST_CASE("pipeline parallel: a checkpoint of the stages resumes bit-identically", "[mpi][pipeline_parallel][checkpoint][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  resumes_bit_identically(c);
+}
+
+TEST_CASE("pipeline parallel: 2 stages x 2 tensor-parallel ranks train like one process", "[mpi][pipeline_parallel][np4]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 4);
+  trains_like_one_process<Pipelined<TensorParallel<2>>>(c);
+}
