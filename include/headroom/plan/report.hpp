@@ -287,6 +287,9 @@ void print(std::ostream& os, const P& p) {
      << (c.optim.blockwise8 ? ", 8-bit block-wise" : (c.optim.states > 0 ? ", f32" : "")) << ")"
      << (c.update_in_backward ? ", update in backward" : "") << ", loss chunk " << c.loss_chunk << ", workers "
      << c.workers << '\n';
+  if (c.pp > 1)
+    os << "  pipeline     stage " << c.stage << " of " << c.pp << " (1F1B; " << c.in_flight() << " of " << c.accumulate
+       << " micro-batches in flight, each with its copy of what forward keeps for backward)\n";
   if (c.dp > 1 || c.tp > 1) {
     static constexpr const char* sharded[] = {"nothing sharded", "optimizer states sharded", "optimizer states and gradients sharded",
                                               "optimizer states, gradients and parameters sharded"};
