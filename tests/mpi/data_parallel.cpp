@@ -27,12 +27,15 @@
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
+#include "support/shared.hpp"
 
 using namespace headroom;
 
 namespace {
 namespace fs = std::filesystem;
+using headroom::test::file_difference;
 using headroom::test::ids;
+using headroom::test::SharedDir;
 
 constexpr models::LlamaConfig llama_dp{48, 64, 128, 2, 4, 2, 64, false};
 constexpr std::int64_t batch = 2, seq = 12;
@@ -88,23 +91,6 @@ double weight_difference(const Dp& dp, const One& one) {
   }
   return worst;
 }
-
-// One directory every rank names the same: rank 0's.
-struct SharedDir {
-  std::unique_ptr<headroom::test::TempDir> own;
-  fs::path path;
-  explicit SharedDir(host::Communicator& c) {
-    char name[512] = {};
-    std::vector<char> all(sizeof name * static_cast<std::size_t>(c.size()));
-    if (c.rank() == 0) {
-      own = std::make_unique<headroom::test::TempDir>();
-      std::strncpy(all.data(), own->dir.c_str(), sizeof name - 1);
-    }
-    c.all_gather(all.data(), sizeof name);
-    path = fs::path(all.data());
-  }
-  ~SharedDir() = default;
-};
 
 template <int N, int Stage>
 void trains_like_one_process(host::Communicator& c) {
@@ -264,25 +250,9 @@ TEST_CASE("data parallel: consolidated exports equal the one-process run's", "[m
     io::save_pretrained(one, dir.path / "one.safetensors");
     io::export_adapter(full, dir.path / "dp_adapter", "test/llama");
     io::export_adapter(one, dir.path / "one_adapter", "test/llama");
-    auto same = [](const fs::path& x, const fs::path& y) {
-      const io::SafetensorsFile a(x), b(y);
-      REQUIRE(a.tensors().size() == b.tensors().size());
-      double worst = 0;
-      for (const io::TensorInfo& t : a.tensors()) {
-        const io::TensorInfo* u = b.find(t.name);
-        REQUIRE(u != nullptr);
-        REQUIRE(u->shape == t.shape);
-        std::int64_t n = 1;
-        for (const std::int64_t x : t.shape) n *= x;
-        std::vector<float> va(static_cast<std::size_t>(n)), vb(va.size());
-        io::read_converted<float>(a, t, std::span<float>(va));
-        io::read_converted<float>(b, *u, std::span<float>(vb));
-        for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(va[i] - vb[i])));
-      }
-      return worst;
-    };
-    CHECK(same(dir.path / "dp.safetensors", dir.path / "one.safetensors") < 1e-6);
-    CHECK(same(dir.path / "dp_adapter" / "adapter_model.safetensors", dir.path / "one_adapter" / "adapter_model.safetensors") < 1e-6);
+    CHECK(file_difference(dir.path / "dp.safetensors", dir.path / "one.safetensors") < 1e-6);
+    CHECK(file_difference(dir.path / "dp_adapter" / "adapter_model.safetensors", dir.path / "one_adapter" / "adapter_model.safetensors") <
+          1e-6);
   }
   // loading through the consolidated view: every rank keeps its shards
   Dp fresh(options(3), c);

@@ -26,12 +26,14 @@
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
+#include "support/shared.hpp"
 
 using namespace headroom;
 
 namespace {
 namespace fs = std::filesystem;
 using headroom::test::ids;
+using headroom::test::SharedDir;
 
 constexpr std::int64_t batch = 2, seq = 12;
 constexpr int micro = 4;
@@ -106,22 +108,6 @@ void trains_like_one_process(host::Communicator& c) {
     CHECK(weight_difference(t, one, params_of_stage(Tr::stage())) < 1e-6);
   });
 }
-
-// One directory every rank names the same: rank 0's.
-struct SharedDir {
-  std::unique_ptr<headroom::test::TempDir> own;
-  fs::path path;
-  explicit SharedDir(host::Communicator& c) {
-    char name[512] = {};
-    std::vector<char> all(sizeof name * static_cast<std::size_t>(c.size()));
-    if (c.rank() == 0) {
-      own = std::make_unique<headroom::test::TempDir>();
-      std::strncpy(all.data(), own->dir.c_str(), sizeof name - 1);
-    }
-    c.all_gather(all.data(), sizeof name);
-    path = fs::path(all.data());
-  }
-};
 
 void resumes_bit_identically(host::Communicator& c) {
   SharedDir dir(c);

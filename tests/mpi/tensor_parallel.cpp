@@ -30,12 +30,15 @@
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
+#include "support/shared.hpp"
 
 using namespace headroom;
 
 namespace {
 namespace fs = std::filesystem;
+using headroom::test::file_difference;
 using headroom::test::ids;
+using headroom::test::SharedDir;
 
 constexpr std::int64_t batch = 2, seq = 12;
 constexpr models::LlamaConfig llama_tp{48, 64, 128, 2, 4, 2, 64, false};  // 4 heads, 2 KV heads, F 128
@@ -159,22 +162,6 @@ void data_and_tensor_parallel(host::Communicator& c) {
   CHECK(weight_difference(both, one, split_params<Llama>) < 1e-6);
 }
 
-// One directory every rank names the same: rank 0's.
-struct SharedDir {
-  std::unique_ptr<headroom::test::TempDir> own;
-  fs::path path;
-  explicit SharedDir(host::Communicator& c) {
-    char name[512] = {};
-    std::vector<char> all(sizeof name * static_cast<std::size_t>(c.size()));
-    if (c.rank() == 0) {
-      own = std::make_unique<headroom::test::TempDir>();
-      std::strncpy(all.data(), own->dir.c_str(), sizeof name - 1);
-    }
-    c.all_gather(all.data(), sizeof name);
-    path = fs::path(all.data());
-  }
-};
-
 // Saves after 3 steps, runs 3 more; a trainer with other initial weights
 // loads the checkpoint and runs the same 3 steps to the same losses, with
 // the same bytes in every weight and optimizer state.
@@ -213,26 +200,6 @@ void resumes_bit_identically(host::Communicator& c, int data_ranks) {
     }
   }
   c.barrier();
-}
-
-// The largest difference between two safetensors files' tensors, which must
-// have the same names and shapes.
-double file_difference(const fs::path& x, const fs::path& y) {
-  const io::SafetensorsFile a(x), b(y);
-  REQUIRE(a.tensors().size() == b.tensors().size());
-  double worst = 0;
-  for (const io::TensorInfo& t : a.tensors()) {
-    const io::TensorInfo* u = b.find(t.name);
-    REQUIRE(u != nullptr);
-    REQUIRE(u->shape == t.shape);
-    std::int64_t n = 1;
-    for (const std::int64_t e : t.shape) n *= e;
-    std::vector<float> va(static_cast<std::size_t>(n)), vb(va.size());
-    io::read_converted<float>(a, t, std::span<float>(va));
-    io::read_converted<float>(b, *u, std::span<float>(vb));
-    for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(va[i] - vb[i])));
-  }
-  return worst;
 }
 
 // io::Consolidated joins the ranks' blocks: its save_pretrained equals the

@@ -320,38 +320,14 @@ class MpiCommunicator final : public Communicator {
 
   void send(const void* data, std::int64_t bytes, int peer, int tag) override {
     mpi_detail::CallScope scope("send");
-    check_peer(peer, tag, "send");
-    check_count(bytes, "send");
-    usable("send");
-    const char* p = static_cast<const char*>(data);
-    const std::int64_t chunks = chunk_count(bytes);
-    for (std::int64_t c = 0, off = 0; off < bytes; ++c, off += chunk_) {
-      const int len = static_cast<int>(std::min(chunk_, bytes - off));
-      const Call call = Call::p2p("send", bytes, peer, tag, c, chunks);
-      MPI_Request req = MPI_REQUEST_NULL;
-      check(MPI_Isend(p + off, len, MPI_BYTE, peer, tag, comm_, &req), "MPI_Isend", call);
-      wait(req, call);
-    }
+    for (auto& [req, call] : post_send(data, bytes, peer, tag)) wait(req, call);
   }
 
   // The send's chunks are posted now (MPI_Isend) and waited for, against
   // the timeout, by finish_send.
   void begin_send(const void* data, std::int64_t bytes, int peer, int tag) override {
     mpi_detail::CallScope scope("send");
-    check_peer(peer, tag, "send");
-    check_count(bytes, "send");
-    usable("send");
-    const char* p = static_cast<const char*>(data);
-    const std::int64_t chunks = chunk_count(bytes);
-    PendingSend pending;
-    for (std::int64_t c = 0, off = 0; off < bytes; ++c, off += chunk_) {
-      const int len = static_cast<int>(std::min(chunk_, bytes - off));
-      const Call call = Call::p2p("send", bytes, peer, tag, c, chunks);
-      MPI_Request req = MPI_REQUEST_NULL;
-      check(MPI_Isend(p + off, len, MPI_BYTE, peer, tag, comm_, &req), "MPI_Isend", call);
-      pending.push_back({req, call});
-    }
-    pending_sends_[{peer, tag}].push_back(std::move(pending));
+    pending_sends_[{peer, tag}].push_back(post_send(data, bytes, peer, tag));
   }
   void finish_send(int peer, int tag) override {
     mpi_detail::CallScope scope("send");
@@ -523,6 +499,24 @@ class MpiCommunicator final : public Communicator {
   std::string failed_;  // the first failure, without "rank R of N: "
 
   std::int64_t chunk_count(std::int64_t n) const { return n == 0 ? 0 : (n + chunk_ - 1) / chunk_; }
+
+  // Posts a send's chunks (MPI_Isend): their requests, to be waited for.
+  PendingSend post_send(const void* data, std::int64_t bytes, int peer, int tag) {
+    check_peer(peer, tag, "send");
+    check_count(bytes, "send");
+    usable("send");
+    const char* p = static_cast<const char*>(data);
+    const std::int64_t chunks = chunk_count(bytes);
+    PendingSend posted;
+    for (std::int64_t c = 0, off = 0; off < bytes; ++c, off += chunk_) {
+      const int len = static_cast<int>(std::min(chunk_, bytes - off));
+      const Call call = Call::p2p("send", bytes, peer, tag, c, chunks);
+      MPI_Request req = MPI_REQUEST_NULL;
+      check(MPI_Isend(p + off, len, MPI_BYTE, peer, tag, comm_, &req), "MPI_Isend", call);
+      posted.push_back({req, call});
+    }
+    return posted;
+  }
 
   static MPI_Datatype mpi_type(DType t, const char* call) {
     if (t == DType::F32) return MPI_FLOAT;
