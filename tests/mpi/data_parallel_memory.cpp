@@ -2,7 +2,9 @@
 // mpi.data_parallel_memory.np2 / .np4): the arena is the rank's plan, a step
 // allocates nothing outside MPI's own calls, and the rank's peak resident
 // memory stays within its plan plus a stated constant, for each ZeRO stage,
-// with the collectives in order and on the communication thread.
+// with the collectives in order and on the communication thread; on 2
+// processes also for TensorParallel<2> and for each stage of
+// PipelineParallel<2>.
 //
 // Allocations are counted by interposing malloc and friends, as
 // tests/runtime/host_memory.cpp does, split by whether the allocating
@@ -24,6 +26,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
@@ -89,12 +92,14 @@ constexpr models::LlamaConfig llama_mem{256, 128, 384, 2, 4, 2, 128, false};
 template <int N, int Stage>
 using Run = Train<models::Llama<llama_mem>, Batch<4>, Seq<64>, AdamW, Accumulate<2>, DataParallel<N>, ZeRO<Stage>>;
 
-template <int N, int Stage>
-void planned_is_used(host::Communicator& mpi, bool overlap) {
+// Trainer Tr on this process (its layout named by `what`): the arena is its
+// plan, 3 steps allocate nothing outside MPI, and the peak resident memory
+// is the plan plus the constant.
+template <class Tr>
+void measured(host::Communicator& mpi, const std::string& what, bool overlap) {
   Marking c(mpi);
-  using Tr = host::Trainer<Run<N, Stage>>;
-  const auto tok = headroom::test::ids(Tr::tokens_per_step, 11 + static_cast<std::uint32_t>(c.rank()), 256);
-  const auto tgt = headroom::test::ids(Tr::tokens_per_step, 12 + static_cast<std::uint32_t>(c.rank()), 256);
+  const auto tok = headroom::test::ids(Tr::tokens_per_step, 11 + static_cast<std::uint32_t>(c.rank() / Tr::config.tp), 256);
+  const auto tgt = headroom::test::ids(Tr::tokens_per_step, 12 + static_cast<std::uint32_t>(c.rank() / Tr::config.tp), 256);
   c.barrier();
   host::reset_peak_resident();
   const std::int64_t before = host::resident_bytes();
@@ -114,19 +119,28 @@ void planned_is_used(host::Communicator& mpi, bool overlap) {
   const std::int64_t peak = host::peak_resident_bytes();
   const std::int64_t planned = Tr::plan.peak_bytes();
   const std::int64_t overhead = peak - before - planned;
-  INFO("ZeRO " << Stage << " on " << N << " ranks, rank " << c.rank() << (overlap ? ", overlapped" : ", in order") << ": VmRSS before "
-               << before << " B, VmHWM " << peak << " B, plan " << planned << " B, overhead " << overhead << " B, " << n
-               << " allocations in 3 steps outside MPI");
+  INFO(what << ", rank " << c.rank() << (overlap ? ", overlapped" : ", in order") << ": VmRSS before " << before << " B, VmHWM "
+            << peak << " B, plan " << planned << " B, overhead " << overhead << " B, " << n << " allocations in 3 steps outside MPI");
   CHECK(n == 0);
   CHECK(peak - before >= planned * 9 / 10);  // the arena is really used
   CHECK(overhead <= 32ll << 20);
   if (c.rank() == 0)
-    std::printf("ZeRO %d, %d ranks, %s: plan %lld B, VmHWM - VmRSS before - plan = %lld B; in 3 steps %ld allocations outside "
-                "MPI, %ld inside its calls (%lld B, the largest %lld B)\n",
-                Stage, N, overlap ? "overlapped" : "in order", static_cast<long long>(planned), static_cast<long long>(overhead), n, m,
-                static_cast<long long>(mpi_bytes.load()), static_cast<long long>(mpi_largest.load()));
+    std::printf("%s, %s: plan %lld B, VmHWM - VmRSS before - plan = %lld B; in 3 steps %ld allocations outside MPI, %ld inside "
+                "its calls (%lld B, the largest %lld B)\n",
+                what.c_str(), overlap ? "overlapped" : "in order", static_cast<long long>(planned), static_cast<long long>(overhead), n,
+                m, static_cast<long long>(mpi_bytes.load()), static_cast<long long>(mpi_largest.load()));
   c.barrier();
 }
+
+template <int N, int Stage>
+void planned_is_used(host::Communicator& c, bool overlap) {
+  measured<host::Trainer<Run<N, Stage>>>(c, "ZeRO " + std::to_string(Stage) + ", " + std::to_string(N) + " ranks", overlap);
+}
+
+// Tensor parallelism (2 ranks), and pipeline parallelism (2 stages, 4
+// micro-batches under 1F1B: the first stage keeps 2 copies of its activations).
+using TensorRun = Train<models::Llama<llama_mem>, Batch<4>, Seq<64>, AdamW, Accumulate<2>, TensorParallel<2>>;
+using PipelineRun = Train<models::Llama<llama_mem>, Batch<4>, Seq<64>, AdamW, Accumulate<4>, PipelineParallel<2>>;
 
 template <int N>
 void every_stage(host::Communicator& c) {
@@ -145,4 +159,14 @@ TEST_CASE("data parallel: every rank's arena is its plan, a step allocates nothi
   host::MpiCommunicator c(std::chrono::seconds(60));
   if (c.size() == 2) every_stage<2>(c);
   else every_stage<4>(c);
+}
+
+TEST_CASE("tensor and pipeline parallel: every process's arena is its plan, a step allocates nothing, peak RSS = plan + a constant",
+          "[mpi][tensor_parallel][pipeline_parallel][memory][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);  // both layouts are 2-process ones (on 4 ranks this file runs ~[np2])
+  measured<host::Trainer<TensorRun>>(c, "TensorParallel<2>", false);
+  host::with_pipeline_stage<PipelineRun>(c, [&]<class Stage>() {
+    measured<host::Trainer<Stage>>(c, "PipelineParallel<2>, stage " + std::to_string(Stage::config().stage), false);
+  });
 }
