@@ -306,13 +306,13 @@ class Trainer {
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   Communicator* communicator() const { return comm_; }
   // Tensor parallelism: this process's rank in its tensor-parallel group
-  // (0 without one), that group's communicator (null without one), and the
-  // communicator of every process of the run (null for one process).
+  // (0 without one) and that group's communicator (null without one).
   int tensor_rank() const { return tensor_comm_ != nullptr ? tensor_comm_->rank() : 0; }
-  // Pipeline parallelism: this process's stage (0 without), and its stages' communicator (null without).
+  Communicator* tensor_communicator() const { return tensor_comm_; }
+  // Pipeline parallelism: this process's stage (0 without) and its stages' communicator (null without).
   static constexpr int stage() { return config.stage; }
   Communicator* pipe_communicator() const { return pipe_comm_; }
-  Communicator* tensor_communicator() const { return tensor_comm_; }
+  // The communicator of every process of the run (null for one process).
   Communicator* world() const { return world_; }
   struct Shard {
     std::int64_t begin = 0, count = 0;
