@@ -17,7 +17,7 @@
 // a Repeat is its block's times the count, so the work of L blocks is
 // extrapolated exactly from plans of 1 and 2 blocks (work_of_layers, checked
 // here against a plan of 3 and by bench/scale_model against the whole
-// plans).
+// plans). A PipelineParallel plan, one stage's, is checked on a small Llama.
 #include <headroom/headroom.hpp>
 #include <headroom/plan/step_time.hpp>
 
@@ -85,6 +85,28 @@ static_assert(near(t175.tensor, (tensor_bytes / 300e9 + tensor_calls * 20e-6) / 
 static_assert(near(t175.data, (2 * data_ring * c175.all_reduce / 25e9 + c175.all_reduce_calls * 20e-6) / 8) < 1e-9);
 static_assert(near(t175.sends, 96 * 2 * (2048.0 * 12288 * 2 / 8 / 25e9 + 20e-6)) < 1e-9);  // InfiniBand, 1 / 8 each
 static_assert(t175.gpus == 1024 && t175.tokens == 1536 * 2048);
+
+// A PipelineParallel<P> plan is one stage's: taken whole, with its own P
+// (Pipeline::stages is for a plan of the whole model). Its stages' FLOPs add
+// up to the whole model's, so 1 / P of the whole plan is their mean.
+using Tiny = Train<models::Llama<models::tiny_llama>, Batch<2>, Seq<64>, Precision<BF16>, AdamW, OnCuda, Accumulate<4>,
+                   DataParallel<2>>;
+using TinyStaged = Train<models::Llama<models::tiny_llama>, Batch<2>, Seq<64>, Precision<BF16>, AdamW, OnCuda,
+                         Accumulate<4>, DataParallel<2>, PipelineParallel<2>>;
+constexpr Work whole = work(plan<Tiny>());
+constexpr Work stage0 = work(plan<pipeline_stage<TinyStaged, 0>>());
+constexpr Work stage1 = work(plan<pipeline_stage<TinyStaged, 1>>());
+constexpr double all_flops(const Work& w) { return w.flops_fwd + w.flops_bwd + w.flops_recompute; }
+static_assert(stage0.pipeline_stages == 2 && whole.pipeline_stages == 1);
+static_assert(all_flops(stage0) + all_flops(stage1) == all_flops(whole));
+constexpr Pipeline tiny_pipe{2, 1, 2 * 64 * 256 * 2, true};
+constexpr StepTime modeled = step_time(whole, dgx_a100, tiny_pipe);
+constexpr StepTime planned = step_time(stage1, dgx_a100, Pipeline{.boundary_bytes = 2 * 64 * 256 * 2});
+static_assert(planned.gpus == 4 && modeled.gpus == 4);
+static_assert(near(planned.compute, 4 * all_flops(stage1) / (312e12 * 0.44)) < 1e-15);
+static_assert(near(modeled.compute, 4 * all_flops(whole) / 2 / (312e12 * 0.44)) < 1e-15);
+static_assert(near(planned.bubble, (planned.compute + planned.tensor + planned.sends) / 4) < 1e-15);
+static_assert(planned.sends == modeled.sends);
 
 // GPT-3 175B on 1,024 GPUs: within 20% of the published 140 TFLOP/s
 // (predicted 119.6: 14.6% under)

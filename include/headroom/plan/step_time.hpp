@@ -10,24 +10,26 @@
 // The model, per optimizer step, on the critical path of one GPU:
 //
 //   micro-batch  = compute + tensor + sends       one micro-batch on one pipeline stage
-//     compute    = the plan's FLOPs (forward, backward, recompute) / P / (peak x efficiency)
-//     tensor     = the plan's tensor-parallel bytes sent by this rank (ring) / (m P) / link
-//                  + calls / (m P) x latency: not overlapped with compute
+//     compute    = a stage's share of the plan's FLOPs (forward, backward, recompute)
+//                  / (peak x efficiency)
+//     tensor     = a stage's share of the plan's tensor-parallel bytes sent by this rank
+//                  (ring) / m / link + calls / m x latency: not overlapped with compute
 //     sends      = 2 v point-to-point sends of the activation between stages
 //                  (forward and its gradient, v = interleave), 1 / M of it with
 //                  Megatron's scatter / gather, + latency each
 //   step         = (m + (P - 1) / v) x micro-batch + data
 //     bubble     = (P - 1) / v micro-batches: the 1F1B pipeline's fill and drain
-//     data       = the plan's data-parallel bytes sent by this rank (ring) / P / link
-//                  + calls / P x latency, after the last micro-batch: NOT overlapped
+//     data       = a stage's share of the plan's data-parallel bytes sent by this rank
+//                  (ring) / link + calls x latency, after the last micro-batch: NOT overlapped
 //                  with backward (Megatron-LM's 2021 data-parallel all-reduce ran after
 //                  the pipeline flush; overlap would hide up to all of it)
 //
 // where m is the plan's Accumulate<m> (micro-batches per optimizer step and
-// data-parallel rank) and the plan is one tensor-parallel rank's of the whole
-// model; a pipeline stage does 1 / P of its layers. Pipeline parallelism is
-// modeled here, not planned: no stage holds the embedding or the LM head
-// alone, and its memory is not planned.
+// data-parallel rank). A stage's share: a plan of a PipelineParallel<P> run
+// is one stage's, taken whole, with its P; a plan of the whole model (one
+// tensor-parallel rank's) is divided into Pipeline::stages equal shares, a
+// pipeline modeled, not planned (no stage holds the embedding or the LM head
+// alone, and no stage's memory is planned).
 //
 // Links: the processes are ordered tensor-parallel rank fastest, then
 // data-parallel, then pipeline stage (Megatron-LM's order), GPUs filling
@@ -63,9 +65,10 @@ struct Machine {
 // node; 20 us per call (the order of NCCL's small-message all-reduce time).
 inline constexpr Machine dgx_a100{312e12, 0.44, 300e9, 25e9, 8, 20e-6};
 
-// What a pipeline adds (Megatron-LM's 1F1B schedule; modeled, not planned).
+// What a pipeline adds (Megatron-LM's 1F1B schedule).
 struct Pipeline {
-  int stages = 1;                   // P: each stage does 1 / P of the plan's work
+  int stages = 1;                   // P for a plan of the whole model: each stage does 1 / P of it
+                                    // (a PipelineParallel plan is a stage's: its own P, this is not read)
   int interleave = 1;               // v: model chunks per stage (Megatron's interleaved 1F1B)
   std::int64_t boundary_bytes = 0;  // one micro-batch's activation between two stages (tokens x width x element bytes)
   bool scatter_gather = true;       // each of the M tensor-parallel ranks sends 1 / M of it (Megatron-LM, section 4.1)
@@ -76,6 +79,7 @@ struct Work {
   double flops_fwd = 0, flops_bwd = 0, flops_recompute = 0;  // per micro-batch
   Communication communication{};                             // per optimizer step
   int data_parallel = 1, tensor_parallel = 1;                // N, M
+  int pipeline_stages = 1;                                   // P of a PipelineParallel plan (a stage's); 1: whole model
   int micro_batches = 1;                                     // m: Accumulate<m>
   std::int64_t tokens = 0;                                   // per micro-batch and data-parallel rank
 };
@@ -95,6 +99,7 @@ constexpr Work work(const P& plan) {
   w.communication = plan.communication;
   w.data_parallel = cfg->dp;
   w.tensor_parallel = cfg->tp;
+  w.pipeline_stages = cfg->pp;
   w.micro_batches = cfg->accumulate;
   w.tokens = cfg->tokens();
   return w;
@@ -149,21 +154,23 @@ struct StepTime {
 };
 
 constexpr StepTime step_time(const Work& w, const Machine& machine, const Pipeline& pipe = {}) {
-  const int N = w.data_parallel, M = w.tensor_parallel, P = pipe.stages, v = pipe.interleave;
-  const double m = w.micro_batches;
+  const bool staged = w.pipeline_stages > 1;  // the plan is one stage's
+  const int N = w.data_parallel, M = w.tensor_parallel, P = staged ? w.pipeline_stages : pipe.stages;
+  const int v = pipe.interleave;
+  const double m = w.micro_batches, share = staged ? 1.0 : 1.0 / P;  // of the plan, what one stage does
   const auto link = [&](bool inside) { return inside ? machine.intra_node_bandwidth : machine.inter_node_bandwidth; };
   const double tensor_link = link(M <= machine.gpus_per_node);
   const double data_link = link(M * N <= machine.gpus_per_node);
   const double stage_link = link(M * N * P <= machine.gpus_per_node);
   const Communication& c = w.communication;
 
-  const double flops = (w.flops_fwd + w.flops_bwd + w.flops_recompute) / P;  // one micro-batch, one stage
+  const double flops = (w.flops_fwd + w.flops_bwd + w.flops_recompute) * share;  // one micro-batch, one stage
   const double compute = flops / (machine.peak_flops * machine.efficiency);
   const double tensor =
       M <= 1 ? 0
              : (c.tensor_sent_per_rank(M) / tensor_link +
-                static_cast<double>(c.tensor_all_reduce_calls + c.tensor_all_gather_calls) * machine.latency) /
-                   (m * P);
+                static_cast<double>(c.tensor_all_reduce_calls + c.tensor_all_gather_calls) * machine.latency) *
+                   share / m;
   const double send_bytes = static_cast<double>(pipe.boundary_bytes) / (pipe.scatter_gather ? M : 1);
   const double sends = P <= 1 ? 0 : 2.0 * v * (send_bytes / stage_link + machine.latency);
   const double micro_batch = compute + tensor + sends;
@@ -177,11 +184,11 @@ constexpr StepTime step_time(const Work& w, const Machine& machine, const Pipeli
       N <= 1
           ? 0
           : (c.sent_per_rank(N) / data_link +
-             static_cast<double>(c.all_reduce_calls + c.reduce_scatter_calls + c.all_gather_calls) * machine.latency) /
-                P;
+             static_cast<double>(c.all_reduce_calls + c.reduce_scatter_calls + c.all_gather_calls) * machine.latency) *
+                share;
   t.gpus = M * N * P;
   t.peak = machine.peak_flops;
-  t.model_flops = m * (w.flops_fwd + w.flops_bwd) / P;
+  t.model_flops = m * (w.flops_fwd + w.flops_bwd) * share;
   t.executed_flops = m * flops;
   t.tokens = m * static_cast<double>(N) * static_cast<double>(w.tokens);
   return t;
