@@ -9,6 +9,7 @@
 #include <headroom/headroom.hpp>
 #include <headroom/plan/step_time.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -218,6 +219,43 @@ void sensitivity(const Machine& machine) {
   std::printf("  %-66s %7.1f\n", "efficiency 0.50, not 0.44", tflops(eff, gpt3_pipe, false));
 }
 
+// The pipeline planned against the pipeline modeled: Llama-2-7B (its head is
+// not tied, so PipelineParallel can plan its stages; GPT-2's tied head cannot
+// be split over stages yet) on 4 stages x 8 data-parallel ranks, 32
+// micro-batches of one sequence of 4,096 per step. Modeled: each stage does
+// 1 / 4 of the whole model's plan; planned: each stage's own plan (the first
+// holds the embedding, the last the final norm and the LM head), the
+// slowest stage setting the pace.
+template <int P, int... S>
+void pipeline_planned_vs_modeled(const Machine& machine, std::integer_sequence<int, S...>) {
+  using Whole = Train<models::Llama<models::llama2_7b, Apply<Checkpointed<>, EveryBlock>>, Batch<1>, Seq<4096>,
+                      Precision<BF16>, AdamW, OnCuda, Accumulate<32>, DataParallel<8>, ZeRO<1>>;
+  using Staged = Train<models::Llama<models::llama2_7b, Apply<Checkpointed<>, EveryBlock>>, Batch<1>, Seq<4096>,
+                       Precision<BF16>, AdamW, OnCuda, Accumulate<32>, DataParallel<8>, ZeRO<1>, PipelineParallel<P>>;
+  const Pipeline pipe{P, 1, 4096 * 4096 * 2, true};
+  const StepTime modeled = step_time(work(plan_at_run_time<Whole>()), machine, pipe);
+  const StepTime stages[] = {step_time(work(plan_at_run_time<pipeline_stage<Staged, S>>()), machine, pipe)...};
+  std::printf("\nLlama-2-7B on %d stages x 8 data-parallel ranks (32 GPUs), m = 32: the pipeline modeled (1 / %d of the "
+              "whole model's plan) and planned (PipelineParallel<%d>: each stage's plan)\n",
+              P, P, P);
+  std::printf("  %-22s %8s %7s %6s %7s %6s %8s %6s\n", "", "compute", "tensor", "sends", "bubble", "data", "step s", "MFU");
+  const auto row = [](const std::string& label, const StepTime& t) {
+    std::printf("  %-22s %8.2f %7.2f %6.3f %7.2f %6.3f %8.2f %5.1f%%\n", label.c_str(), t.compute, t.tensor, t.sends,
+                t.bubble, t.data, t.total(), 100 * t.mfu());
+  };
+  row("modeled, every stage", modeled);
+  double slowest = 0, model_flops = 0;
+  for (int s = 0; s < P; ++s) {
+    row("planned, stage " + std::to_string(s), stages[s]);
+    slowest = std::max(slowest, stages[s].total());
+    model_flops += stages[s].model_flops;
+  }
+  std::printf("  the slowest stage's step: %.2f s, %+.1f%% on the modeled %.2f s; MFU over the stages %.1f%% "
+              "(modeled %.1f%%)\n",
+              slowest, 100 * (slowest / modeled.total() - 1), modeled.total(),
+              100 * model_flops / P / (slowest * machine.peak_flops), 100 * modeled.mfu());
+}
+
 // ---------------------------------------------------------------- the plot
 
 struct Series {
@@ -354,6 +392,7 @@ int main(int argc, char** argv) {
       "1T on 3072 A100s, batch 3072 (section 5.1: 163 TFLOP/s; layout: Megatron-LM's examples/sc21/run_table_1.sh)", 64,
       3072, 163, machine, true);
   sensitivity(machine);
+  pipeline_planned_vs_modeled<4>(machine, std::make_integer_sequence<int, 4>{});
 
   std::vector<Series> series{{"GPT-3 175B, TP 8 x PP 8: MFU", "#1f77b4", {}},
                              {"Llama-2-7B, DP + ZeRO 1: MFU", "#d62728", {}}};
