@@ -187,11 +187,13 @@ inline Blocks& pinned_blocks() {
 // kind with its set of live ones.
 struct Stream {
   unsigned flags = cudaStreamDefault;
+  std::vector<std::uint64_t> behind;  // hung work its later work waits for (see hung_work())
 };
 struct Event {
-  std::uint64_t capture = 0;       // the capture it was last recorded in (0: its last record was outside any)
-  std::vector<std::size_t> after;  // the operations of that capture it follows
-  std::uint64_t legacy_work = 0;   // the legacy stream's deferred work it follows (legacy().issued then)
+  std::uint64_t capture = 0;          // the capture it was last recorded in (0: its last record was outside any)
+  std::vector<std::size_t> after;     // the operations of that capture it follows
+  std::uint64_t legacy_work = 0;      // the legacy stream's deferred work it follows (legacy().issued then)
+  std::vector<std::uint64_t> behind;  // hung work it follows
 };
 template <class T>
 std::set<const T*>& live() {
@@ -219,6 +221,39 @@ bool destroy(Handle h) {
 }
 
 inline cudaError_t& last_error() { return headroom::cuda_emulator::last_error(); }
+
+// ---------------------------------------------------------------------------
+// Hung work (nccl_emulator.hpp: a collective whose peers never came)
+// ---------------------------------------------------------------------------
+// Work that never completes until it is released (ncclCommAbort), each piece
+// a number. A stream is behind the hung work issued to it and the hung work
+// of the events it waited for; an event recorded on it is behind the same.
+// The emulator has run the work issued after it already (work happens at
+// the call), but what can be asked is answered as on a GPU: cudaStreamQuery
+// and cudaEventQuery say cudaErrorNotReady, and cudaStreamSynchronize,
+// cudaEventSynchronize and cudaDeviceSynchronize, which would never return,
+// fail with cudaErrorLaunchTimeout instead.
+inline std::set<std::uint64_t>& hung_work() {
+  static std::set<std::uint64_t> hung;
+  return hung;
+}
+inline bool blocked(const std::vector<std::uint64_t>& behind) {
+  for (const std::uint64_t w : behind)
+    if (hung_work().count(w) != 0) return true;
+  return false;
+}
+inline std::vector<std::uint64_t> still_hung(const std::vector<std::uint64_t>& behind) {
+  std::vector<std::uint64_t> h;
+  for (const std::uint64_t w : behind)
+    if (hung_work().count(w) != 0) h.push_back(w);
+  return h;
+}
+// The stream a graph launch replays into (null outside cudaGraphLaunch):
+// recorded operations that hang, hang there.
+inline cudaStream_t& replay_stream() {
+  static cudaStream_t s = nullptr;
+  return s;
+}
 inline cudaError_t fail(cudaError_t e) {
   last_error() = e;
   return e;
@@ -518,6 +553,7 @@ inline constexpr ErrorText error_texts[] = {
     {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
     {cudaErrorCapturedEvent, "cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorLaunchTimeout, "cudaErrorLaunchTimeout", "the emulator cannot wait for work that never completes (a hung collective)"},
 };
 inline const ErrorText* error_text(cudaError_t e) {
   for (const ErrorText& t : error_texts)
@@ -779,6 +815,8 @@ inline cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t 
 inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
   using namespace headroom::cuda_emulator::runtime_detail;
   if (const cudaError_t e = refuse_in_capture(); e != cudaSuccess) return e;
+  for (const Stream* s : live<Stream>())
+    if (blocked(s->behind)) return fail(cudaErrorLaunchTimeout);
   complete_legacy();
   return cudaSuccess;
 }
@@ -786,7 +824,7 @@ inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
 inline cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
   using namespace headroom::cuda_emulator::runtime_detail;
   if (pStream == nullptr || (flags & ~unsigned{cudaStreamNonBlocking}) != 0) return fail(cudaErrorInvalidValue);
-  create(pStream, Stream{flags});
+  create(pStream, Stream{flags, {}});
   return cudaSuccess;
 }
 
@@ -804,7 +842,19 @@ inline cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
   if (capture().streams.count(stream) != 0) return invalidate(cudaErrorStreamCaptureUnsupported);
   bool capturing = false;
   if (const cudaError_t e = route(stream, capturing); e != cudaSuccess) return e;  // the legacy stream against a blocking capture
+  if (const Stream* s = find<Stream>(stream); s != nullptr && blocked(s->behind)) return fail(cudaErrorLaunchTimeout);
   if (is_legacy(stream) || stream == cudaStreamPerThread) complete_legacy();
+  return cudaSuccess;
+}
+
+// Whether the stream's work is done: not while it is behind hung work, or
+// (the legacy stream) while deferred work waits; never completes anything.
+inline cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (capture().streams.count(stream) != 0) return invalidate(cudaErrorStreamCaptureUnsupported);
+  if (const Stream* s = find<Stream>(stream); s != nullptr && blocked(s->behind)) return cudaErrorNotReady;
+  if ((is_legacy(stream) || is_blocking(stream)) && !legacy().pending.empty()) return cudaErrorNotReady;
   return cudaSuccess;
 }
 
@@ -830,6 +880,7 @@ inline cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_
   bool capturing = false;
   if (const cudaError_t error = route(stream, capturing); error != cudaSuccess) return error;
   complete_legacy(e->legacy_work);  // the stream's next work follows what the event follows
+  if (Stream* s = find<Stream>(stream); s != nullptr) s->behind.insert(s->behind.end(), e->behind.begin(), e->behind.end());
   return cudaSuccess;
 }
 
@@ -850,6 +901,8 @@ inline cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t str
   e->capture = record_it ? capture().id : 0;
   e->after = record_it ? capture().streams[stream] : std::vector<std::size_t>{};
   e->legacy_work = !record_it && (is_legacy(stream) || is_blocking(stream)) ? legacy().issued : 0;
+  const Stream* s = find<Stream>(stream);
+  e->behind = !record_it && s != nullptr ? still_hung(s->behind) : std::vector<std::uint64_t>{};
   return cudaSuccess;
 }
 
@@ -859,6 +912,7 @@ inline cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (e->capture != 0) return fail(cudaErrorCapturedEvent);
   if (const cudaError_t error = refuse_in_capture(); error != cudaSuccess) return error;
+  if (blocked(e->behind)) return fail(cudaErrorLaunchTimeout);
   complete_legacy(e->legacy_work);
   return cudaSuccess;
 }
@@ -869,7 +923,7 @@ inline cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (e->capture != 0) return fail(cudaErrorCapturedEvent);
   const LegacyStream& l = legacy();
-  const bool pending = !l.pending.empty() && l.pending.front().number <= e->legacy_work;
+  const bool pending = (!l.pending.empty() && l.pending.front().number <= e->legacy_work) || blocked(e->behind);
   return pending ? cudaErrorNotReady : cudaSuccess;  // not ready is no error: cudaGetLastError stays
 }
 
@@ -948,6 +1002,11 @@ inline cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStre
   if (record_it) return invalidate(cudaErrorStreamCaptureUnsupported);  // no child graphs
   if (is_legacy(stream) || is_blocking(stream)) complete_legacy();
   ++runtime_stats().graph_launches;
+  struct Replay {  // restores replay_stream() however the replay ends
+    cudaStream_t before = replay_stream();
+    ~Replay() { replay_stream() = before; }
+  } replay;
+  replay_stream() = stream;
   for (const std::function<cudaError_t()>& run : exec->operations) {
     ++runtime_stats().replayed_operations;
     if (const cudaError_t e = run(); e != cudaSuccess) return e;

@@ -423,7 +423,7 @@ TEST_CASE("runtime emulator: one device; streams and events are tokens that are 
   CHECK(std::string(cudaGetErrorName(cudaSuccess)) == "cudaSuccess");
   CHECK(std::string(cudaGetErrorName(cudaErrorNoDevice)) == "cudaErrorNoDevice");
   CHECK(std::string(cudaGetErrorString(cudaErrorMemoryAllocation)) == "out of memory");
-  CHECK(std::string(cudaGetErrorName(cudaErrorLaunchTimeout)) == "unrecognized error code");
+  CHECK(std::string(cudaGetErrorName(cudaErrorIllegalAddress)) == "unrecognized error code");
   const cuda::cuda_error e(cudaErrorInvalidValue, "cudaMemcpy");
   CHECK(std::string(e.what()) == "headroom::cuda: cudaMemcpy: cudaErrorInvalidValue (invalid argument)");
 }
