@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "../core/config.hpp"
@@ -49,6 +50,9 @@ struct storage_of<DType::F16> {
 };
 template <DType D>
 using storage_t = typename storage_of<D>::type;
+// ... and the DType a storage type stores.
+template <class S>
+inline constexpr DType dtype_of = std::is_same_v<S, bf16> ? DType::BF16 : std::is_same_v<S, f16> ? DType::F16 : DType::F32;
 
 // A stored element as f32, and back (round to nearest even).
 HEADROOM_HOST_DEVICE inline float to_float(float x) { return x; }

@@ -10,11 +10,14 @@
 //
 // Statistics (norm rstd, attention lse) are f32 whatever S is: read them with
 // k.get<float>(operand). A kernel enqueues work on k.stream() only; the
-// engine orders that stream with its copies and (later) with other lanes.
+// engine orders that stream with its copies and with other lanes (an op on
+// the communication lane gets the communication stream as k.stream(), and a
+// data-parallel run's communicator as k.comm).
 #include <cuda_runtime_api.h>
 
 #include "../ops/bound.hpp"
 #include "blas.cuh"
+#include "communicator.cuh"
 #include "kernels/optimizer.cuh"
 
 namespace headroom::cuda {
@@ -26,6 +29,7 @@ struct OpContext : ops::Bound<S> {
   Blas* cublas = nullptr;
   UpdateControl* control_block = nullptr;
   float* loss_sum = nullptr;  // the step's loss slot (f32, device)
+  Communicator* comm = nullptr;  // data parallelism: the ranks' communicator (the collectives' kernels)
 
   cudaStream_t stream() const { return compute; }
   Blas& blas() const { return *cublas; }

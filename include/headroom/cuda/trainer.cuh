@@ -33,6 +33,18 @@
 // the compute stream. That makes the whole step capturable: with
 // TrainOptions::cuda_graph the second step is captured into a CUDA graph and
 // every later step is one cudaGraphLaunch (see docs/cuda.md for what it buys).
+//
+// Data parallelism (DataParallel<N>, ZeRO<S>): the trainer is one rank's,
+// constructed with the ranks' cuda::Communicator (cuda/nccl.cuh: NCCL, one
+// GPU per rank), which is checked as host::Trainer checks its own (the
+// number of ranks, the schedule's hash and the seed agree on every rank).
+// The collectives are the plan's ops, on the communication stream; the
+// trainer adds the loss's mean over the ranks, the gradient norm's sum over
+// the ranks' shards (ZeRO 1-3) and the all-gather of the updated weights
+// (ZeRO 1 and 2), all enqueued on that stream too, so a step still waits
+// for the host once, at its end: there the communicator's bounded wait
+// (synchronize) replaces cudaStreamSynchronize, so a rank that died or hangs
+// gives a communication_error instead of a hang.
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -57,6 +69,7 @@
 #include "kernels/optimizer.cuh"
 #include "kernels/pointwise.cuh"
 #include "kernels/quant_linear.cuh"
+#include "communicator.cuh"
 #include "op_context.cuh"
 #include "runtime.cuh"
 
@@ -115,8 +128,21 @@ class Trainer {
   static constexpr auto lane_join = trainers::join_steps<sched, micro_batch_end>();
 
   // Options are always given: cuda::Trainer<R> t({}) for the defaults.
-  explicit Trainer(TrainOptions o)
+  explicit Trainer(TrainOptions o) : Trainer(o, nullptr) {
+    static_assert(config.dp == 1,
+                  "cuda::Trainer: a run with DataParallel<N> trains one rank of N; construct it with the ranks' communicator: "
+                  "cuda::Trainer<Run> t(options, comm) (a cuda::NcclCommunicator of headroom/cuda/nccl.cuh, one GPU per rank)");
+  }
+  // One rank of a data-parallel run: `comm` joins the ranks (it must have
+  // exactly DataParallel<N> of them, every one built from this run type and
+  // given the same seed: checked here, on every rank). Each rank step()s
+  // its own micro-batches; gradients are averaged over the ranks.
+  Trainer(TrainOptions o, Communicator& comm) : Trainer(o, &comm) {}
+
+ private:
+  Trainer(TrainOptions o, Communicator* comm)
       : opt_(o),
+        comm_(comm),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload)),
         blas_(sched.gemm_panels.bound() ? device_.at<std::byte>(sched.gemm_panels.offset) : nullptr, sched.gemm_panels.bytes) {
@@ -128,22 +154,41 @@ class Trainer {
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
     check(cudaStreamCreateWithFlags(&communication_, cudaStreamNonBlocking), "cudaStreamCreate (communication)");
     check(cudaEventCreateWithFlags(&ready_for_copy_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&communicated_, cudaEventDisableTiming), "cudaEventCreate");
     copy_done_.resize(sched.steps.size());
     for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     plan_copy_waits();
+    for (std::size_t g = 0; g < sched.steps.size(); ++g)
+      if (sched.steps[g].issue_before >= 0) hoisted_[static_cast<std::size_t>(sched.steps[g].issue_before)].push_back(static_cast<int>(g));
+    if (comm_ != nullptr) {
+      comm_->check_size(config.dp, "data-parallel ranks");
+      comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
+      comm_->agree(o.seed, "the seed");
+    }
     collect_params();
     fill_tables();
     initialize(o.seed);
     check(cudaDeviceSynchronize(), "initialisation");
   }
+
+ public:
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   ~Trainer() {
     if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
     if (graph_ != nullptr) cudaGraphDestroy(graph_);
-    cudaStreamSynchronize(compute_);
+    if (comm_ != nullptr) {
+      try {  // bounded: a failed communicator (its work aborted) refuses at once
+        comm_->synchronize(communication_, "the trainer's last collectives");
+        comm_->synchronize(compute_, "the trainer's last step");
+      } catch (const communication_error&) {
+      }
+    } else {
+      cudaStreamSynchronize(compute_);
+    }
     cudaStreamSynchronize(copy_);
     for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
+    cudaEventDestroy(communicated_);
     cudaEventDestroy(ready_for_copy_);
     cudaStreamDestroy(communication_);
     cudaStreamDestroy(copy_);
@@ -184,7 +229,8 @@ class Trainer {
     stage(tokens, targets, step_ + 1);
     upload_control();
     if (config.accumulate > 1) zero_grads();
-    micro_batch(0);
+    micro_batch(0, config.accumulate - 1);  // as the last micro-batch: a data-parallel run averages the gradients
+    mean_over_ranks();
     return results().loss * config.accumulate;
   }
 
@@ -196,6 +242,7 @@ class Trainer {
     load_batch(0);
     for (int g = 1; g < sched.loss_step; ++g) {
       wait_for_copies(g);
+      issue_hoisted(g, sched.loss_step);
       run_step(g);
     }
     wait_for_copies(sched.loss_step);
@@ -205,6 +252,7 @@ class Trainer {
     // here (after a captured step they were last recorded inside the capture,
     // where they are graph nodes that cannot be waited for)
     for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g, sched.loss_step);
+    mean_over_ranks();
     return results().loss * config.accumulate;
   }
 
@@ -219,6 +267,19 @@ class Trainer {
   const TrainOptions& options() const { return opt_; }
   cudaStream_t stream() const { return compute_; }
   const Blas& blas() const { return blas_; }
+  // Data parallelism: this process's rank (0 without a communicator), the
+  // communicator (null without one), and the elements of parameter p this
+  // rank holds of what its ZeRO stage shards: [begin, begin + count) of the
+  // parameter's row-major elements (all of them for what is not sharded).
+  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
+  Communicator* communicator() const { return comm_; }
+  struct Shard {
+    std::int64_t begin = 0, count = 0;
+  };
+  Shard shard_of(const ParamSlot& p) const {
+    const trainers::Owned own = trainers::owned(config, p, rank());
+    return Shard{own.begin, own.count};
+  }
 
   // ---- parameters -------------------------------------------------------------------------------------
   static constexpr std::size_t param_count = sched.params.size();
@@ -226,16 +287,22 @@ class Trainer {
   static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
   static std::string path_of(const ParamSlot& p) { return trainers::path_of(plan, p); }
   static const ParamSlot* find(std::string_view path) { return trainers::find_param(plan, sched, path); }
-  // A dense parameter's values as f32 (the master copy of a 16-bit run).
+  // A dense parameter's values as f32 (the master copy of a 16-bit run):
+  // all of them, or with ZeRO<3> this rank's shard (shard_of(p)).
   std::vector<float> download_weight(const ParamSlot& p) const {
     if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_weight: " + path_of(p) + " is quantized");
-    if (half && p.master >= 0) return download<float>(device_.at<float>(p.master), p.elements());
-    return download_as_float(device_.at<S>(p.weight), p.elements());
+    const std::int64_t n = config.sharded(3) ? shard_of(p).count : p.elements();
+    // the master copy, where it holds what the weight holds (ZeRO 1 and 2 keep a shard of it beside whole weights)
+    if (half && p.master >= 0 && config.sharded(1) == config.sharded(3)) return download<float>(device_.at<float>(p.master), n);
+    return download_as_float(device_.at<S>(p.weight), n);
   }
   // Any parameter's values as f32: a quantized one dequantized on the host
   // (what the kernels compute: code x absmax in f32).
   std::vector<float> download_dense(const ParamSlot& p) const {
     if (p.quant.kind == QuantKind::none) return download_weight(p);
+    if (config.sharded(3))
+      throw std::invalid_argument("cuda::Trainer::download_dense: with ZeRO<3> this rank holds byte shards of " + path_of(p) +
+                                  "'s codes and scales, not a matrix to dequantize");
     std::vector<std::uint8_t> codes = download<std::uint8_t>(device_.at<std::uint8_t>(p.weight), p.quant.code_bytes(p.elements()));
     std::vector<std::uint8_t> scales = download<std::uint8_t>(device_.at<std::uint8_t>(p.scales), p.quant.scale_bytes(p.elements()));
     const math::QuantView w = host_view(p, codes, scales);
@@ -243,13 +310,16 @@ class Trainer {
     host::dequantize_rows<float>(w, 0, p.rows, v.data());
     return v;
   }
-  // A parameter's optimizer state as stored (layouts: cuda/kernels/optimizer.cuh); empty without one.
+  // A parameter's optimizer state as stored (layouts: cuda/kernels/optimizer.cuh), of
+  // the elements this rank updates (shard_of(p)); empty without one.
   std::vector<std::byte> download_state(const ParamSlot& p) const {
     if (p.state < 0) return {};
-    return download<std::byte>(device_.at<std::byte>(p.state), config.optim.state_bytes(p.elements()));
+    return download<std::byte>(device_.at<std::byte>(p.state), state_bytes(p));
   }
+  // The gradient as the update reads it: whole, or with ZeRO<2> and <3> this rank's shard (averaged over the ranks).
   std::vector<float> download_grad(const ParamSlot& p) const {
     if (p.grad < 0) return {};
+    if (config.sharded(2)) return download_as_float(device_.at<S>(p.grad_shard), shard_of(p).count);
     return download_as_float(device_.at<S>(p.grad), p.elements());
   }
   // Sets a dense parameter from f32 values (master and storage copies).
@@ -260,29 +330,36 @@ class Trainer {
     }
     if (static_cast<std::int64_t>(x.size()) != p.elements())
       throw std::invalid_argument("cuda::Trainer::upload_weight: " + path_of(p) + " has " + std::to_string(p.elements()) + " elements");
-    if (half && p.master >= 0) upload(device_.at<float>(p.master), x.data(), x.size(), "upload master");
-    std::vector<S> stored(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) stored[i] = from_float<S>(x[i]);
+    // data parallelism: the master copy holds the elements this rank updates, a ZeRO 3 weight its shard
+    const trainers::Owned own = trainers::owned(config, p, rank());
+    const std::span<const float> held = config.sharded(3) ? x.subspan(own.begin, own.count) : x;
+    if (half && p.master >= 0) upload(device_.at<float>(p.master), x.data() + own.begin, own.count, "upload master");
+    std::vector<S> stored(held.size());
+    for (std::size_t i = 0; i < held.size(); ++i) stored[i] = from_float<S>(held[i]);
     upload(device_.at<S>(p.weight), stored.data(), stored.size(), "upload weight");
   }
   // Zeroes every optimizer state and restarts the step count.
   void reset_optimizer() {
     for (const ParamSlot& p : sched.params)
       if (p.state >= 0)
-        check(cudaMemsetAsync(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(config.optim.state_bytes(p.elements())), compute_),
+        check(cudaMemsetAsync(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(state_bytes(p)), compute_),
               "cudaMemsetAsync (optimizer state)");
-    check(cudaStreamSynchronize(compute_), "reset_optimizer");
+    wait(compute_, "reset_optimizer");
     step_ = 0;
   }
 
  private:
   TrainOptions opt_;
+  Communicator* comm_ = nullptr;  // data parallelism: the ranks (null for one process)
+  int micro_ = 0;                 // the micro-batch being enqueued, 0 .. accumulate - 1
   DeviceArena device_;
   PinnedArena offload_;
   Blas blas_;
   cudaStream_t compute_{}, copy_{};
   cudaStream_t communication_{};  // ops on ops::Lane::communication
   cudaEvent_t ready_for_copy_{};
+  cudaEvent_t communicated_{};          // the trainer's own collectives (loss, norm, weights) are done
+  std::vector<std::vector<int>> hoisted_ = std::vector<std::vector<int>>(sched.steps.size());  // per step: gathers issued before it
   std::vector<cudaEvent_t> copy_done_;  // per copy step, and per step of an op on the communication lane: its work is done
   std::vector<int> waits_;              // per step g: copy steps the compute stream waits for before g (flattened)
   std::vector<int> wait_begin_;         // waits_ of step g: [wait_begin_[g], wait_begin_[g + 1])
@@ -310,15 +387,22 @@ class Trainer {
   template <class U>
   void upload(U* dst, const U* src, std::size_t n, const char* what) const {
     check(cudaMemcpyAsync(dst, src, n * sizeof(U), cudaMemcpyHostToDevice, compute_), what);
-    check(cudaStreamSynchronize(compute_), what);
+    wait(compute_, what);
   }
   template <class U>
   std::vector<U> download(const U* src, std::int64_t n) const {
     std::vector<U> v(static_cast<std::size_t>(n));
     check(cudaMemcpyAsync(v.data(), src, v.size() * sizeof(U), cudaMemcpyDeviceToHost, compute_), "download");
-    check(cudaStreamSynchronize(compute_), "download");
+    wait(compute_, "download");
     return v;
   }
+  // The host waits for a stream: with a communicator, its bounded wait (a
+  // rank that died or hangs is a communication_error, not a hang).
+  void wait(cudaStream_t stream, const char* what) const {
+    if (comm_ != nullptr) comm_->synchronize(stream, what);
+    else check(cudaStreamSynchronize(stream), what);
+  }
+  std::int64_t state_bytes(const ParamSlot& p) const { return config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements()); }
   std::vector<float> download_as_float(const S* src, std::int64_t n) const {
     const std::vector<S> s = download<S>(src, n);
     std::vector<float> v(s.size());
@@ -368,7 +452,7 @@ class Trainer {
   // Waits for the step and reads its results (loss, norm, skip).
   UpdateControl results() {
     check(cudaMemcpyAsync(staged_control_out(), control(), sizeof(UpdateControl), cudaMemcpyDeviceToHost, compute_), "read results");
-    check(cudaStreamSynchronize(compute_), "step");
+    wait(compute_, "the step");
     return *staged_control_out();
   }
   void load_batch(int k) {
@@ -389,10 +473,57 @@ class Trainer {
       check(cudaMemsetAsync(reductions(), 0, sched.params.size() * sizeof(float), compute_), "clear gradient flags");
     if (config.accumulate > 1) zero_grads();
     for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
+    mean_over_ranks();
     if (!config.update_in_backward) {
-      squared_norm<S>(trainable_, reductions(), control(), static_cast<float>(opt_.clip_norm), compute_);
+      gradient_norm();
       apply_update(trainable_, opt_.clip_norm > 0);
     }
+    // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
+    if constexpr (config.sharded(1) && !config.sharded(3))
+      on_communication_stream([&](cudaStream_t s) {
+        for (const ParamSlot& p : sched.params)
+          if (p.trainable) {
+            const std::int64_t block = p.shard * static_cast<std::int64_t>(sizeof(S));
+            std::byte* whole = device_.at<std::byte>(p.weight);
+            comm_->all_gather(whole + rank() * block, whole, block, s);
+          }
+      });
+  }
+
+  // The global gradient norm and the clip scale into the control block
+  // (squared_norm); with ZeRO 1-3 each rank sums the squares of the shards
+  // it updates and the ranks add their sums (one f32 all-reduce, in the
+  // last partial-sum slot) before the norm is taken.
+  void gradient_norm() {
+    const float clip = static_cast<float>(opt_.clip_norm);
+    if constexpr (!config.sharded(1)) {
+      squared_norm<S>(trainable_, reductions(), control(), clip, compute_);
+    } else {
+      float* total = reductions() + (reduction_slots - 1);
+      sum_rows(reductions(), squared_norm_partials<S>(trainable_, reductions(), compute_), total, compute_);
+      on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
+      clip_scale(total, 1, control(), clip, compute_);
+    }
+  }
+
+  // Data parallelism: the loss in the control block becomes the mean over
+  // the ranks (and a loss not finite on any rank stops the update on all).
+  void mean_over_ranks() {
+    if (comm_ == nullptr) return;
+    on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(&control()->loss, 1, DType::F32, s); });
+    mean_loss(control(), 1.0f / static_cast<float>(comm_->size()), compute_);
+  }
+
+  // The trainer's own collectives, on the communication stream (NCCL's
+  // calls of one communicator stay in one stream's order): after the
+  // compute stream's work so far, and joined back before its next.
+  template <class Collectives>
+  void on_communication_stream(Collectives collectives) {
+    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(communication_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    collectives(communication_);
+    check(cudaEventRecord(communicated_, communication_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(compute_, communicated_, 0), "cudaStreamWaitEvent");
   }
 
   // Captures enqueue_step() into a graph on the compute stream (the copy
@@ -411,12 +542,15 @@ class Trainer {
     check(cudaGraphInstantiate(&graph_exec_, graph_, 0), "cudaGraphInstantiate");
   }
 
-  // Every event of micro-batch k up to the update (the loss adds its share to the control block).
-  void micro_batch(int k) {
+  // Every event of micro-batch k up to the update (the loss adds its share
+  // to the control block); the kernels see it as micro-batch `as_micro`.
+  void micro_batch(int k, int as_micro = -1) {
     load_batch(k);
+    micro_ = as_micro >= 0 ? as_micro : k;
     for (int g = 1; g < micro_batch_end; ++g) {
       const Step& st = sched.steps[g];
       wait_for_copies(g);
+      issue_hoisted(g);
       if (st.kind == EventKind::loss) {
         loss_step(st, true);
         continue;
@@ -436,9 +570,21 @@ class Trainer {
     wait_for_copies(micro_batch_end);
   }
 
+  // ZeRO 3's prefetch: the gathers the schedule lets start before step h
+  // (Step::issue_before), those of steps before `end` (evaluate: the loss step).
+  void issue_hoisted(int h, int end = micro_batch_end) {
+    for (const int g : hoisted_[static_cast<std::size_t>(h)])
+      if (g < end) forward(sched.steps[static_cast<std::size_t>(g)], true);
+  }
+
+  // Accumulate<K>: the gradients that live the whole step start at zero
+  // (ZeRO 2 and 3: this rank's gradient shards; the buckets are written first by backward).
   void zero_grads() {
     for (const ParamSlot& p : sched.params)
-      if (p.grad >= 0)
+      if (p.grad_shard >= 0)
+        check(cudaMemsetAsync(device_.at<std::byte>(p.grad_shard), 0, static_cast<std::size_t>(p.shard * sizeof(S)), compute_),
+              "zero gradient shards");
+      else if (p.grad >= 0)
         check(cudaMemsetAsync(device_.at<std::byte>(p.grad), 0, static_cast<std::size_t>(p.elements() * sizeof(S)), compute_),
               "zero gradients");
   }
@@ -540,13 +686,18 @@ class Trainer {
     k.cublas = const_cast<Blas*>(&blas_);
     k.control_block = control();
     k.loss_sum = ptr<float>(sched.loss);
+    k.comm = comm_;
+    k.micro = micro_;
     return k;
   }
 
   // Forward and recompute: the step's op, and the next one with it when it
   // runs in this op's epilogue.
-  void forward(const Step& st) {
+  // `hoisted`: a gather issued ahead of its place (issue_hoisted); at its
+  // place it is then skipped.
+  void forward(const Step& st, bool hoisted = false) {
     if (st.fused_into_previous) return;  // computed by the op before it
+    if (st.issue_before >= 0 && !hoisted) return;
     const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
     OpContext<S> k = context(st);
     OpContext<S> next{};
@@ -677,9 +828,13 @@ class Trainer {
   }
 
   // ---- set-up -----------------------------------------------------------------------------------------------
+  // What the update of p reads and writes: with ZeRO 1-3 the elements this
+  // rank owns (trainers::owned), of the averaged gradient (ZeRO 2 and 3: its shard).
   ParamRef ref(const ParamSlot& p) const {
-    return ParamRef{device_.at<S>(p.weight), half && p.master >= 0 ? device_.at<float>(p.master) : nullptr,
-                    device_.at<S>(p.grad), p.state >= 0 ? device_.at<std::byte>(p.state) : nullptr, p.elements()};
+    const trainers::Owned own = trainers::owned(config, p, rank());
+    return ParamRef{device_.at<S>(p.weight) + own.weight_at, half && p.master >= 0 ? device_.at<float>(p.master) : nullptr,
+                    device_.at<S>(config.sharded(2) ? p.grad_shard : p.grad) + own.grad_at,
+                    p.state >= 0 ? device_.at<std::byte>(p.state) : nullptr, own.count};
   }
   void collect_params() {
     for (const ParamSlot& p : sched.params)
@@ -712,12 +867,20 @@ class Trainer {
   }
 
   // Quantizes on the host (host/quant.hpp) and uploads codes and scales.
+  // (ZeRO 3: this rank's byte shards of both, RunConfig::shard_bytes, as host::Trainer keeps.)
   void upload_quantized(const ParamSlot& p, std::span<const float> x) {
     std::vector<std::uint8_t> codes(static_cast<std::size_t>(p.quant.code_bytes(p.elements())));
     std::vector<std::uint8_t> scales(static_cast<std::size_t>(p.quant.scale_bytes(p.elements())));
     host::quantize_matrix(host_view(p, codes, scales), x.data());
-    upload(device_.at<std::uint8_t>(p.weight), codes.data(), codes.size(), "upload codes");
-    upload(device_.at<std::uint8_t>(p.scales), scales.data(), scales.size(), "upload scales");
+    auto held = [&](const std::vector<std::uint8_t>& all) {
+      const std::int64_t n = static_cast<std::int64_t>(all.size());
+      if (!config.sharded(3)) return std::span<const std::uint8_t>(all);
+      const std::int64_t block = config.shard_bytes(n), begin = std::min(n, rank() * block);
+      return std::span<const std::uint8_t>(all).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(std::min(block, n - begin)));
+    };
+    const std::span<const std::uint8_t> c = held(codes), a = held(scales);
+    upload(device_.at<std::uint8_t>(p.weight), c.data(), c.size(), "upload codes");
+    upload(device_.at<std::uint8_t>(p.scales), a.data(), a.size(), "upload scales");
   }
 
   // The same initial values as host::Trainer (trainers::InitialValues).

@@ -736,21 +736,10 @@ class Trainer {
     return norm;
   }
 
-  // ZeRO 1-3: the elements of parameter p this rank updates (its shard,
-  // cut at the parameter's end) and where they start in its weight and
-  // gradient buffers; without sharding, all of them.
-  struct Owned {
-    std::int64_t begin = 0, count = 0, weight_at = 0, grad_at = 0;  // begin: the first element's index in the parameter
-  };
-  Owned owned(const ParamSlot& p) const {
-    if constexpr (!config.sharded(1)) {
-      return Owned{0, p.elements(), 0, 0};
-    } else {
-      const std::int64_t begin = comm_->rank() * p.shard;
-      const std::int64_t count = std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard);
-      return Owned{begin, count, config.sharded(3) ? 0 : begin, config.sharded(2) ? 0 : begin};
-    }
-  }
+  // ZeRO 1-3: the elements of parameter p this rank updates and where they
+  // start in its weight and gradient buffers (trainers::owned, as the CUDA engine's).
+  using Owned = trainers::Owned;
+  Owned owned(const ParamSlot& p) const { return trainers::owned(config, p, rank()); }
   // The averaged gradient the update reads: from its first owned element.
   T* update_grad(const ParamSlot& p) const {
     return device_.at<T>(config.sharded(2) ? p.grad_shard : p.grad) + owned(p).grad_at;

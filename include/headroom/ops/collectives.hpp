@@ -4,8 +4,10 @@
 // The builder emits them for a run with DataParallel<N> (plan/graph.hpp:
 // Builder::reduce_grads, Builder::gather_params); the engines run them like
 // any op, through the communicator they were given (host: a
-// host::Communicator, MPI in host/mpi.hpp), beside the compute steps after
-// them until a step touches their bytes.
+// host::Communicator, MPI in host/mpi.hpp; CUDA: a cuda::Communicator, NCCL
+// in cuda/nccl.cuh, enqueued on the communication stream with the scaling
+// and accumulation kernels around it), beside the compute steps after them
+// until a step touches their bytes.
 //
 //   all_reduce_grads      ZeRO 0 and 1: right after the backward that
 //                         completes a gradient, it is summed over the ranks
@@ -30,6 +32,10 @@
 #include "../host/communicator.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
+#if HEADROOM_CUDA_KERNELS
+#include "../cuda/kernels/pointwise.cuh"
+#include "../cuda/op_context.cuh"
+#endif
 
 namespace headroom::ops {
 
@@ -42,9 +48,30 @@ template <class T>
 void scale(T* x, std::int64_t n, T s) {
   for (std::int64_t i = 0; i < n; ++i) x[i] *= s;
 }
+// The kernels of a collective op O, for both engines: its forward is
+// O::run(k) with the engine's context (a host::Communicator or a
+// cuda::Communicator in k.comm), its backward nothing.
+template <class O>
+struct CollectiveKernels {
+  template <class T>
+  static void forward(const host::OpContext<T>& k) {
+    O::run(k);
+  }
+  template <class T>
+  static void backward(const host::OpContext<T>&) {}
+#if HEADROOM_CUDA_KERNELS
+  template <class S>
+  static void forward(const cuda::OpContext<S>& k) {
+    O::run(k);
+  }
+  template <class S>
+  static void backward(const cuda::OpContext<S>&) {}
+#endif
+};
+
 }  // namespace detail
 
-struct AllReduceGrads {
+struct AllReduceGrads : detail::CollectiveKernels<AllReduceGrads> {
   static constexpr std::string_view name = graph::collective::all_reduce_grads;
   static constexpr Lane lane = Lane::communication;
   static constexpr In<0> grad0{};
@@ -52,26 +79,32 @@ struct AllReduceGrads {
   static constexpr Dim<0> elements0{};
   static constexpr Dim<2> elements1{};
 
-  template <class T>
-  static void forward(const host::OpContext<T>& k) {
+  // The collective on either engine's context (the op's forward; it has no backward).
+  template <class K>
+  static void run(const K& k) {
     if (k.micro_batch() + 1 < k.accumulate()) return;  // gradients accumulate locally until the last micro-batch
-    const T inv = T(1) / static_cast<T>(k.comm->size());
-    reduce(k, k[grad0], k[elements0], inv);
-    reduce(k, k[grad1], k[elements1], inv);
+    reduce(k, k[grad0], k[elements0]);
+    reduce(k, k[grad1], k[elements1]);
   }
-  template <class T>
-  static void backward(const host::OpContext<T>&) {}
 
  private:
   template <class T>
-  static void reduce(const host::OpContext<T>& k, T* g, std::int64_t n, T inv) {
+  static void reduce(const host::OpContext<T>& k, T* g, std::int64_t n) {
     if (g == nullptr) return;
     k.comm->all_reduce_sum(g, n, detail::dtype_of<T>());
-    detail::scale(g, n, inv);
+    detail::scale(g, n, T(1) / static_cast<T>(k.comm->size()));
   }
+#if HEADROOM_CUDA_KERNELS
+  template <class S>
+  static void reduce(const cuda::OpContext<S>& k, S* g, std::int64_t n) {
+    if (g == nullptr) return;
+    k.comm->all_reduce_sum(g, n, cuda::dtype_of<S>, k.stream());
+    cuda::scale(g, 1.0f / static_cast<float>(k.comm->size()), n, k.stream());
+  }
+#endif
 };
 
-struct ReduceScatterGrads {
+struct ReduceScatterGrads : detail::CollectiveKernels<ReduceScatterGrads> {
   static constexpr std::string_view name = graph::collective::reduce_scatter_grads;
   static constexpr Lane lane = Lane::communication;
   static constexpr In<0> bucket0{};
@@ -83,15 +116,16 @@ struct ReduceScatterGrads {
   static constexpr Dim<2> elements1{};
   static constexpr Dim<3> shard_elements1{};
 
-  template <class T>
-  static void forward(const host::OpContext<T>& k) {
+  // The collective on either engine's context (the op's forward; it has no backward).
+  template <class K>
+  static void run(const K& k) {
     reduce(k, k[bucket0], k[shard0], k[elements0], k[shard_elements0], k.first(shard0));
     reduce(k, k[bucket1], k[shard1], k[elements1], k[shard_elements1], k.first(shard1));
   }
-  template <class T>
-  static void backward(const host::OpContext<T>&) {}
 
  private:
+  // This rank's block of the bucket: [r s, r s + own_elements) (the last blocks end at the parameter's end).
+  static std::int64_t own_elements(std::int64_t n, std::int64_t s, int r) { return std::clamp<std::int64_t>(n - r * s, 0, s); }
   template <class T>
   static void reduce(const host::OpContext<T>& k, T* bucket, T* shard, std::int64_t n, std::int64_t s, bool first) {
     if (bucket == nullptr) return;
@@ -99,14 +133,24 @@ struct ReduceScatterGrads {
     detail::scale(bucket, n, T(1) / static_cast<T>(k.comm->size()));
     if (!first) {  // earlier micro-batches: this rank's running sum joins its own block
       T* own = bucket + r * s;
-      const std::int64_t m = std::clamp<std::int64_t>(n - r * s, 0, s);
+      const std::int64_t m = own_elements(n, s, r);
       for (std::int64_t i = 0; i < m; ++i) own[i] += shard[i];
     }
     k.comm->reduce_scatter_sum(bucket, shard, s, detail::dtype_of<T>());
   }
+#if HEADROOM_CUDA_KERNELS
+  template <class S>
+  static void reduce(const cuda::OpContext<S>& k, S* bucket, S* shard, std::int64_t n, std::int64_t s, bool first) {
+    if (bucket == nullptr) return;
+    const int r = k.comm->rank();
+    cuda::scale(bucket, 1.0f / static_cast<float>(k.comm->size()), n, k.stream());
+    if (!first) cuda::accumulate(shard, bucket + r * s, false, own_elements(n, s, r), k.stream());  // the running sum joins its block
+    k.comm->reduce_scatter_sum(bucket, shard, s, cuda::dtype_of<S>, k.stream());
+  }
+#endif
 };
 
-struct AllGatherParams {
+struct AllGatherParams : detail::CollectiveKernels<AllGatherParams> {
   static constexpr std::string_view name = graph::collective::all_gather_params;
   static constexpr Lane lane = Lane::communication;
   static constexpr Out<0> values0{};  // parameter 0's values (or codes), gathered
@@ -118,15 +162,14 @@ struct AllGatherParams {
   static constexpr Dim<1> block1{};
   static constexpr Dim<2> block_scales0{};
 
-  template <class T>
-  static void forward(const host::OpContext<T>& k) {
+  // The collective on either engine's context (the op's forward; it has no backward).
+  template <class K>
+  static void run(const K& k) {
     const void* src0 = k.quantized(w0) ? static_cast<const void*>(k.quant(w0).codes) : k[w0];
     gather(k, k.template get<std::byte>(values0), src0, k[block0]);
     gather(k, k.template get<std::byte>(values1), k[w1], k[block1]);
     if (k.quantized(w0)) gather(k, k.template get<std::byte>(scales0), k.quant(w0).scales, k[block_scales0]);
   }
-  template <class T>
-  static void backward(const host::OpContext<T>&) {}
 
  private:
   template <class T>
@@ -135,6 +178,13 @@ struct AllGatherParams {
     std::memcpy(out + k.comm->rank() * block, shard, static_cast<std::size_t>(block));
     k.comm->all_gather(out, block);
   }
+#if HEADROOM_CUDA_KERNELS
+  // NCCL gathers from the shard itself (no copy into this rank's block first).
+  template <class S>
+  static void gather(const cuda::OpContext<S>& k, std::byte* out, const void* shard, std::int64_t block) {
+    if (out != nullptr) k.comm->all_gather(shard, out, block, k.stream());
+  }
+#endif
 };
 
 }  // namespace headroom::ops

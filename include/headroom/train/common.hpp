@@ -154,6 +154,21 @@ constexpr std::int64_t vocab_size(const Schedule& sched) {
   return sched.config.pp > 1 ? -1 : 0;
 }
 
+// Data parallelism (ZeRO 1-3): the elements of parameter p that rank `rank`
+// updates (its shard, cut at the parameter's end: none past it) and where
+// they start in its weight and gradient buffers (ZeRO 3 stores the weight's
+// shard alone, ZeRO 2 and 3 the gradient's); without sharding, all of them.
+struct Owned {
+  std::int64_t begin = 0, count = 0, weight_at = 0, grad_at = 0;  // begin: the first element's index in the parameter
+};
+template <class Param>
+constexpr Owned owned(const RunConfig& config, const Param& p, int rank) {
+  if (!config.sharded(1)) return Owned{0, p.elements(), 0, 0};
+  const std::int64_t begin = rank * p.shard;
+  const std::int64_t count = std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard);
+  return Owned{begin, count, config.sharded(3) ? 0 : begin, config.sharded(2) ? 0 : begin};
+}
+
 // Counter-based random numbers: the value of element i of a parameter never
 // depends on threads or order (splitmix64).
 constexpr std::uint64_t mix(std::uint64_t z) {

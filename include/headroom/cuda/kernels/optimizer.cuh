@@ -193,21 +193,35 @@ __global__ __launch_bounds__(Threads) void clip_scale_kernel(const float* __rest
 
 // The global gradient norm over params' gradients, and the clip scale
 // (host Trainer::update's rule), into control->norm and control->grad_scale.
-// partials: (reduction_slots). Deterministic: min(reduction_slots, chunks)
-// blocks, block b summing chunks b, b + blocks, ... in order (a parameter
-// list longer than one launch adds launch after launch into the same slots),
-// then one block sums the partial sums.
+// partials: (reduction_slots). Deterministic: min(reduction_slots - 1,
+// chunks) blocks, block b summing chunks b, b + blocks, ... in order (a
+// parameter list longer than one launch adds launch after launch into the
+// same slots), then one block sums the partial sums.
+//
+// In two parts for data parallelism, where each rank sums the squares of
+// its shards and the ranks add their sums before the norm:
+// squared_norm_partials leaves the partial sums in partials (returns how
+// many slots), and clip_scale makes norm, scale and the stop flag from the
+// sum of `slots` of them.
 template <class S>
-void squared_norm(std::span<const ParamRef> params, float* partials, UpdateControl* control, float clip_norm,
-                  cudaStream_t stream) {
+int squared_norm_partials(std::span<const ParamRef> params, float* partials, cudaStream_t stream) {
   std::int64_t chunks = 0;
   for (const ParamRef& p : params)
     if (p.n > 0) chunks += ceil_div(p.n, optimizer_chunk);
-  const int blocks = static_cast<int>(chunks < reduction_slots ? chunks : reduction_slots);
+  const int blocks = static_cast<int>(chunks < reduction_slots - 1 ? chunks : reduction_slots - 1);
   optimizer_detail::for_each_list(params, optimizer_chunk, 0, [&](const ParamList& list, int index) {
     launch(squared_norm_kernel<S>, "squared_norm_kernel", dim3(blocks), dim3(optimizer_threads), stream, list, partials, index > 0);
   });
-  launch(clip_scale_kernel<optimizer_threads>, "clip_scale_kernel", dim3(1), dim3(optimizer_threads), stream, partials, blocks, control, clip_norm);
+  return blocks;
+}
+inline void clip_scale(const float* partials, int slots, UpdateControl* control, float clip_norm, cudaStream_t stream) {
+  launch(clip_scale_kernel<optimizer_threads>, "clip_scale_kernel", dim3(1), dim3(optimizer_threads), stream, partials, slots, control,
+         clip_norm);
+}
+template <class S>
+void squared_norm(std::span<const ParamRef> params, float* partials, UpdateControl* control, float clip_norm,
+                  cudaStream_t stream) {
+  clip_scale(partials, squared_norm_partials<S>(params, partials, stream), control, clip_norm, stream);
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------------------------------
@@ -418,6 +432,19 @@ __global__ void finish_loss_kernel(const float* __restrict__ summed_loss, float 
 }
 inline void finish_loss(const float* summed_loss, float scale, UpdateControl* control, cudaStream_t stream) {
   launch(finish_loss_kernel<>, "finish_loss_kernel", dim3(1), dim3(1), stream, summed_loss, scale, control);
+}
+
+// Data parallelism: control->loss, summed over the ranks (an all-reduce),
+// becomes their mean; a mean that is not finite (some rank's loss was not)
+// sets control->skip on every rank alike.
+template <int = 0>
+__global__ void mean_loss_kernel(UpdateControl* __restrict__ control, float inv_ranks) {
+  const float l = control->loss * inv_ranks;
+  control->loss = l;
+  if (!(l - l == 0.0f)) control->skip = 1.0f;  // NaN or infinite
+}
+inline void mean_loss(UpdateControl* control, float inv_ranks, cudaStream_t stream) {
+  launch(mean_loss_kernel<>, "mean_loss_kernel", dim3(1), dim3(1), stream, control, inv_ranks);
 }
 
 }  // namespace headroom::cuda

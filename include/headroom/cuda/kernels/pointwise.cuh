@@ -633,6 +633,18 @@ __global__ void accumulate_kernel(const S* __restrict__ dy, S* __restrict__ dx, 
     packs::store(dx + i, g);
   });
 }
+// x *= s
+template <class S, int W>
+__global__ void scale_kernel(S* __restrict__ x, float s, std::int64_t n) {
+  packs::grid_stride<W>(n, [&](std::int64_t i, auto width) {
+    constexpr int K = decltype(width)::value;
+    float v[K];
+    packs::load(x + i, v);
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] *= s;
+    packs::store(x + i, v);
+  });
+}
 // y = x converted (rounded to nearest even)
 template <class Sin, class Sout, int W>
 __global__ void cast_kernel(const Sin* __restrict__ x, Sout* __restrict__ y, std::int64_t n) {
@@ -655,6 +667,13 @@ template <class S>
 void accumulate(const S* dy, S* dx, bool first, std::int64_t n, cudaStream_t stream) {
   packs::elementwise<packs::width<S>>(n, packs::all_aligned(dy, dx), [&](auto w, dim3 grid) {
     launch(accumulate_kernel<S, decltype(w)::value>, "accumulate_kernel", grid, dim3(packs::threads), stream, dy, dx, first, n);
+  });
+}
+// x: (n) *= s (the data-parallel average: a sum over ranks times 1 / ranks)
+template <class S>
+void scale(S* x, float s, std::int64_t n, cudaStream_t stream) {
+  packs::elementwise<packs::width<S>>(n, packs::aligned(x), [&](auto w, dim3 grid) {
+    launch(scale_kernel<S, decltype(w)::value>, "scale_kernel", grid, dim3(packs::threads), stream, x, s, n);
   });
 }
 // x: (n) Sin -> y: (n) Sout, e.g. f32 master weights -> bf16 weights

@@ -1,0 +1,36 @@
+// The data-parallel CUDA tests' main. Under the emulator the tests always
+// run (ranks are processes sharing the emulated NCCL's segment). On a GPU
+// build each rank takes a GPU of its own, so the tests need 4 (the ZeRO 3
+// run on 4 ranks); with fewer the program exits 77 (skipped), saying so.
+// The GPUs are counted in a child process: the test process must not
+// initialize CUDA before it forks the ranks.
+#define CATCH_CONFIG_RUNNER
+#include "../support/kernel_test.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+#if defined(__CUDACC__)
+  constexpr int needed = 4;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+    _exit(devices > 100 ? 100 : devices);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const int devices = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  if (devices < needed) {
+    std::printf("SKIP: the data-parallel tests take one GPU per rank, %d; this machine has %d\n", needed, devices);
+    return 77;
+  }
+  std::printf("cuda_data_parallel on %d GPUs (NCCL)\n", devices);
+#else
+  std::printf("cuda_data_parallel_emulated: ranks are processes, NCCL and the kernels are emulated on the CPU (not a GPU test)\n");
+#endif
+  return Catch::Session().run(argc, argv);
+}
