@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   }
   std::printf("cuda_data_parallel on %d GPUs (NCCL)\n", devices);
 #else
-  std::printf("cuda_data_parallel_emulated: ranks are processes, NCCL and the kernels are emulated on the CPU (not a GPU test)\n");
+  // on stderr: catch_discover_tests reads the test names from stdout
+  std::fprintf(stderr, "cuda_data_parallel_emulated: ranks are processes, NCCL and the kernels are emulated on the CPU (not a GPU test)\n");
 #endif
   return Catch::Session().run(argc, argv);
 }

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("cuda_kernels on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 #else
-  std::printf("cuda_kernels_emulated: kernels run on the CPU emulator (not a GPU test)\n");
+  // on stderr: catch_discover_tests reads the test names from stdout
+  std::fprintf(stderr, "cuda_kernels_emulated: kernels run on the CPU emulator (not a GPU test)\n");
 #endif
   return Catch::Session().run(argc, argv);
 }
