@@ -98,10 +98,12 @@ void trains_like_one_process(host::Communicator& c) {
       worst = std::max(worst, std::abs(a.loss - o.loss) / std::abs(o.loss));
       INFO("step " << s << ", stage " << Tr::stage());
       CHECK(a.grad_norm == Approx(o.grad_norm).epsilon(1e-5));
-      // each micro-batch's (batch x seq x width) activation one way, its gradient the other
+      // each micro-batch's (batch x seq x width) activation one way, its gradient the other: what the plan counts
       const std::int64_t per = batch * seq * 64 * 4 * micro;
       CHECK(pipe->sent() == per);
       CHECK(pipe->received() == per);
+      CHECK(pipe->sent() == Tr::plan.communication.pipeline_sent);
+      CHECK(pipe->received() == Tr::plan.communication.pipeline_received);
     }
     INFO("stage " << Tr::stage() << ", tensor rank " << t.tensor_rank());
     CHECK(worst < 1e-5);

@@ -53,9 +53,16 @@ static_assert(plan<pipeline_stage<Run<4, 4>, 3>>().bytes(Role::saved_activation)
 static_assert(plan<pipeline_stage<Run<4, 2>, 1>>().bytes(Role::saved_activation) == 2 * stage_copy);  // K = 2
 static_assert(plan<pipeline_stage<Run<4, 1>, 1>>().bytes(Role::saved_activation) == 1 * stage_copy);  // K = 1
 
-// No collective: stages exchange point to point, each micro-batch's input
-// and output (N h elements) and their gradients.
+// No collective: stages exchange point to point, per micro-batch its input
+// and output (N h elements each) and their gradients: a middle stage sends
+// its output and its input's gradient, K times a step; the first stage only
+// the output, the last only the input's gradient.
 static_assert(plan<pipeline_stage<Run<4, 4>, 1>>().communication.payload() == 0);
+static_assert(plan<pipeline_stage<Run<4, 4>, 1>>().communication.pipeline_sent == 4 * 2 * N * h * 4);
+static_assert(plan<pipeline_stage<Run<4, 4>, 1>>().communication.pipeline_received == 4 * 2 * N * h * 4);
+static_assert(plan<pipeline_stage<Run<4, 4>, 0>>().communication.pipeline_sent == 4 * N * h * 4);
+static_assert(plan<pipeline_stage<Run<4, 4>, 3>>().communication.pipeline_sent == 4 * N * h * 4);
+static_assert(plan<One>().communication.pipeline_sent == 0);
 
 // plan<Run>() is the stage with the largest peak: the first here (S copies
 // of its activations, and the embedding)

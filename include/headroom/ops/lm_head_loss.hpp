@@ -61,7 +61,7 @@ struct LmHeadLoss {
     if (pw.trainable) b.gemm(v, d, c);     // dW += dlogits^T h
     if (b.cfg.tp > 1) {  // each chunk's row statistics, gathered from every rank
       const std::int64_t chunks = (n + c - 1) / c;
-      op.tensor_fwd = graph::Exchange{.all_gather = chunks * b.cfg.tp * c * 3 * b.cfg.compute_bytes(), .all_gather_calls = chunks};
+      op.exchange_fwd = graph::Exchange{.all_gather = chunks * b.cfg.tp * c * 3 * b.cfg.compute_bytes(), .all_gather_calls = chunks};
     }
     op.flops_fwd = 2 * n * d * v;
     op.flops_bwd = 2 * n * d * v;          // dh

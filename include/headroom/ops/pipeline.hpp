@@ -45,6 +45,8 @@ struct PipelineRecv {
     op.set(features, d);
     const graph::Ref out = b.activation("received", d);  // (N, D)
     op.output(x, out);
+    op.exchange_fwd = graph::Exchange{.received = b.act(d)};
+    op.exchange_bwd = graph::Exchange{.sent = b.act(d)};
     b.emit(op);
     return out;
   }
@@ -70,6 +72,8 @@ struct PipelineSend {
     op.set(features, d);
     op.input(x, output);
     op.save(kept, output);
+    op.exchange_fwd = graph::Exchange{.sent = b.act(d)};
+    op.exchange_bwd = graph::Exchange{.received = b.act(d)};
     b.emit(op);
   }
   template <class T>

@@ -43,7 +43,7 @@ struct TensorParallelInput {
     graph::Op op = make<TensorParallelInput>();
     op.set(features, d);
     op.update(x, input);
-    op.tensor_bwd = graph::Exchange{.all_reduce = b.act(d), .all_reduce_calls = 1};
+    op.exchange_bwd = graph::Exchange{.all_reduce = b.act(d), .all_reduce_calls = 1};
     b.emit(op);
     return input;
   }
@@ -66,7 +66,7 @@ struct TensorParallelOutput {
     graph::Op op = make<TensorParallelOutput>();
     op.set(features, d);
     op.update(y, partial);
-    op.tensor_fwd = graph::Exchange{.all_reduce = b.act(d), .all_reduce_calls = 1};
+    op.exchange_fwd = graph::Exchange{.all_reduce = b.act(d), .all_reduce_calls = 1};
     if (with_bias) {
       const int b_id = b.param("bias", d, 1);
       const graph::Param pb = b.params[b_id];

@@ -202,12 +202,14 @@ struct Param {
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
-// What an op's kernels exchange over its tensor-parallel group each time its
-// event runs (ops/tensor_parallel.hpp; the vocabulary-parallel LM head):
-// payload bytes and calls.
+// What an op's kernels exchange each time its event runs: over its
+// tensor-parallel group (ops/tensor_parallel.hpp; the vocabulary-parallel LM
+// head), payload bytes and calls; with the pipeline's neighbouring stages
+// (ops/pipeline.hpp), bytes sent and received.
 struct Exchange {
   std::int64_t all_reduce = 0, all_gather = 0;
   std::int64_t all_reduce_calls = 0, all_gather_calls = 0;
+  std::int64_t sent = 0, received = 0;
 };
 
 inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_dims = 6, max_weights = 2;
@@ -235,7 +237,7 @@ struct Op {
   int n_grads = 0;
   std::int64_t scratch_fwd = 0, scratch_bwd = 0;
   std::int64_t flops_fwd = 0, flops_bwd = 0;
-  Exchange tensor_fwd{}, tensor_bwd{};  // over the tensor-parallel group: forward (and recompute, loss), backward
+  Exchange exchange_fwd{}, exchange_bwd{};  // with other ranks: forward (and recompute, loss), backward
   bool fused_loss = false;   // forward computes loss and input gradient in one pass
   std::string_view kind{};   // the op type's name
   ops::Lane lane = ops::Lane::compute;

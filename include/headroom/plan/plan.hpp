@@ -104,6 +104,9 @@ struct Communication {
   // tp_input backward) and the LM head's statistics (all-gathered per chunk)
   std::int64_t tensor_all_reduce = 0, tensor_all_gather = 0;
   std::int64_t tensor_all_reduce_calls = 0, tensor_all_gather_calls = 0;
+  // with the neighbouring pipeline stages (PipelineParallel<S>), per step:
+  // activations and their gradients, sent and received point to point
+  std::int64_t pipeline_sent = 0, pipeline_received = 0;
   constexpr std::int64_t payload() const { return all_reduce + reduce_scatter + all_gather; }
   constexpr std::int64_t tensor_payload() const { return tensor_all_reduce + tensor_all_gather; }
   // Bytes one rank sends in a step with ring collectives over n ranks.
@@ -561,19 +564,22 @@ constexpr Expanded expand_graph(const graph::Builder& b) {
       x.communication.all_gather_calls += micro * inst * ((c.dim[0] > 0) + (c.dim[1] > 0) + (c.dim[2] > 0));
     }
   }
-  // tensor parallelism: what each event's op exchanges (graph::Op::tensor_fwd / tensor_bwd)
+  // tensor and pipeline parallelism: what each event's op exchanges (graph::Op::exchange_fwd / exchange_bwd)
   for (int e = 0; e < static_cast<int>(b.events.size()); ++e) {
     const graph::Event& ev = b.events[e];
     if (ev.op == graph::none || ev.kind == EventKind::collective) continue;
     const graph::Op& op = b.ops[ev.op];
     const std::int64_t inst = (ev.group == graph::none ? 1 : b.groups[ev.group].count) * b.cfg.accumulate;
     const bool bwd = ev.kind == EventKind::backward;
-    if (bwd && !b.bindings[e].d_inout.valid() && !b.bindings[e].d_out[0].valid()) continue;  // no gradient to exchange
-    const graph::Exchange& ex = bwd ? op.tensor_bwd : op.tensor_fwd;
+    const graph::Binding& bd = b.bindings[e];
+    if (bwd && !bd.d_inout.valid() && !bd.d_out[0].valid() && !bd.d_in[0].valid()) continue;  // no gradient to exchange
+    const graph::Exchange& ex = bwd ? op.exchange_bwd : op.exchange_fwd;
     x.communication.tensor_all_reduce += inst * ex.all_reduce;
     x.communication.tensor_all_reduce_calls += inst * ex.all_reduce_calls;
     x.communication.tensor_all_gather += inst * ex.all_gather;
     x.communication.tensor_all_gather_calls += inst * ex.all_gather_calls;
+    x.communication.pipeline_sent += inst * ex.sent;
+    x.communication.pipeline_received += inst * ex.received;
   }
   if (b.cfg.sharded(1) && !b.cfg.sharded(3))  // ZeRO 1 and 2: the weights after the update
     for (const auto& pr : b.params) {

@@ -273,7 +273,7 @@ void print(std::ostream& os, const P& p) {
   for (int n = 1; n < NN; ++n)
     if (rp::is_repeat_node(p, n) && p.nodes[n].parent == 0) {
       model += ", " + std::to_string(p.nodes[n].repeat) + " repeated blocks (" + node_path(p, n, 0) + ".." +
-               std::to_string(p.nodes[n].repeat - 1) + ")";
+               std::to_string(p.nodes[n].first_instance + p.nodes[n].repeat - 1) + ")";
       break;
     }
   os << "headroom plan: " << model << '\n';
@@ -446,7 +446,7 @@ void print(std::ostream& os, const P& p) {
     row("total", p.flops());
     t.print(os);
   }
-  if (c.dp > 1 || c.tp > 1) {
+  if (c.dp > 1 || c.tp > 1 || c.pp > 1) {
     const Communication& m = p.communication;
     os << "\ncommunication (one rank, per optimizer step; sent: ring collectives over its group)\n";
     rp::TextTable t({"collective", "group", "calls", "payload", "sent per rank"});
@@ -463,11 +463,14 @@ void print(std::ostream& os, const P& p) {
         m.all_gather, 1);
     row("all-reduce (activations, their gradients)", true, m.tensor_all_reduce_calls, m.tensor_all_reduce, 2);
     row("all-gather (LM head row statistics)", true, m.tensor_all_gather_calls, m.tensor_all_gather, 1);
+    if (m.pipeline_sent + m.pipeline_received > 0)
+      t.row({"send / receive (activations, their gradients)", std::to_string(c.pp) + " stages", "-",
+             human_bytes(m.pipeline_sent + m.pipeline_received), human_bytes(m.pipeline_sent)});
     t.rule();
     const std::int64_t calls = m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls + m.tensor_all_reduce_calls +
                                m.tensor_all_gather_calls;
-    t.row({"all", "", with_commas(calls), human_bytes(m.payload() + m.tensor_payload()),
-           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)))});
+    t.row({"all", "", with_commas(calls), human_bytes(m.payload() + m.tensor_payload() + m.pipeline_sent + m.pipeline_received),
+           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)) + m.pipeline_sent)});
     t.print(os);
   }
   os.flags(saved_flags);
