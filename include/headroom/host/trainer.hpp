@@ -356,7 +356,8 @@ class Trainer {
   // Zeroes every optimizer state and restarts the step count (after loading weights).
   void reset_optimizer() {
     for (const ParamSlot& p : sched.params)
-      if (p.state >= 0) std::memset(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(config.optim.state_bytes(p.elements())));
+      if (p.state >= 0)  // ZeRO 1-3: the state of this rank's shard
+        std::memset(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements())));
     step_ = 0;
   }
 
