@@ -27,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,12 @@ class Communicator {
   // recv holds size() blocks of block_bytes bytes; block r receives rank r's
   // `send` (ZeRO's parameter gather). send may be recv's own block (in place).
   virtual void all_gather(const void* send, void* recv, std::int64_t block_bytes, cudaStream_t stream) = 0;
+
+  // A group of this communicator's ranks (a collective of every rank):
+  // the ranks that pass the same color, ranked by key (ties by rank here).
+  // Tensor parallelism splits the world into its groups this way. The group
+  // has its own collectives and its own bounded wait.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // Returns when everything enqueued on `stream` so far has finished, or
   // throws communication_error (see above). `what` names the work waited

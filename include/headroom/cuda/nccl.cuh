@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -138,6 +139,12 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // ncclCommSplit (non-blocking, joined within the timeout, as construction is).
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    refuse_if_failed("split");
+    if (color < 0) throw std::invalid_argument(who() + ": split with a negative color (" + std::to_string(color) + ")");
+    return std::unique_ptr<Communicator>(new NcclCommunicator(*this, color, key));
+  }
   ncclComm_t handle() const { return comm_; }
   milliseconds timeout() const { return timeout_; }
   void set_timeout(milliseconds t) {
@@ -188,6 +195,26 @@ class NcclCommunicator final : public Communicator {
     if (issued_ - retired_ > tracked_calls) retired_ = issued_ - tracked_calls;
     while (retired_ < issued_ && cudaEventQuery(own_.events[static_cast<std::size_t>(retired_ % tracked_calls)]) == cudaSuccess)
       ++retired_;
+  }
+
+ private:
+  // The group of `parent`'s ranks of this color (NcclCommunicator::split).
+  NcclCommunicator(NcclCommunicator& parent, int color, int key) : timeout_(parent.timeout_) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t r = ncclCommSplit(parent.comm_, color, key, &comm_, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      if (comm_ != nullptr) ncclCommAbort(comm_);
+      comm_ = nullptr;
+      parent.fail(parent.who() + ": ncclCommSplit (color " + std::to_string(color) + ") failed: " + ncclGetErrorString(r) + parent.detail());
+    }
+    rank_ = parent.rank_, size_ = parent.size_;  // named as the parent until the group is known
+    settle("splitting into groups (ncclCommSplit)", "; a rank has not split (did every rank call it?)");
+    int n = 0, me = 0;
+    if (ncclCommCount(comm_, &n) != ncclSuccess || ncclCommUserRank(comm_, &me) != ncclSuccess)
+      fail(who() + ": ncclCommSplit gave a communicator whose rank or size NCCL does not tell");
+    rank_ = me, size_ = n;
+    own_.create(size_, tracked_calls);
   }
 
  protected:

@@ -40,6 +40,14 @@
 // A communicator configured non-blocking (ncclConfig_t::blocking = 0)
 // returns ncclInProgress from joining until every rank has joined
 // (ncclCommGetAsyncError then says ncclSuccess); collectives return at once.
+//
+// ncclCommSplit (a collective of the parent, as NCCL's): each rank posts its
+// color and key in the parent's segment and waits (up to nccl_hang_after())
+// for every rank's; the ranks of a color join a child segment, ranked by
+// (key, parent rank). The children's segments are mapped with the parent's
+// by ncclGetUniqueId (before the fork, so every rank shares them): up to
+// max_splits splits of a communicator made by ncclCommInitRank, and a child
+// is not split again.
 #if defined(__CUDACC__)
 #error "nccl_emulator.hpp is for g++ builds; nvcc programs link the real NCCL"
 #endif
@@ -73,6 +81,7 @@ namespace nccl_detail {
 inline constexpr int max_ranks = 8;
 inline constexpr std::size_t slot_bytes = std::size_t{1} << 20;
 inline constexpr std::uint64_t id_magic = 0x6e63636c2d656d75ULL;  // "nccl-emu"
+inline constexpr int max_splits = 4;  // splits of one communicator of ncclCommInitRank
 
 enum class Kind : std::int32_t { none, all_reduce, reduce_scatter, all_gather };
 inline const char* name_of(Kind k) {
@@ -97,6 +106,11 @@ struct RankState {
   std::atomic<std::int32_t> aborted;  // ncclCommAbort was called
   Desc desc[2];                       // the call of the round posted, by parity
 };
+// One rank's part of a split: its color and key, then posted = 1.
+struct SplitPost {
+  std::atomic<std::int32_t> posted;
+  std::int32_t color, key;
+};
 // The shared segment of one id. Round r's part of rank q is in data[q][r % 2]:
 // rank q writes round r + 2 there only after every rank posted r + 1, that is
 // after every rank has read round r.
@@ -105,6 +119,8 @@ struct Segment {
   std::atomic<std::int32_t> nranks;  // set by the first rank to join
   std::atomic<std::int32_t> joined;
   RankState rank[max_ranks];
+  std::int32_t is_root;                      // made by ncclGetUniqueId: the children's segments follow it
+  SplitPost split[max_splits][max_ranks];    // the ranks' parts of split s
   alignas(256) unsigned char data[max_ranks][2][slot_bytes];
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::int64_t>::is_always_lock_free,
@@ -117,7 +133,11 @@ struct Comm {
   ncclResult_t async = ncclSuccess;  // ncclInProgress while joining (non-blocking); an error once failed
   std::string last_error;
   std::uint64_t hung = 0;  // the hung work behind which its collectives wait (0: none)
+  int splits = 0;          // ncclCommSplit calls so far (the same on every rank)
 };
+// The segment of split s's group whose lowest parent rank is g (a root's children follow it).
+inline Segment* child_segment(Segment* root, int s, int g) { return root + 1 + s * max_ranks + g; }
+inline constexpr std::size_t mapped_segments = 1 + static_cast<std::size_t>(max_splits) * max_ranks;
 
 inline std::string& global_last_error() {
   static std::string e;
@@ -323,6 +343,33 @@ inline ncclResult_t enqueue(ncclComm_t comm, Kind kind, const void* send, void* 
   return ncclSuccess;
 }
 
+// Joins segment `seg` as `rank` of `nranks` (ncclCommInitRank, and the child of a split).
+inline ncclResult_t join(ncclComm_t* comm, Segment* seg, int nranks, int rank, ncclConfig_t* config) {
+  std::int32_t expected = 0;
+  if (!seg->nranks.compare_exchange_strong(expected, nranks) && expected != nranks)
+    return fail(nullptr, ncclInvalidUsage,
+                "ncclCommInitRank: " + std::to_string(nranks) + " ranks here, " + std::to_string(expected) + " on a rank that joined before");
+  std::int64_t nobody = 0;
+  if (!seg->rank[rank].pid.compare_exchange_strong(nobody, static_cast<std::int64_t>(getpid())))
+    return fail(nullptr, ncclInvalidUsage, "ncclCommInitRank: rank " + std::to_string(rank) + " joined twice");
+  seg->joined.fetch_add(1);
+  runtime_detail::create(comm, Comm{seg, rank, nranks, 0, ncclSuccess, {}, 0, 0});
+  Comm* c = runtime_detail::find<Comm>(*comm);
+  const bool blocking = config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
+  if (!blocking) {
+    if (seg->joined.load() < nranks) c->async = ncclInProgress;
+    return c->async;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  int spins = 0;
+  while (seg->joined.load() < nranks) {
+    if (std::chrono::steady_clock::now() - start > nccl_hang_after())
+      return fail(c, ncclSystemError, "ncclCommInitRank: the other ranks did not join (the emulator's wait ended)");
+    pause(spins);
+  }
+  return ncclSuccess;
+}
+
 }  // namespace nccl_detail
 }  // namespace headroom::cuda_emulator
 
@@ -359,10 +406,13 @@ inline const char* ncclGetLastError(ncclComm_t comm) {
 inline ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   using namespace headroom::cuda_emulator::nccl_detail;
   if (uniqueId == nullptr) return ncclInvalidArgument;
-  void* p = mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  // the root's segment and its children's (pages are touched only when used)
+  void* p = mmap(nullptr, sizeof(Segment) * mapped_segments, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return fail(nullptr, ncclSystemError, "ncclGetUniqueId: mmap of the shared segment failed");
   auto* seg = static_cast<Segment*>(p);  // zero-filled: no rank joined, nothing posted
   seg->magic = id_magic;
+  seg->is_root = 1;
+  for (std::size_t i = 1; i < mapped_segments; ++i) seg[i].magic = id_magic;
   std::memset(uniqueId, 0, sizeof *uniqueId);
   std::memcpy(uniqueId->internal, &id_magic, sizeof id_magic);
   std::memcpy(uniqueId->internal + sizeof id_magic, &seg, sizeof seg);
@@ -383,29 +433,7 @@ inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   if (nranks < 1 || nranks > max_ranks || rank < 0 || rank >= nranks)
     return fail(nullptr, ncclInvalidArgument,
                 "ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " (the emulator has 1 to 8 ranks)");
-  std::int32_t expected = 0;
-  if (!seg->nranks.compare_exchange_strong(expected, nranks) && expected != nranks)
-    return fail(nullptr, ncclInvalidUsage,
-                "ncclCommInitRank: " + std::to_string(nranks) + " ranks here, " + std::to_string(expected) + " on a rank that joined before");
-  std::int64_t nobody = 0;
-  if (!seg->rank[rank].pid.compare_exchange_strong(nobody, static_cast<std::int64_t>(getpid())))
-    return fail(nullptr, ncclInvalidUsage, "ncclCommInitRank: rank " + std::to_string(rank) + " joined twice");
-  seg->joined.fetch_add(1);
-  runtime_detail::create(comm, Comm{seg, rank, nranks, 0, ncclSuccess, {}, 0});
-  Comm* c = runtime_detail::find<Comm>(*comm);
-  const bool blocking = config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
-  if (!blocking) {
-    if (seg->joined.load() < nranks) c->async = ncclInProgress;
-    return c->async;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  int spins = 0;
-  while (seg->joined.load() < nranks) {
-    if (std::chrono::steady_clock::now() - start > nccl_hang_after())
-      return fail(c, ncclSystemError, "ncclCommInitRank: the other ranks did not join (the emulator's wait ended)");
-    pause(spins);
-  }
-  return ncclSuccess;
+  return join(comm, seg, nranks, rank, config);
 }
 
 inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
@@ -479,4 +507,39 @@ inline ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t s
                                   cudaStream_t stream) {
   using namespace headroom::cuda_emulator::nccl_detail;
   return enqueue(comm, Kind::all_gather, sendbuff, recvbuff, sendcount, datatype, ncclSum, stream);
+}
+
+inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  using namespace headroom::cuda_emulator;
+  using namespace headroom::cuda_emulator::nccl_detail;
+  Comm* c = runtime_detail::find<Comm>(comm);
+  if (c == nullptr || newcomm == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommSplit: not a live communicator");
+  *newcomm = nullptr;
+  if (c->async == ncclInProgress) return fail(c, ncclInvalidUsage, "ncclCommSplit before the communicator joined");
+  if (!c->seg->is_root || c->splits >= max_splits)
+    return fail(c, ncclInvalidUsage,
+                "ncclCommSplit: the emulator splits a communicator of ncclCommInitRank, at most " + std::to_string(max_splits) + " times");
+  const int s = c->splits++;
+  SplitPost* posts = c->seg->split[s];
+  posts[c->rank].color = color;
+  posts[c->rank].key = key;
+  posts[c->rank].posted.store(1, std::memory_order_release);
+  const auto start = std::chrono::steady_clock::now();
+  int spins = 0;
+  for (int q = 0; q < c->nranks; ++q)
+    while (posts[q].posted.load(std::memory_order_acquire) == 0) {
+      if (std::chrono::steady_clock::now() - start > nccl_hang_after())
+        return fail(c, ncclSystemError, "ncclCommSplit: rank " + std::to_string(q) + " did not split (the emulator's wait ended)");
+      pause(spins);
+    }
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  // the group: the ranks of this color, by (key, parent rank); its segment is named by its lowest parent rank
+  int lowest = -1, size = 0, rank = 0;
+  for (int q = 0; q < c->nranks; ++q) {
+    if (posts[q].color != color) continue;
+    if (lowest < 0) lowest = q;
+    ++size;
+    if (posts[q].key < key || (posts[q].key == key && q < c->rank)) ++rank;
+  }
+  return join(newcomm, child_segment(c->seg, s, lowest), size, rank, config);
 }
