@@ -30,6 +30,7 @@ struct OpContext : ops::Bound<S> {
   UpdateControl* control_block = nullptr;
   float* loss_sum = nullptr;  // the step's loss slot (f32, device)
   Communicator* comm = nullptr;  // data parallelism: the ranks' communicator (the collectives' kernels)
+  Communicator* tensor_comm = nullptr;  // tensor parallelism: this rank's group (its collectives run on the compute stream)
 
   cudaStream_t stream() const { return compute; }
   Blas& blas() const { return *cublas; }

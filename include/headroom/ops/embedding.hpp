@@ -62,13 +62,18 @@ struct Embedding {
 #if HEADROOM_CUDA_KERNELS
   template <class S>
   static void forward(const cuda::OpContext<S>& k) {
-    cuda::embedding_forward<S>(k.template get<std::int32_t>(tokens), k[table], k[x], k.rows(), k[features], k.stream());
+    cuda::embedding_forward<S>(k.template get<std::int32_t>(tokens), k[table], k[x], k.rows(), k[features], first_row(k), k[vocab],
+                               k.stream());
   }
   template <class S>
   static void backward(const cuda::OpContext<S>& k) {
     if (S* g = k.grad(table))
       cuda::embedding_backward<S>(k.template get<std::int32_t>(tokens_saved), k.grad(x), g, k.first(table), k.rows(), k[vocab],
-                                  k[features], k.stream());
+                                  k[features], first_row(k), k.stream());
+  }
+  template <class S>
+  static std::int64_t first_row(const cuda::OpContext<S>& k) {
+    return k[ranks] > 1 ? k.tensor_comm->rank() * k[vocab] : 0;
   }
 #endif
 };

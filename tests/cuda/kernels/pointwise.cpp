@@ -75,16 +75,18 @@ std::vector<std::int32_t> token_ids(i64 n, i64 vocab) {
 TEMPLATE_TEST_CASE("embedding_forward copies the tokens' rows", "[pointwise]", float, cuda::bf16) {
   using S = TestType;
   const i64 n = 37, vocab = 50;
-  for (const i64 d : {96, 130}) {
-    INFO("d = " << d);
-    const std::vector<std::int32_t> tokens = token_ids(n, vocab);
-    Buffer<std::int32_t> tok(tokens);
-    Data<S> table(cuda_test::pattern(vocab * d, 1)), out(std::vector<float>(n * d, 7.0f));
-    cuda::embedding_forward<S>(tok.get(), table.at(), out.at(), n, d, nullptr);
-    std::vector<float> want(n * d);
-    host::embedding_forward(tokens.data(), table.host.data(), want.data(), n, d, 1);
-    CHECK(out.result() == want);  // a copy: exact
-  }
+  // the whole table, and a vocabulary-parallel block of rows [20, 45) (zero rows for the other tokens)
+  for (const auto [first, rows] : {std::pair<i64, i64>{0, vocab}, std::pair<i64, i64>{20, 25}})
+    for (const i64 d : {96, 130}) {
+      INFO("d = " << d << ", rows [" << first << ", " << first + rows << ")");
+      const std::vector<std::int32_t> tokens = token_ids(n, vocab);
+      Buffer<std::int32_t> tok(tokens);
+      Data<S> table(cuda_test::pattern(rows * d, 1)), out(std::vector<float>(n * d, 7.0f));
+      cuda::embedding_forward<S>(tok.get(), table.at(), out.at(), n, d, first, rows, nullptr);
+      std::vector<float> want(n * d);
+      host::embedding_forward(tokens.data(), table.host.data(), want.data(), n, d, 1, first, rows);
+      CHECK(out.result() == want);  // a copy: exact
+    }
 }
 
 TEMPLATE_TEST_CASE("embedding_backward scatter-adds repeated tokens", "[pointwise]", float, cuda::bf16) {
@@ -97,7 +99,7 @@ TEMPLATE_TEST_CASE("embedding_backward scatter-adds repeated tokens", "[pointwis
       Buffer<std::int32_t> tok(tokens);
       Data<S> dy(cuda_test::pattern(n * d, 2)), dtable(cuda_test::pattern(vocab * d, 3));
       std::vector<float> want = dtable.host;
-      cuda::embedding_backward<S>(tok.get(), dy.at(), dtable.at(), first, n, vocab, d, nullptr);
+      cuda::embedding_backward<S>(tok.get(), dy.at(), dtable.at(), first, n, vocab, d, 0, nullptr);
       host::embedding_backward(tokens.data(), dy.host.data(), want.data(), first, n, vocab, d, 1);
       const std::vector<float> got = dtable.result();
       if constexpr (std::is_same_v<S, float>) {
@@ -126,6 +128,20 @@ TEMPLATE_TEST_CASE("embedding_backward scatter-adds repeated tokens", "[pointwis
             for (i64 j = 0; j < d; ++j) REQUIRE(got[v * d + j] == want[v * d + j]);
       }
     }
+}
+
+TEST_CASE("embedding_backward of a vocabulary-parallel block: only its tokens' rows", "[pointwise]") {
+  const i64 n = 37, vocab = 50, first_row = 20, rows = 25, d = 96;  // the block holds tokens [20, 45)
+  const std::vector<std::int32_t> tokens = token_ids(n, vocab);
+  Buffer<std::int32_t> tok(tokens);
+  for (const bool first : {true, false}) {
+    INFO("first = " << first);
+    Data<float> dy(cuda_test::pattern(n * d, 2)), dtable(cuda_test::pattern(rows * d, 3));
+    std::vector<float> want = dtable.host;
+    cuda::embedding_backward<float>(tok.get(), dy.at(), dtable.at(), first, n, rows, d, first_row, nullptr);
+    host::embedding_backward(tokens.data(), dy.host.data(), want.data(), first, n, rows, d, 1, first_row);
+    check_close<float>(dtable.result(), want);
+  }
 }
 
 TEMPLATE_TEST_CASE("positions_forward and positions_backward", "[pointwise]", float, cuda::bf16) {

@@ -102,28 +102,40 @@ void elementwise(std::int64_t n, bool vectorized, Go&& go) {
 
 // ---- embedding and positions ---------------------------------------------------------------------------------------
 
-// tokens: (N)  table: (V, D)  out: (N, D) = table[tokens]; W columns per copy (D % W == 0)
+// tokens: (N)  table: (V, D), rows [first, first + V) of the whole vocabulary
+// (tensor parallelism: this rank's block)  out: (N, D) = table[tokens - first],
+// a zero row for a token outside the block; W columns per copy (D % W == 0)
 template <class S, int W>
 __global__ void embedding_forward_kernel(const std::int32_t* __restrict__ tokens, const S* __restrict__ table,
-                                         S* __restrict__ out, std::int64_t n, std::int64_t d) {
+                                         S* __restrict__ out, std::int64_t n, std::int64_t d, std::int64_t first, std::int64_t vocab) {
   using P = packs::Pack<S, W>;
   const std::int64_t row_packs = d / W;
   for (std::int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    const P* src = reinterpret_cast<const P*>(table + static_cast<std::int64_t>(tokens[r]) * d);
+    const std::int64_t row = static_cast<std::int64_t>(tokens[r]) - first;
     P* dst = reinterpret_cast<P*>(out + r * d);
+    if (row < 0 || row >= vocab) {
+      for (std::int64_t j = threadIdx.x; j < row_packs; j += blockDim.x) {
+        float zero[W] = {};
+        packs::store(out + r * d + j * W, zero);
+      }
+      continue;
+    }
+    const P* src = reinterpret_cast<const P*>(table + row * d);
     for (std::int64_t j = threadIdx.x; j < row_packs; j += blockDim.x) dst[j] = src[j];
   }
 }
 
+// first, vocab: the rows the table holds (0 and the whole vocabulary without tensor parallelism)
 template <class S>
-void embedding_forward(const std::int32_t* tokens, const S* table, S* out, std::int64_t n, std::int64_t d, cudaStream_t stream) {
+void embedding_forward(const std::int32_t* tokens, const S* table, S* out, std::int64_t n, std::int64_t d, std::int64_t first,
+                       std::int64_t vocab, cudaStream_t stream) {
   if (n <= 0 || d <= 0) return;
   constexpr int W = packs::width<S>;
   const dim3 grid = packs::grid_for(n, 1), block(packs::row_threads);
   if (d % W == 0 && packs::all_aligned(table, out))
-    launch(embedding_forward_kernel<S, W>, "embedding_forward_kernel", grid, block, stream, tokens, table, out, n, d);
+    launch(embedding_forward_kernel<S, W>, "embedding_forward_kernel", grid, block, stream, tokens, table, out, n, d, first, vocab);
   else
-    launch(embedding_forward_kernel<S, 1>, "embedding_forward_kernel", grid, block, stream, tokens, table, out, n, d);
+    launch(embedding_forward_kernel<S, 1>, "embedding_forward_kernel", grid, block, stream, tokens, table, out, n, d, first, vocab);
 }
 
 // x: (n) = 0
@@ -135,18 +147,22 @@ __global__ void fill_zero_kernel(S* __restrict__ x, std::int64_t n) {
   });
 }
 
-// dtable[tokens[r]] += dy[r] for every row r (atomically: rows may repeat)
+// dtable[tokens[r] - first] += dy[r] for every row r whose token the table
+// holds (atomically: rows may repeat)
 template <class S>
 __global__ void embedding_scatter_kernel(const std::int32_t* __restrict__ tokens, const S* __restrict__ dy, S* dtable,
-                                         std::int64_t n, std::int64_t d) {
+                                         std::int64_t n, std::int64_t d, std::int64_t first, std::int64_t vocab) {
   for (std::int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    S* dst = dtable + static_cast<std::int64_t>(tokens[r]) * d;
+    const std::int64_t row = static_cast<std::int64_t>(tokens[r]) - first;
+    if (row < 0 || row >= vocab) continue;  // another rank's row
+    S* dst = dtable + row * d;
     for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x) atomicAdd(dst + j, dy[r * d + j]);
   }
 }
 
-// tokens: (N)  dy: (N, D)  dtable: (V, D). first: the whole table is zeroed,
-// then every row of dy is added to its token's row.
+// tokens: (N)  dy: (N, D)  dtable: (V, D), rows [first_row, first_row + V) of
+// the whole vocabulary. first: the whole table is zeroed, then every row of dy
+// is added to its token's row (rows of tokens outside the block: nowhere).
 // Precision: the scatter adds in S with atomicAdd, so with S = bf16 every
 // addition is rounded to bf16 (8 significant bits): a token seen k times in
 // the batch collects k roundings, an error up to about k 2^-8 of the sum of
@@ -155,13 +171,14 @@ __global__ void embedding_scatter_kernel(const std::int32_t* __restrict__ tokens
 // result (with f32 too): this gradient is not bitwise deterministic.
 template <class S>
 void embedding_backward(const std::int32_t* tokens, const S* dy, S* dtable, bool first, std::int64_t n, std::int64_t vocab,
-                        std::int64_t d, cudaStream_t stream) {
+                        std::int64_t d, std::int64_t first_row, cudaStream_t stream) {
   if (first)
     packs::elementwise<packs::width<S>>(vocab * d, packs::aligned(dtable), [&](auto w, dim3 grid) {
       launch(fill_zero_kernel<S, decltype(w)::value>, "fill_zero_kernel", grid, dim3(packs::threads), stream, dtable, vocab * d);
     });
   if (n <= 0 || d <= 0) return;
-  launch(embedding_scatter_kernel<S>, "embedding_scatter_kernel", packs::grid_for(n, 1), dim3(packs::row_threads), stream, tokens, dy, dtable, n, d);
+  launch(embedding_scatter_kernel<S>, "embedding_scatter_kernel", packs::grid_for(n, 1), dim3(packs::row_threads), stream, tokens, dy, dtable, n, d,
+         first_row, vocab);
 }
 
 // x: (B*T, D) += table[t] for row b*T + t; W columns per step (D % W == 0)
