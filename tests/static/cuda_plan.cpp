@@ -47,6 +47,11 @@ static_assert(host.peak_bytes(Tier::offload) == 0);
 // LM head: one chunk of bf16 logits, 32 x 512 x 2 = 32,768 B, plus the loss of
 // each of the 128 tokens in f32 (512 B).
 static_assert(count(cuda, "scratch", 32 * 512 * 2 + 128 * 4) == 1);
+// With TensorParallel<2> a rank's LM head holds 256 of the 512 rows: its
+// logits, 32 x 256 x 2 = 16,384 B, the 128 losses, and then each row's max,
+// sum of exponentials and target logit from both ranks, (2, 32, 3) f32 = 768 B.
+using CudaTp = Train<models::GPT2<small>, Batch<2>, Seq<64>, Precision<BF16>, LossChunk<32>, OnCuda, TensorParallel<2>>;
+static_assert(count(plan<CudaTp>(), "scratch", 32 * 256 * 2 + 128 * 4 + 2 * 32 * 3 * 4) == 1);
 // The logits' rows are padded to a multiple of 64 elements, so that cuBLASLt
 // writes them with an aligned leading dimension (llm.c pads GPT-2's 50,257 to
 // 50,304 for the same reason): 50,257 -> 786 x 64 = 50,304; 385 -> 7 x 64 = 448;

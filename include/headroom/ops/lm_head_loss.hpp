@@ -53,9 +53,11 @@ struct LmHeadLoss {
     // keeps its fast kernels (turned into dlogits in place; the padding
     // columns are never read), then every token's loss in f32 (summed once,
     // in order, at the end)
-    // (with tensor parallelism, host: each row's statistics from every rank, (ranks, chunk, 3))
-    op.scratch_fwd = b.cfg.cuda() ? CudaWorkspace::lm_head_logits_bytes(c, v, b.cfg.act_bytes()) + n * 4
-                                  : (c * (v + 2) + (b.cfg.tp > 1 ? b.cfg.tp * c * 3 : 0)) * b.cfg.compute_bytes();
+    // (with tensor parallelism, each row's statistics from every rank, (ranks,
+    // chunk, 3) in the compute type, f32 on CUDA)
+    const std::int64_t stats = b.cfg.tp > 1 ? b.cfg.tp * c * 3 : 0;
+    op.scratch_fwd = b.cfg.cuda() ? CudaWorkspace::lm_head_logits_bytes(c, v, b.cfg.act_bytes()) + n * 4 + stats * 4
+                                  : (c * (v + 2) + stats) * b.cfg.compute_bytes();
     b.gemm(c, v, d);                       // logits = h W^T
     b.gemm(c, d, v);                       // dh = dlogits W
     if (pw.trainable) b.gemm(v, d, c);     // dW += dlogits^T h
@@ -97,10 +99,19 @@ struct LmHeadLoss {
     S* logits = k.template scratch<S>();
     float* row_loss = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(logits) +
                                                CudaWorkspace::lm_head_logits_bytes(c, v, sizeof(S)));  // (N)
+    // tensor parallelism: (ranks, chunk, 3) f32 row statistics after the losses
+    float* stats = row_loss + n;
+    const int group = static_cast<int>(k[ranks]), rank = group > 1 ? k.tensor_comm->rank() : 0;
+    const bool gradient = dh != nullptr || dw != nullptr;
     for (std::int64_t c0 = 0; c0 < n; c0 += c) {
       const std::int64_t rows = c0 + c < n ? c : n - c0;
       k.blas().template gemm<S>(Trans::no, Trans::yes, rows, v, d, 1.0f, hs + c0 * d, d, w, d, 0.0f, logits, ld, k.stream());
-      cuda::cross_entropy_rows<S>(logits, t + c0, row_loss + c0, scale, dh != nullptr || dw != nullptr, rows, v, ld, k.stream());
+      if (group > 1)
+        cuda::cross_entropy_rows_vocab_parallel<S>(
+            logits, t + c0, row_loss + c0, scale, gradient, rows, v, ld, rank * v, stats, c, rank, group,
+            [&](float* all) { k.tensor_comm->all_gather(all + rank * c * 3, all, c * 3 * 4, k.stream()); }, k.stream());
+      else
+        cuda::cross_entropy_rows<S>(logits, t + c0, row_loss + c0, scale, gradient, rows, v, ld, k.stream());
       if (dh != nullptr)
         k.blas().template gemm<S>(Trans::no, Trans::no, rows, d, v, 1.0f, logits, ld, w, d, k.first(h) ? 0.0f : 1.0f, dh + c0 * d, d,
                                   k.stream());

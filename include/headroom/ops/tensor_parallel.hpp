@@ -16,7 +16,9 @@
 //              sums it into the bias's gradient.
 //
 // Both run on the compute lane (the next op needs their bytes at once) and
-// call the tensor-parallel communicator (host::OpContext::tensor_comm).
+// call the tensor-parallel communicator (host::OpContext::tensor_comm; on the
+// CUDA engine cuda::OpContext::tensor_comm, its collectives enqueued on the
+// compute stream, so the next kernel sees the sum without a wait).
 #include <cstdint>
 #include <string_view>
 
@@ -24,6 +26,10 @@
 #include "../host/kernels/pointwise.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
+#if HEADROOM_CUDA_KERNELS
+#include "../cuda/kernels/pointwise.cuh"
+#include "../cuda/op_context.cuh"
+#endif
 
 namespace headroom::ops {
 
@@ -53,6 +59,14 @@ struct TensorParallelInput {
   static void backward(const host::OpContext<T>& k) {
     if (T* dx = k.grad(x)) k.tensor_comm->all_reduce_sum(dx, k.rows() * k[features], tp_detail::dtype_of<T>());
   }
+#if HEADROOM_CUDA_KERNELS
+  template <class S>
+  static void forward(const cuda::OpContext<S>&) {}
+  template <class S>
+  static void backward(const cuda::OpContext<S>& k) {
+    if (S* dx = k.grad(x)) k.tensor_comm->all_reduce_sum(dx, k.rows() * k[features], cuda::dtype_of<S>, k.stream());
+  }
+#endif
 };
 
 struct TensorParallelOutput {
@@ -95,6 +109,19 @@ struct TensorParallelOutput {
         return dy[r * k[features] + j];
       });
   }
+#if HEADROOM_CUDA_KERNELS
+  template <class S>
+  static void forward(const cuda::OpContext<S>& k) {
+    const std::int64_t n = k.rows(), d = k[features];
+    k.tensor_comm->all_reduce_sum(k[y], n * d, cuda::dtype_of<S>, k.stream());
+    if (const S* b = k[bias]) cuda::positions_forward<S>(b, k[y], n, 1, d, k.stream());  // every row += b: a one-position table
+  }
+  template <class S>
+  static void backward(const cuda::OpContext<S>& k) {
+    const S* dy = k.grad(y);
+    if (S* db = k.grad(bias); db != nullptr && dy != nullptr) cuda::column_sums<S>(dy, db, k.first(bias), k.rows(), k[features], k.stream());
+  }
+#endif
 };
 
 }  // namespace headroom::ops
