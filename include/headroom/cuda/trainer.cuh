@@ -45,11 +45,22 @@
 // for the host once, at its end: there the communicator's bounded wait
 // (synchronize) replaces cudaStreamSynchronize, so a rank that died or hangs
 // gives a communication_error instead of a hang.
+//
+// Tensor parallelism (TensorParallel<M>, also with DataParallel<N>): the
+// communicator joins all N x M processes; process w is tensor-parallel rank
+// w % M of data-parallel rank w / M, as with host::Trainer. The trainer
+// splits it into its tensor-parallel group (the tp_input / tp_output sums
+// and the LM head's row statistics, enqueued on the compute stream) and,
+// with N > 1, its data-parallel group (the plan's collectives and the
+// trainer's own, as above). A rank holds and initializes its block of every
+// split parameter (trainers::initial_values); the gradient norm adds the
+// split parameters' squares over the tensor-parallel group.
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -116,6 +127,9 @@ class Trainer {
   static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
   static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
                 "cuda::Trainer: the schedule and the plan must pack the same arena");
+  static_assert(config.pp == 1,
+                "cuda::Trainer: PipelineParallel<S> does not run on the CUDA engine yet (pipe_recv / pipe_send have no CUDA "
+                "kernels); train it with host::Trainer");
   static_assert(!config.update_in_backward || sched.params.size() <= static_cast<std::size_t>(reduction_slots),
                 "cuda::Trainer: with UpdateInBackward a step keeps one finiteness flag per parameter in the reductions "
                 "buffer (2,048 slots); this run has more parameters");
@@ -129,14 +143,18 @@ class Trainer {
 
   // Options are always given: cuda::Trainer<R> t({}) for the defaults.
   explicit Trainer(TrainOptions o) : Trainer(o, nullptr) {
-    static_assert(config.dp == 1,
-                  "cuda::Trainer: a run with DataParallel<N> trains one rank of N; construct it with the ranks' communicator: "
-                  "cuda::Trainer<Run> t(options, comm) (a cuda::NcclCommunicator of headroom/cuda/nccl.cuh, one GPU per rank)");
+    static_assert(config.world() == 1,
+                  "cuda::Trainer: a run with DataParallel<N> or TensorParallel<M> trains one rank of several; construct it with "
+                  "the ranks' communicator: cuda::Trainer<Run> t(options, comm) (a cuda::NcclCommunicator of "
+                  "headroom/cuda/nccl.cuh, one GPU per rank)");
   }
-  // One rank of a data-parallel run: `comm` joins the ranks (it must have
-  // exactly DataParallel<N> of them, every one built from this run type and
-  // given the same seed: checked here, on every rank). Each rank step()s
-  // its own micro-batches; gradients are averaged over the ranks.
+  // One rank of a parallel run: `comm` joins every process (it must have
+  // exactly DataParallel<N> x TensorParallel<M> of them, every one built
+  // from this run type and given the same seed: checked here, on every
+  // rank). Process w is tensor-parallel rank w % M of data-parallel rank
+  // w / M. Each data-parallel rank step()s its own micro-batches (its
+  // tensor-parallel ranks the same ones); gradients are averaged over the
+  // data-parallel ranks.
   Trainer(TrainOptions o, Communicator& comm) : Trainer(o, &comm) {}
 
  private:
@@ -161,9 +179,14 @@ class Trainer {
     for (std::size_t g = 0; g < sched.steps.size(); ++g)
       if (sched.steps[g].issue_before >= 0) hoisted_[static_cast<std::size_t>(sched.steps[g].issue_before)].push_back(static_cast<int>(g));
     if (comm_ != nullptr) {
-      comm_->check_size(config.dp, "data-parallel ranks");
+      if constexpr (config.tp == 1)
+        comm_->check_size(config.dp, "data-parallel ranks");
+      else
+        comm_->check_size(config.world(), "ranks (" + std::to_string(config.dp) + " data-parallel x " + std::to_string(config.tp) +
+                                              " tensor-parallel)");
       comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
       comm_->agree(o.seed, "the seed");
+      if constexpr (config.tp > 1) split_world();
     }
     collect_params();
     fill_tables();
@@ -177,10 +200,10 @@ class Trainer {
   ~Trainer() {
     if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
     if (graph_ != nullptr) cudaGraphDestroy(graph_);
-    if (comm_ != nullptr) {
+    if (Communicator* c = waiter()) {
       try {  // bounded: a failed communicator (its work aborted) refuses at once
-        comm_->synchronize(communication_, "the trainer's last collectives");
-        comm_->synchronize(compute_, "the trainer's last step");
+        c->synchronize(communication_, "the trainer's last collectives");
+        c->synchronize(compute_, "the trainer's last step");
       } catch (const communication_error&) {
       }
     } else {
@@ -273,6 +296,10 @@ class Trainer {
   // parameter's row-major elements (all of them for what is not sharded).
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   Communicator* communicator() const { return comm_; }
+  // Tensor parallelism: this process's rank in its tensor-parallel group
+  // (0 without one) and the group (null without one).
+  int tensor_rank() const { return tensor_comm_ != nullptr ? tensor_comm_->rank() : 0; }
+  Communicator* tensor_communicator() const { return tensor_comm_; }
   struct Shard {
     std::int64_t begin = 0, count = 0;
   };
@@ -351,6 +378,8 @@ class Trainer {
  private:
   TrainOptions opt_;
   Communicator* comm_ = nullptr;  // data parallelism: the ranks (null for one process)
+  Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
+  std::unique_ptr<Communicator> data_group_, tensor_group_;  // split from the world's communicator
   int micro_ = 0;                 // the micro-batch being enqueued, 0 .. accumulate - 1
   DeviceArena device_;
   PinnedArena offload_;
@@ -364,11 +393,29 @@ class Trainer {
   std::vector<int> waits_;              // per step g: copy steps the compute stream waits for before g (flattened)
   std::vector<int> wait_begin_;         // waits_ of step g: [wait_begin_[g], wait_begin_[g + 1])
   std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
+  std::vector<ParamRef> trainable_split_, trainable_whole_;  // tensor parallelism: split (each rank its block) or whole
   std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
   int step_ = 0;
   std::array<float, 16 + 256> host_tables_{};  // NF4 codes + the dynamic map, for quantizing on the host
   cudaGraph_t graph_{};
   cudaGraphExec_t graph_exec_{};
+
+  // The world's processes as groups: process w = d M + t is tensor-parallel
+  // rank t of data-parallel rank d (M tensor-parallel ranks); comm_ becomes
+  // the data-parallel group (null with one data-parallel rank).
+  void split_world() {
+    Communicator& world = *comm_;
+    const int w = world.rank(), t = w % config.tp, d = w / config.tp;
+    tensor_group_ = world.split(d, t);
+    tensor_comm_ = tensor_group_.get();
+    comm_ = nullptr;
+    if constexpr (config.dp > 1) {
+      data_group_ = world.split(t, d);
+      comm_ = data_group_.get();
+    }
+  }
+  // What the host's waits go through: a communicator's bounded wait where there is one.
+  Communicator* waiter() const { return comm_ != nullptr ? comm_ : tensor_comm_; }
 
   template <class U = S>
   U* ptr(const Slot& s) const {
@@ -399,7 +446,7 @@ class Trainer {
   // The host waits for a stream: with a communicator, its bounded wait (a
   // rank that died or hangs is a communication_error, not a hang).
   void wait(cudaStream_t stream, const char* what) const {
-    if (comm_ != nullptr) comm_->synchronize(stream, what);
+    if (Communicator* c = waiter()) c->synchronize(stream, what);
     else check(cudaStreamSynchronize(stream), what);
   }
   std::int64_t state_bytes(const ParamSlot& p) const { return config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements()); }
@@ -496,7 +543,16 @@ class Trainer {
   // last partial-sum slot) before the norm is taken.
   void gradient_norm() {
     const float clip = static_cast<float>(opt_.clip_norm);
-    if constexpr (!config.sharded(1)) {
+    if constexpr (config.tp > 1) {
+      // the whole parameters' squares into the last slot, the split ones' (summed over
+      // the tensor-parallel group) into the one before; the data-parallel ranks add both (ZeRO 1-3)
+      float* total = reductions() + (reduction_slots - 2);
+      sum_of_squares(trainable_whole_, total + 1);
+      sum_of_squares(trainable_split_, total);
+      tensor_comm_->all_reduce_sum(total, 1, DType::F32, compute_);
+      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 2, DType::F32, s); });
+      clip_scale(total, 2, control(), clip, compute_);
+    } else if constexpr (!config.sharded(1)) {
       squared_norm<S>(trainable_, reductions(), control(), clip, compute_);
     } else {
       float* total = reductions() + (reduction_slots - 1);
@@ -504,6 +560,15 @@ class Trainer {
       on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
       clip_scale(total, 1, control(), clip, compute_);
     }
+  }
+
+  // The sum of the squares of params' gradients into *out (the partials use
+  // the reductions buffer's first slots; out may be one of them).
+  void sum_of_squares(std::span<const ParamRef> params, float* out) {
+    std::int64_t elements = 0;
+    for (const ParamRef& p : params) elements += p.n;
+    if (elements == 0) check(cudaMemsetAsync(out, 0, sizeof(float), compute_), "zero a sum of squares");
+    else sum_rows(reductions(), squared_norm_partials<S>(params, reductions(), compute_), out, compute_);
   }
 
   // Data parallelism: the loss in the control block becomes the mean over
@@ -687,6 +752,7 @@ class Trainer {
     k.control_block = control();
     k.loss_sum = ptr<float>(sched.loss);
     k.comm = comm_;
+    k.tensor_comm = tensor_comm_;
     k.micro = micro_;
     return k;
   }
@@ -838,7 +904,10 @@ class Trainer {
   }
   void collect_params() {
     for (const ParamSlot& p : sched.params)
-      if (p.trainable) trainable_.push_back(ref(p));
+      if (p.trainable) {
+        trainable_.push_back(ref(p));
+        (p.split.split() ? trainable_split_ : trainable_whole_).push_back(ref(p));
+      }
     if (config.update_in_backward)
       for (std::size_t i = 0; i < sched.params.size(); ++i) {
         const ParamSlot& p = sched.params[static_cast<std::size_t>(sched.updates[i])];
@@ -883,10 +952,11 @@ class Trainer {
     upload(device_.at<std::uint8_t>(p.scales), a.data(), a.size(), "upload scales");
   }
 
-  // The same initial values as host::Trainer (trainers::InitialValues).
+  // The same initial values as host::Trainer (trainers::initial_values:
+  // with tensor parallelism, this rank's block of each split parameter).
   void initialize(std::uint64_t seed) {
     for (const ParamSlot& p : sched.params) {
-      const trainers::InitialValues value(seed, path_of(p), plan.nodes[p.node].kind, p.name, p.cols);
+      const auto value = trainers::initial_values(seed, plan, p, tensor_rank());
       std::vector<float> dense(static_cast<std::size_t>(p.elements()));
       for (std::int64_t i = 0; i < p.elements(); ++i) dense[static_cast<std::size_t>(i)] = static_cast<float>(value(i));
       upload_weight(p, dense);

@@ -876,9 +876,7 @@ class Trainer {
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       const ParamSlot& p = sched.params[k];
       // tensor parallelism: the values of this rank's block of the whole
-      const trainers::InitialValues whole(seed, path_of(p), plan.nodes[p.node].kind, p.name, p.split.whole_cols(p.cols));
-      const int tr = tensor_rank();
-      auto value = [&](std::int64_t i) { return whole(p.split.whole_index(p.rows, p.cols, tr, i)); };
+      const auto value = trainers::initial_values(seed, plan, p, tensor_rank());
       // ZeRO 3: this rank keeps only its shard of every parameter
       const std::int64_t begin = config.sharded(3) ? rank() * p.shard : 0;
       const std::int64_t count = config.sharded(3) ? std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard) : p.elements();

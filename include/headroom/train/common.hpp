@@ -209,5 +209,15 @@ class InitialValues {
   std::int64_t cols_;
 };
 
+// The initial values of parameter p as tensor-parallel rank `tensor_rank`
+// holds it: element i of its block is element p.split.whole_index(i) of the
+// whole parameter (all of it, in order, for a parameter that is not split).
+// Both engines' trainers start from these.
+template <class Plan, class Param>
+auto initial_values(std::uint64_t seed, const Plan& plan, const Param& p, int tensor_rank) {
+  return [whole = InitialValues(seed, path_of(plan, p), plan.nodes[p.node].kind, p.name, p.split.whole_cols(p.cols)), &p,
+          tensor_rank](std::int64_t i) { return whole(p.split.whole_index(p.rows, p.cols, tensor_rank, i)); };
+}
+
 }  // namespace trainers
 }  // namespace headroom

@@ -1,0 +1,191 @@
+// Tensor parallelism on the CUDA engine: cuda::Trainer of a TensorParallel<2>
+// Llama (GQA, SwiGLU, untied vocabulary-parallel embedding and LM head), and
+// of DataParallel<2> x TensorParallel<2> with ZeRO 1 on 4 ranks, against one
+// rank given the same global batch. Each rank is a process (ranks.hpp); the
+// world's communicator is split into the tensor- and data-parallel groups
+// (ncclCommSplit, emulated under g++).
+#include "../support/kernel_test.hpp"
+#if !defined(__CUDACC__)
+#include "../emulator/nccl_emulator.hpp"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <headroom/cuda/nccl.cuh>
+#include <headroom/cuda/trainer.cuh>
+#include <headroom/headroom.hpp>
+
+#include "ranks.hpp"
+
+namespace {
+
+using namespace headroom;
+using cuda_test::RankReport;
+using cuda_test::run_ranks;
+
+constexpr models::LlamaConfig llama_tp{48, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
+using Model = models::Llama<llama_tp>;
+constexpr std::int64_t seq = 12, global_batch = 4;
+constexpr int steps = 4;
+
+using OneRank = Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda>;
+using Tensor2 = Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda, TensorParallel<2>>;
+using Data2Tensor2 = Train<Model, Batch<global_batch / 2>, Seq<seq>, SGD<>, OnCuda, DataParallel<2>, ZeRO<1>, TensorParallel<2>>;
+using Reference = cuda::Trainer<OneRank>;
+
+TrainOptions options() { return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0}; }
+
+// Step s's global batch: global_batch sequences of token ids and targets (a linear congruential stream).
+std::vector<std::int32_t> global_ids(int s, bool targets) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(global_batch * seq));
+  std::uint64_t x = 0x9e3779b9u * static_cast<std::uint64_t>(2 * s + (targets ? 1 : 0) + 1);
+  for (auto& t : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(llama_tp.vocab));
+  }
+  return v;
+}
+// Data-parallel rank d of `data` ranks: its share of the sequences.
+std::vector<std::int32_t> share(const std::vector<std::int32_t>& all, int data, int d) {
+  const std::size_t per = all.size() / static_cast<std::size_t>(data);
+  return {all.begin() + static_cast<std::ptrdiff_t>(per * d), all.begin() + static_cast<std::ptrdiff_t>(per * (d + 1))};
+}
+
+// Where a parameter of the one-rank run starts among all its parameters' elements.
+std::size_t reference_offset(const std::string& path) {
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < Reference::param_count; ++k) {
+    if (Reference::path_of(Reference::param(k)) == path) return at;
+    at += static_cast<std::size_t>(Reference::param(k).elements());
+  }
+  throw std::logic_error("the one-rank run has no parameter " + path);
+}
+
+// Trains, then writes losses, norms, the evaluation and every weight it
+// holds at the place of the same element of the one-rank run's parameters
+// (ParamSlot::split.whole_index; NaN where it holds none).
+template <class Trainer>
+void train(Trainer& t, int data, int d, RankReport& out) {
+  for (int s = 1; s <= steps; ++s) {
+    const StepStats st = t.step(share(global_ids(s, false), data, d), share(global_ids(s, true), data, d));
+    out.loss[out.steps] = st.loss;
+    out.norm[out.steps++] = st.grad_norm;
+  }
+  out.evaluated = t.evaluate(share(global_ids(steps + 1, false), data, d), share(global_ids(steps + 1, true), data, d));
+  std::fill(out.value, out.value + RankReport::max_values, std::numeric_limits<float>::quiet_NaN());
+  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+    const ParamSlot& p = Trainer::param(k);
+    const std::vector<float> w = t.download_weight(p);
+    const std::size_t at = reference_offset(Trainer::path_of(p));
+    for (std::int64_t i = 0; i < p.elements(); ++i)
+      out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), i))] = w[static_cast<std::size_t>(i)];
+  }
+  out.values = reference_offset(Reference::path_of(Reference::param(Reference::param_count - 1))) +
+               static_cast<std::size_t>(Reference::param(Reference::param_count - 1).elements());
+}
+
+void use_device(int rank) {
+#if defined(__CUDACC__)
+  cuda::check(cudaSetDevice(rank), "cudaSetDevice");
+#else
+  (void)rank;
+#endif
+}
+
+RankReport reference_run() {
+  return run_ranks(1, [](int, RankReport& out) {
+    use_device(0);
+    Reference t(options());
+    train(t, 1, 0, out);
+  })[0];
+}
+
+template <class Run>
+std::vector<RankReport> parallel_run() {
+  constexpr RunConfig c = Run::config();
+  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+  return run_ranks(c.world(), [&](int w, RankReport& out) {
+    use_device(w);
+    cuda::NcclCommunicator world(id, w, c.world(), std::chrono::seconds(60));
+    cuda::Trainer<Run> t(options(), world);
+    if (t.tensor_rank() != w % c.tp) throw std::logic_error("process " + std::to_string(w) + " is tensor-parallel rank " + std::to_string(t.tensor_rank()));
+    train(t, c.dp, w / c.tp, out);
+  });
+}
+
+// Losses, norms and the evaluation within 1e-5 relative on every rank;
+// every element of every weight held by some rank, each copy within 1e-6.
+void compare(const RankReport& one, const std::vector<RankReport>& ranks) {
+  REQUIRE(one.error == std::string());
+  REQUIRE(one.done);
+  double worst = 0;
+  std::size_t held = 0;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    INFO("rank " << r << ": " << ranks[r].error);
+    REQUIRE(ranks[r].done);
+    REQUIRE(ranks[r].values == one.values);
+    for (int s = 0; s < one.steps; ++s) {
+      INFO("step " << s + 1 << ": loss " << ranks[r].loss[s] << " against " << one.loss[s] << ", norm " << ranks[r].norm[s] << " against "
+                   << one.norm[s]);
+      CHECK(std::abs(ranks[r].loss[s] - one.loss[s]) <= 1e-5 * std::abs(one.loss[s]));
+      CHECK(std::abs(ranks[r].norm[s] - one.norm[s]) <= 1e-5 * std::abs(one.norm[s]));
+    }
+    CHECK(std::abs(ranks[r].evaluated - one.evaluated) <= 1e-5 * std::abs(one.evaluated));
+  }
+  for (std::size_t i = 0; i < one.values; ++i) {
+    bool someone = false;
+    for (const RankReport& r : ranks)
+      if (!std::isnan(r.value[i])) {
+        someone = true;
+        worst = std::max(worst, static_cast<double>(std::abs(r.value[i] - one.value[i])));
+      }
+    held += someone;
+  }
+  CHECK(held == one.values);
+  CHECK(worst < 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("cuda::Trainer tensor-parallel: TensorParallel<2> and DataParallel<2> x TensorParallel<2> train like one rank",
+          "[tensor_parallel]") {
+  const RankReport one = reference_run();
+  SECTION("TensorParallel<2>") { compare(one, parallel_run<Tensor2>()); }
+  SECTION("DataParallel<2> x TensorParallel<2>, ZeRO 1") { compare(one, parallel_run<Data2Tensor2>()); }
+}
+
+TEST_CASE("NcclCommunicator::split: groups of the world, each with its own sums", "[tensor_parallel]") {
+  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+  const std::vector<RankReport> r = run_ranks(4, [&](int w, RankReport& out) {
+    use_device(w);
+    cuda::NcclCommunicator world(id, w, 4);
+    const std::unique_ptr<cuda::Communicator> pair = world.split(w / 2, -w);  // {0, 1} and {2, 3}, ranked in reverse
+    cudaStream_t s{};
+    cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    float* x = nullptr;
+    cuda::check(cudaMalloc(reinterpret_cast<void**>(&x), sizeof(float)), "cudaMalloc");
+    const float mine = static_cast<float>(1 << w);
+    cuda::check(cudaMemcpyAsync(x, &mine, sizeof mine, cudaMemcpyHostToDevice, s), "upload");
+    pair->all_reduce_sum(x, 1, DType::F32, s);
+    float sum = 0;
+    cuda::check(cudaMemcpyAsync(&sum, x, sizeof sum, cudaMemcpyDeviceToHost, s), "download");
+    pair->synchronize(s, "the group's sum");
+    out.loss[0] = sum;
+    out.loss[1] = pair->rank();
+    out.loss[2] = pair->size();
+    cudaFree(x);
+    cudaStreamDestroy(s);
+  });
+  for (int w = 0; w < 4; ++w) {
+    INFO("process " << w << ": " << r[static_cast<std::size_t>(w)].error);
+    REQUIRE(r[static_cast<std::size_t>(w)].done);
+    CHECK(r[static_cast<std::size_t>(w)].loss[0] == (w < 2 ? 3.0 : 12.0));
+    CHECK(r[static_cast<std::size_t>(w)].loss[1] == 1 - w % 2);
+    CHECK(r[static_cast<std::size_t>(w)].loss[2] == 2);
+  }
+}
