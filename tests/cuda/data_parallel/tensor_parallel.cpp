@@ -1,7 +1,8 @@
 // Tensor parallelism on the CUDA engine: cuda::Trainer of a TensorParallel<2>
-// Llama (GQA, SwiGLU, untied vocabulary-parallel embedding and LM head), and
-// of DataParallel<2> x TensorParallel<2> with ZeRO 1 on 4 ranks, against one
-// rank given the same global batch. Each rank is a process (ranks.hpp); the
+// Llama (GQA, SwiGLU, untied vocabulary-parallel embedding and LM head), of
+// DataParallel<2> x TensorParallel<2> with ZeRO 1 on 4 ranks, and of a
+// TensorParallel<2> GPT-2 (fused c_attn, biases, learned positions, tied
+// vocabulary-parallel embedding), against one rank given the same global batch. Each rank is a process (ranks.hpp); the
 // world's communicator is split into the tensor- and data-parallel groups
 // (ncclCommSplit, emulated under g++).
 #include "../support/kernel_test.hpp"
@@ -29,14 +30,17 @@ using cuda_test::RankReport;
 using cuda_test::run_ranks;
 
 constexpr models::LlamaConfig llama_tp{48, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
-using Model = models::Llama<llama_tp>;
-constexpr std::int64_t seq = 12, global_batch = 4;
+using Llama = models::Llama<llama_tp>;
+constexpr models::GPT2Config gpt2_tp{48, 64, 2, 4, 32};  // vocab, d, layers, heads, positions
+using Gpt2 = models::GPT2<gpt2_tp>;
+constexpr std::int64_t vocab = 48, seq = 12, global_batch = 4;
 constexpr int steps = 4;
 
-using OneRank = Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda>;
+template <class Model>
+using OneRank = cuda::Trainer<Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda>>;
+template <class Model>
 using Tensor2 = Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda, TensorParallel<2>>;
-using Data2Tensor2 = Train<Model, Batch<global_batch / 2>, Seq<seq>, SGD<>, OnCuda, DataParallel<2>, ZeRO<1>, TensorParallel<2>>;
-using Reference = cuda::Trainer<OneRank>;
+using Data2Tensor2 = Train<Llama, Batch<global_batch / 2>, Seq<seq>, SGD<>, OnCuda, DataParallel<2>, ZeRO<1>, TensorParallel<2>>;
 
 TrainOptions options() { return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0}; }
 
@@ -46,7 +50,7 @@ std::vector<std::int32_t> global_ids(int s, bool targets) {
   std::uint64_t x = 0x9e3779b9u * static_cast<std::uint64_t>(2 * s + (targets ? 1 : 0) + 1);
   for (auto& t : v) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(llama_tp.vocab));
+    t = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(vocab));
   }
   return v;
 }
@@ -57,6 +61,7 @@ std::vector<std::int32_t> share(const std::vector<std::int32_t>& all, int data, 
 }
 
 // Where a parameter of the one-rank run starts among all its parameters' elements.
+template <class Reference>
 std::size_t reference_offset(const std::string& path) {
   std::size_t at = 0;
   for (std::size_t k = 0; k < Reference::param_count; ++k) {
@@ -69,7 +74,7 @@ std::size_t reference_offset(const std::string& path) {
 // Trains, then writes losses, norms, the evaluation and every weight it
 // holds at the place of the same element of the one-rank run's parameters
 // (ParamSlot::split.whole_index; NaN where it holds none).
-template <class Trainer>
+template <class Reference, class Trainer>
 void train(Trainer& t, int data, int d, RankReport& out) {
   for (int s = 1; s <= steps; ++s) {
     const StepStats st = t.step(share(global_ids(s, false), data, d), share(global_ids(s, true), data, d));
@@ -81,11 +86,11 @@ void train(Trainer& t, int data, int d, RankReport& out) {
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);
     const std::vector<float> w = t.download_weight(p);
-    const std::size_t at = reference_offset(Trainer::path_of(p));
+    const std::size_t at = reference_offset<Reference>(Trainer::path_of(p));
     for (std::int64_t i = 0; i < p.elements(); ++i)
       out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), i))] = w[static_cast<std::size_t>(i)];
   }
-  out.values = reference_offset(Reference::path_of(Reference::param(Reference::param_count - 1))) +
+  out.values = reference_offset<Reference>(Reference::path_of(Reference::param(Reference::param_count - 1))) +
                static_cast<std::size_t>(Reference::param(Reference::param_count - 1).elements());
 }
 
@@ -97,15 +102,16 @@ void use_device(int rank) {
 #endif
 }
 
+template <class Model>
 RankReport reference_run() {
   return run_ranks(1, [](int, RankReport& out) {
     use_device(0);
-    Reference t(options());
-    train(t, 1, 0, out);
+    OneRank<Model> t(options());
+    train<OneRank<Model>>(t, 1, 0, out);
   })[0];
 }
 
-template <class Run>
+template <class Model, class Run>
 std::vector<RankReport> parallel_run() {
   constexpr RunConfig c = Run::config();
   const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
@@ -114,7 +120,7 @@ std::vector<RankReport> parallel_run() {
     cuda::NcclCommunicator world(id, w, c.world(), std::chrono::seconds(60));
     cuda::Trainer<Run> t(options(), world);
     if (t.tensor_rank() != w % c.tp) throw std::logic_error("process " + std::to_string(w) + " is tensor-parallel rank " + std::to_string(t.tensor_rank()));
-    train(t, c.dp, w / c.tp, out);
+    train<OneRank<Model>>(t, c.dp, w / c.tp, out);
   });
 }
 
@@ -154,9 +160,13 @@ void compare(const RankReport& one, const std::vector<RankReport>& ranks) {
 
 TEST_CASE("cuda::Trainer tensor-parallel: TensorParallel<2> and DataParallel<2> x TensorParallel<2> train like one rank",
           "[tensor_parallel]") {
-  const RankReport one = reference_run();
-  SECTION("TensorParallel<2>") { compare(one, parallel_run<Tensor2>()); }
-  SECTION("DataParallel<2> x TensorParallel<2>, ZeRO 1") { compare(one, parallel_run<Data2Tensor2>()); }
+  const RankReport one = reference_run<Llama>();
+  SECTION("TensorParallel<2>") { compare(one, parallel_run<Llama, Tensor2<Llama>>()); }
+  SECTION("DataParallel<2> x TensorParallel<2>, ZeRO 1") { compare(one, parallel_run<Llama, Data2Tensor2>()); }
+}
+
+TEST_CASE("cuda::Trainer tensor-parallel: a TensorParallel<2> GPT-2 (biases, tied embedding) trains like one rank", "[tensor_parallel]") {
+  compare(reference_run<Gpt2>(), parallel_run<Gpt2, Tensor2<Gpt2>>());
 }
 
 TEST_CASE("NcclCommunicator::split: groups of the world, each with its own sums", "[tensor_parallel]") {
