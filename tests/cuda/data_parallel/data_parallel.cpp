@@ -9,9 +9,6 @@
 // and by nvcc with the real NCCL (ctest cuda.data_parallel: one GPU per
 // rank, so it needs 4; skipped with fewer).
 #include "../support/kernel_test.hpp"
-#if !defined(__CUDACC__)
-#include "../emulator/nccl_emulator.hpp"
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include <headroom/cuda/nccl.cuh>
 #include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
 
@@ -32,6 +28,7 @@ namespace {
 using namespace headroom;
 using cuda_test::RankReport;
 using cuda_test::run_ranks;
+using cuda_test::use_device;
 
 constexpr models::LlamaConfig llama_dp{48, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
 using Model = models::Llama<llama_dp>;
@@ -74,15 +71,6 @@ Batch_ batch_of(int s, int ranks, int rank, int micro) {
     b.targets.insert(b.targets.end(), y.begin() + from, y.begin() + to);
   }
   return b;
-}
-
-// One GPU per rank on a GPU build; the emulator has one device for all.
-void use_device(int rank) {
-#if defined(__CUDACC__)
-  cuda::check(cudaSetDevice(rank), "cudaSetDevice");
-#else
-  (void)rank;
-#endif
 }
 
 // Trains `steps` steps (rank < 0: the one-rank run on the global batch) and

@@ -8,6 +8,7 @@
 // the GPU of its index (cudaSetDevice), so a job needs that many GPUs.
 // The test process itself never initializes CUDA (a forked child cannot use
 // a CUDA context of its parent).
+// Include it after ../support/kernel_test.hpp (the CUDA runtime, or its emulator).
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -24,7 +25,21 @@
 #include <type_traits>
 #include <vector>
 
+#if !defined(__CUDACC__)
+#include "../emulator/nccl_emulator.hpp"
+#endif
+#include <headroom/cuda/nccl.cuh>
+
 namespace headroom::cuda_test {
+
+// One GPU per rank on a GPU build (the GPU of the rank's index); the emulator has one device for all.
+inline void use_device(int rank) {
+#if defined(__CUDACC__)
+  cuda::check(cudaSetDevice(rank), "cudaSetDevice");
+#else
+  (void)rank;
+#endif
+}
 
 // What a rank writes back (one per process).
 struct RankReport {

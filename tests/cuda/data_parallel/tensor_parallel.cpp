@@ -6,9 +6,6 @@
 // world's communicator is split into the tensor- and data-parallel groups
 // (ncclCommSplit, emulated under g++).
 #include "../support/kernel_test.hpp"
-#if !defined(__CUDACC__)
-#include "../emulator/nccl_emulator.hpp"
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <headroom/cuda/nccl.cuh>
 #include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
 
@@ -26,13 +22,11 @@
 namespace {
 
 using namespace headroom;
+using Llama = models::Llama<models::LlamaConfig{48, 64, 128, 2, 4, 2, 64, false}>;  // vocab, d, mlp, layers, heads, kv heads, positions
+using Gpt2 = models::GPT2<models::GPT2Config{48, 64, 2, 4, 32}>;                     // vocab, d, layers, heads, positions
 using cuda_test::RankReport;
 using cuda_test::run_ranks;
-
-constexpr models::LlamaConfig llama_tp{48, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
-using Llama = models::Llama<llama_tp>;
-constexpr models::GPT2Config gpt2_tp{48, 64, 2, 4, 32};  // vocab, d, layers, heads, positions
-using Gpt2 = models::GPT2<gpt2_tp>;
+using cuda_test::use_device;
 constexpr std::int64_t vocab = 48, seq = 12, global_batch = 4;
 constexpr int steps = 4;
 
@@ -92,14 +86,6 @@ void train(Trainer& t, int data, int d, RankReport& out) {
   }
   out.values = reference_offset<Reference>(Reference::path_of(Reference::param(Reference::param_count - 1))) +
                static_cast<std::size_t>(Reference::param(Reference::param_count - 1).elements());
-}
-
-void use_device(int rank) {
-#if defined(__CUDACC__)
-  cuda::check(cudaSetDevice(rank), "cudaSetDevice");
-#else
-  (void)rank;
-#endif
 }
 
 template <class Model>
