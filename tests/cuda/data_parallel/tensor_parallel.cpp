@@ -36,7 +36,9 @@ template <class Model>
 using Tensor2 = Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda, TensorParallel<2>>;
 using Data2Tensor2 = Train<Llama, Batch<global_batch / 2>, Seq<seq>, SGD<>, OnCuda, DataParallel<2>, ZeRO<1>, TensorParallel<2>>;
 
-TrainOptions options() { return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0}; }
+TrainOptions options(bool graph = false) {
+  return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0, .cuda_graph = graph};
+}
 
 // Step s's global batch: global_batch sequences of token ids and targets (a linear congruential stream).
 std::vector<std::int32_t> global_ids(int s, bool targets) {
@@ -97,16 +99,18 @@ RankReport reference_run() {
   })[0];
 }
 
+// graph: steps from the second on replay a captured CUDA graph (the tensor-parallel sums captured with the kernels)
 template <class Model, class Run>
-std::vector<RankReport> parallel_run() {
+std::vector<RankReport> parallel_run(bool graph = false) {
   constexpr RunConfig c = Run::config();
   const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
   return run_ranks(c.world(), [&](int w, RankReport& out) {
     use_device(w);
     cuda::NcclCommunicator world(id, w, c.world(), std::chrono::seconds(60));
-    cuda::Trainer<Run> t(options(), world);
+    cuda::Trainer<Run> t(options(graph), world);
     if (t.tensor_rank() != w % c.tp) throw std::logic_error("process " + std::to_string(w) + " is tensor-parallel rank " + std::to_string(t.tensor_rank()));
     train<OneRank<Model>>(t, c.dp, w / c.tp, out);
+    if (graph && !t.graph_captured()) throw std::logic_error("the steps were not captured into a CUDA graph");
   });
 }
 
@@ -148,7 +152,18 @@ TEST_CASE("cuda::Trainer tensor-parallel: TensorParallel<2> and DataParallel<2> 
           "[tensor_parallel]") {
   const RankReport one = reference_run<Llama>();
   SECTION("TensorParallel<2>") { compare(one, parallel_run<Llama, Tensor2<Llama>>()); }
-  SECTION("DataParallel<2> x TensorParallel<2>, ZeRO 1") { compare(one, parallel_run<Llama, Data2Tensor2>()); }
+  SECTION("DataParallel<2> x TensorParallel<2>, ZeRO 1, CUDA graph") { compare(one, parallel_run<Llama, Data2Tensor2>(true)); }
+}
+
+TEST_CASE("cuda::Trainer tensor-parallel: a communicator of another size is refused, naming the layout", "[tensor_parallel]") {
+  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+  const RankReport r = run_ranks(1, [&](int, RankReport&) {
+    use_device(0);
+    cuda::NcclCommunicator world(id, 0, 1);
+    cuda::Trainer<Tensor2<Llama>> t(options(), world);
+  })[0];
+  REQUIRE(r.threw);
+  CHECK(std::string(r.error) == "rank 0 of 1: the run type says 2 ranks (1 data-parallel x 2 tensor-parallel), but the communicator joins 1 rank");
 }
 
 TEST_CASE("cuda::Trainer tensor-parallel: a TensorParallel<2> GPT-2 (biases, tied embedding) trains like one rank", "[tensor_parallel]") {
