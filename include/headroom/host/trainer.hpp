@@ -540,12 +540,9 @@ class Trainer {
   // any update.
   double pipeline_micro_batches(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
     constexpr int K = config.accumulate, copies = config.in_flight();
-    constexpr int warmup = config.pp - 1 - config.stage < K ? config.pp - 1 - config.stage : K;
     const int forward_end = sched.backward_step;
     double loss = 0;
-    int forwards = 0, backwards = 0;
-    auto forward_one = [&] {
-      const int m = forwards++;
+    auto forward_one = [&](int m) {
       micro_ = m;
       copy_ = m % copies;
       load_batch(tokens.subspan(m * tokens_per_micro_batch, tokens_per_micro_batch),
@@ -563,8 +560,7 @@ class Trainer {
         }
       }
     };
-    auto backward_one = [&] {
-      const int m = backwards++;
+    auto backward_one = [&](int m) {
       micro_ = m;
       copy_ = m % copies;
       for (int g = forward_end; g < micro_batch_end; ++g) {
@@ -574,12 +570,7 @@ class Trainer {
       }
       join_all();
     };
-    for (int i = 0; i < warmup; ++i) forward_one();
-    while (forwards < K) {
-      forward_one();
-      backward_one();
-    }
-    while (backwards < K) backward_one();
+    trainers::one_forward_one_backward(config.pp, config.stage, K, forward_one, backward_one);
     copy_ = 0;
     // the last stage's loss on every stage, then its mean over the data-parallel ranks
     if (!config.last_stage()) loss = 0;

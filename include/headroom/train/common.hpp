@@ -209,6 +209,22 @@ class InitialValues {
   std::int64_t cols_;
 };
 
+// Pipeline parallelism's 1F1B order on stage `stage` of `stages`, for K
+// micro-batches: as many forwards as there are stages after it (at most K),
+// then a forward and a backward in turn, then the backwards left.
+// forward(m) and backward(m) run micro-batch m's.
+template <class Forward, class Backward>
+void one_forward_one_backward(int stages, int stage, int micro_batches, Forward&& forward, Backward&& backward) {
+  const int warmup = std::min(stages - 1 - stage, micro_batches);
+  int forwards = 0, backwards = 0;
+  while (forwards < warmup) forward(forwards++);
+  while (forwards < micro_batches) {
+    forward(forwards++);
+    backward(backwards++);
+  }
+  while (backwards < micro_batches) backward(backwards++);
+}
+
 // The initial values of parameter p as tensor-parallel rank `tensor_rank`
 // holds it: element i of its block is element p.split.whole_index(i) of the
 // whole parameter (all of it, in order, for a parameter that is not split).
