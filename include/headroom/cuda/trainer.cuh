@@ -144,7 +144,7 @@ class Trainer {
   // Options are always given: cuda::Trainer<R> t({}) for the defaults.
   explicit Trainer(TrainOptions o) : Trainer(o, nullptr) {
     static_assert(config.world() == 1,
-                  "cuda::Trainer: a run with DataParallel<N> or TensorParallel<M> trains one rank of several; construct it with "
+                  "cuda::Trainer: a run with DataParallel<N> or TensorParallel<N> trains one rank of several; construct it with "
                   "the ranks' communicator: cuda::Trainer<Run> t(options, comm) (a cuda::NcclCommunicator of "
                   "headroom/cuda/nccl.cuh, one GPU per rank)");
   }

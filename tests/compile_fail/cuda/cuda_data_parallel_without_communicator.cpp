@@ -1,5 +1,5 @@
 // A data-parallel run's CUDA trainer is one rank: it needs the ranks' communicator.
-// expect: cuda::Trainer: a run with DataParallel<N> trains one rank of N; construct it with the ranks' communicator
+// expect: cuda::Trainer: a run with DataParallel<N> or TensorParallel<N> trains one rank of several; construct it with the ranks' communicator
 #include "../../cuda/emulator/cuda_emulator.hpp"
 #include "../../cuda/emulator/runtime_emulator.hpp"
 
