@@ -81,7 +81,7 @@ namespace nccl_detail {
 inline constexpr int max_ranks = 8;
 inline constexpr std::size_t slot_bytes = std::size_t{1} << 20;
 inline constexpr std::uint64_t id_magic = 0x6e63636c2d656d75ULL;  // "nccl-emu"
-inline constexpr int max_splits = 4;  // splits of one communicator of ncclCommInitRank
+inline constexpr int max_splits = 2;  // splits of one communicator of ncclCommInitRank (a tensor- and a data-parallel group)
 
 enum class Kind : std::int32_t { none, all_reduce, reduce_scatter, all_gather };
 inline const char* name_of(Kind k) {
