@@ -1,6 +1,6 @@
 #pragma once
-// cuda::Communicator: the collectives the CUDA engine calls for data-parallel
-// training, on device memory and enqueued on a stream, as an abstract
+// cuda::Communicator: the collectives the CUDA engine calls for data- and
+// tensor-parallel training (split() makes a group's communicator), on device memory and enqueued on a stream, as an abstract
 // interface. The engine sees a Communicator; only a distributed program
 // includes an implementation that talks to a transport (cuda/nccl.cuh:
 // NcclCommunicator over NCCL, one GPU per rank).
