@@ -5,11 +5,15 @@
 // the same S-rounded logits. Vocab 1000 (16-byte packs) and 1001 (scalar),
 // dense and at the LM head's padded row stride (1024), whose padding columns
 // hold a logit that would dominate the row if it were read and must be left as is.
+// And the vocabulary-parallel pair (cross_entropy_rows_vocab_parallel): a
+// rank's half of the columns, with the other half's row statistics, gives
+// the whole row's loss and its dlogits.
 #include "../support/kernel_test.hpp"
 
 #include <headroom/cuda/kernels/loss.cuh>
 #include <headroom/host/vector_math.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -61,6 +65,60 @@ TEMPLATE_TEST_CASE("cross_entropy_rows: row losses and dlogits", "[loss]", float
       } else {
         CHECK(got == want);  // untouched
       }
+    }
+}
+
+// Vocabulary-parallel: each of 2 ranks holds half the columns; rank r's
+// launcher is run with the other rank's row statistics filled in by the
+// gather (from the host, as the all-gather would bring them). Every row's
+// loss is the whole vocabulary's, and r's dlogits are the whole row's
+// dlogits at r's columns, against host::vec::cross_entropy_row on whole rows.
+TEMPLATE_TEST_CASE("cross_entropy_rows_vocab_parallel: a rank's half of the vocabulary gives the whole row's loss and its dlogits",
+                   "[loss]", float, cuda::bf16) {
+  using S = TestType;
+  const i64 chunk = 7;
+  const float grad_scale = 1.0f / 7.0f;
+  for (const auto& [vocab, rows] : {std::pair<i64, i64>{1000, 7}, {1002, 7}, {1000, 5}})  // halves of 500 (packs) and 501 (scalar)
+    for (const int rank : {0, 1}) {
+      INFO("vocab = " << vocab << ", rows = " << rows << ", rank = " << rank);
+      const i64 half = vocab / 2, first = rank * half;
+      const std::vector<float> whole = cuda_test::rounded<S>(cuda_test::pattern(rows * vocab, 4, 8.0f));
+      std::vector<std::int32_t> targets(rows);
+      for (i64 r = 0; r < rows; ++r) targets[r] = static_cast<std::int32_t>(r == 0 ? 0 : r == 1 ? vocab - 1 : (r * 131) % vocab);
+      auto block = [&](int q) {  // rank q's columns of every row
+        std::vector<float> b(rows * half);
+        for (i64 r = 0; r < rows; ++r)
+          std::copy(whole.begin() + r * vocab + q * half, whole.begin() + r * vocab + (q + 1) * half, b.begin() + r * half);
+        return b;
+      };
+      Buffer<S> logits(cuda_test::to_storage<S>(block(rank)));
+      Buffer<std::int32_t> tgt(targets);
+      Buffer<float> row_loss(rows), stats(2 * chunk * 3);
+      auto gather = [&](float* all) {
+        REQUIRE(all == stats.get());
+        std::vector<float> st = stats.download();
+        const int other = 1 - rank;
+        const std::vector<float> z = block(other);
+        for (i64 r = 0; r < rows; ++r) {
+          float* o = st.data() + (other * chunk + r) * 3;
+          o[0] = host::vec::row_max(z.data() + r * half, half);
+          o[1] = host::vec::sum_exp(z.data() + r * half, half, o[0]);
+          const i64 t = targets[r] - other * half;
+          o[2] = t >= 0 && t < half ? z[r * half + t] : 0.0f;
+        }
+        stats.upload(st);
+      };
+      cuda::cross_entropy_rows_vocab_parallel<S>(logits.get(), tgt.get(), row_loss.get(), grad_scale, true, rows, half, half, first,
+                                                 stats.get(), chunk, rank, 2, gather, nullptr);
+      std::vector<float> want = whole, want_loss(rows);
+      for (i64 r = 0; r < rows; ++r)
+        want_loss[r] = host::vec::cross_entropy_row(want.data() + r * vocab, vocab, targets[r], grad_scale, true);
+      CHECK(worst_ratio(row_loss.download(), want_loss, 1e-5, 1e-5) <= 1.0);
+      std::vector<float> want_block(rows * half);
+      for (i64 r = 0; r < rows; ++r)
+        std::copy(want.begin() + r * vocab + first, want.begin() + r * vocab + first + half, want_block.begin() + r * half);
+      const double rtol = std::is_same_v<S, float> ? 1e-5 : 1.0 / 128;
+      CHECK(worst_ratio(cuda_test::to_floats(logits.download()), want_block, 1e-9, rtol) <= 1.0);
     }
 }
 
