@@ -796,6 +796,8 @@ constexpr bool detail::Expanded::recheck() const {
 using RuntimePlan = detail::Expanded;
 template <TrainingRun R>
 RuntimePlan plan_at_run_time() {
+  static_assert(R::config().stage >= 0,
+                "plan_at_run_time<Run>: a pipelined run is planned stage by stage: plan_at_run_time<pipeline_stage<Run, s>>()");
   return detail::expand<R>();
 }
 
