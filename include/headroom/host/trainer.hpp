@@ -136,13 +136,15 @@ class Trainer {
                   "under mpirun)");
   }
   // One rank of a parallel run: `comm` joins every process of the run (it
-  // must have exactly DataParallel<N> x TensorParallel<M> of them, every one
-  // built from this run type and given the same seed: checked here, on every
-  // rank). Process w is tensor-parallel rank w % M of data-parallel rank
-  // w / M (the tensor-parallel ranks of a group are neighbours, as a
-  // launcher places them on one node). Each data-parallel rank step()s its
-  // own micro-batches (its tensor-parallel ranks the same ones); gradients
-  // are averaged over the data-parallel ranks.
+  // must have exactly PipelineParallel<S> x DataParallel<N> x
+  // TensorParallel<M> of them, every one built from this run type (a
+  // pipeline stage: from a stage of it) and given the same seed: checked
+  // here, on every rank). Process w is tensor-parallel rank w % M of
+  // data-parallel rank (w / M) % N of stage w / (N M) (the tensor-parallel
+  // ranks of a group are neighbours, as a launcher places them on one
+  // node). Each data-parallel rank step()s its own micro-batches (its
+  // tensor-parallel ranks and stages the same ones); gradients are averaged
+  // over the data-parallel ranks.
   Trainer(TrainOptions o, Communicator& comm) : Trainer(o, &comm) {}
 
  private:
