@@ -42,6 +42,10 @@
 
 namespace headroom::host {
 
+// The element type of a host engine's values in a collective (f32, or f64 in f64 runs).
+template <class T>
+inline constexpr DType dtype_of = sizeof(T) == 8 ? DType::F64 : DType::F32;
+
 namespace comm_detail {
 // Joins the parts of a message (appending, which g++ 12 -O3 does not
 // misread under -Wrestrict as it does "text" + std::string&&).

@@ -41,10 +41,6 @@ namespace headroom::ops {
 
 namespace detail {
 template <class T>
-constexpr DType dtype_of() {
-  return sizeof(T) == 8 ? DType::F64 : DType::F32;
-}
-template <class T>
 void scale(T* x, std::int64_t n, T s) {
   for (std::int64_t i = 0; i < n; ++i) x[i] *= s;
 }
@@ -91,7 +87,7 @@ struct AllReduceGrads : detail::CollectiveKernels<AllReduceGrads> {
   template <class T>
   static void reduce(const host::OpContext<T>& k, T* g, std::int64_t n) {
     if (g == nullptr) return;
-    k.comm->all_reduce_sum(g, n, detail::dtype_of<T>());
+    k.comm->all_reduce_sum(g, n, host::dtype_of<T>);
     detail::scale(g, n, T(1) / static_cast<T>(k.comm->size()));
   }
 #if HEADROOM_CUDA_KERNELS
@@ -136,7 +132,7 @@ struct ReduceScatterGrads : detail::CollectiveKernels<ReduceScatterGrads> {
       const std::int64_t m = own_elements(n, s, r);
       for (std::int64_t i = 0; i < m; ++i) own[i] += shard[i];
     }
-    k.comm->reduce_scatter_sum(bucket, shard, s, detail::dtype_of<T>());
+    k.comm->reduce_scatter_sum(bucket, shard, s, host::dtype_of<T>);
   }
 #if HEADROOM_CUDA_KERNELS
   template <class S>

@@ -33,13 +33,6 @@
 
 namespace headroom::ops {
 
-namespace tp_detail {
-template <class T>
-constexpr DType dtype_of() {
-  return sizeof(T) == 8 ? DType::F64 : DType::F32;
-}
-}  // namespace tp_detail
-
 struct TensorParallelInput {
   static constexpr std::string_view name = "tp_input";
   static constexpr InOut x{};  // (N, features), read by column-parallel projections after this op
@@ -57,7 +50,7 @@ struct TensorParallelInput {
   static void forward(const host::OpContext<T>&) {}
   template <class T>
   static void backward(const host::OpContext<T>& k) {
-    if (T* dx = k.grad(x)) k.tensor_comm->all_reduce_sum(dx, k.rows() * k[features], tp_detail::dtype_of<T>());
+    if (T* dx = k.grad(x)) k.tensor_comm->all_reduce_sum(dx, k.rows() * k[features], host::dtype_of<T>);
   }
 #if HEADROOM_CUDA_KERNELS
   template <class S>
@@ -95,7 +88,7 @@ struct TensorParallelOutput {
   static void forward(const host::OpContext<T>& k) {
     const std::int64_t n = k.rows(), d = k[features];
     T* out = k[y];
-    k.tensor_comm->all_reduce_sum(out, n * d, tp_detail::dtype_of<T>());
+    k.tensor_comm->all_reduce_sum(out, n * d, host::dtype_of<T>);
     if (const T* b = k[bias])
       host::parallel_for(n, k.workers(), [&](std::int64_t r, int) {
         for (std::int64_t j = 0; j < d; ++j) out[r * d + j] += b[j];
