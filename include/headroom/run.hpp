@@ -278,6 +278,28 @@ struct pipeline_stage_of<Train<M, Options...>, S> {
 template <class R, int S>
 using pipeline_stage = typename pipeline_stage_of<R, S>::type;
 
+// The same model and step on one process: Run without its parallel layout
+// (DataParallel, ZeRO, TensorParallel, PipelineParallel and a chosen stage
+// dropped). Its plan names and shapes the whole model's parameters, as the
+// exporters of a parallel run write them (io::Consolidated).
+namespace detail {
+template <class O>
+inline constexpr bool layout_option = is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value ||
+                                      is_instance<O, TensorParallel>::value || is_instance<O, PipelineParallel>::value ||
+                                      is_instance<O, PipelineStage>::value;
+template <class R, class... Kept>
+struct without_layout;
+template <class M, class... Kept>
+struct without_layout<Train<M>, Kept...> {
+  using type = Train<M, Kept...>;
+};
+template <class M, class O, class... Os, class... Kept>
+struct without_layout<Train<M, O, Os...>, Kept...>
+    : std::conditional_t<layout_option<O>, without_layout<Train<M, Os...>, Kept...>, without_layout<Train<M, Os...>, Kept..., O>> {};
+}  // namespace detail
+template <class R>
+using single_process = typename detail::without_layout<R>::type;
+
 template <class R>
 concept TrainingRun = requires {
   typename R::model;

@@ -4,7 +4,9 @@
 // over 10 steps, each stage's weights equal to the same parameters of the
 // one-process trainer to float rounding), exchanging exactly the
 // activations and gradients of its micro-batches; it resumes
-// bit-identically from its checkpoint. On 4 ranks, PipelineParallel<2> x
+// bit-identically from its checkpoint; io::Consolidated gathers the stages:
+// its save_pretrained file equals the one-process run's, and loading through
+// it gives every stage its layers. On 4 ranks, PipelineParallel<2> x
 // TensorParallel<2> does the same.
 //
 // Every process runs its stage (host::with_pipeline_stage) and a
@@ -16,6 +18,8 @@
 #include <headroom/host/mpi.hpp>
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/io/consolidated.hpp>
+#include <headroom/io/hf_names.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -33,6 +37,7 @@ using namespace headroom;
 namespace {
 namespace fs = std::filesystem;
 using headroom::test::ids;
+using headroom::test::file_difference;
 using headroom::test::SharedDir;
 
 constexpr std::int64_t batch = 2, seq = 12;
@@ -79,8 +84,34 @@ double weight_difference(const host::Trainer<Stage>& st, const One& one, int exp
 // the first stage also the embedding, the last the final norm and the LM head.
 constexpr int params_of_stage(int stage) { return 2 * 9 + (stage == 0 ? 1 : 2); }
 
+// io::Consolidated over the stages (and tensor-parallel ranks): the file
+// save_pretrained writes equals the one-process run's, and write_back gives
+// a fresh trainer of each stage exactly its parameters.
+template <class Tr, class One>
+void exports_like_one_process(host::Communicator& c, const SharedDir& dir, const Tr& t, const One& one) {
+  const io::Consolidated<Tr> full(t);  // every process
+  static_assert(io::Consolidated<Tr>::param_count == One::param_count);
+  if (c.rank() == 0) {
+    io::save_pretrained(full, dir.path / "stages.safetensors");
+    io::save_pretrained(one, dir.path / "one.safetensors");
+    CHECK(file_difference(dir.path / "stages.safetensors", dir.path / "one.safetensors") < 1e-6);
+  }
+  c.barrier();
+  host::TrainOptions other = options(3);
+  Tr fresh(other, *t.world());
+  io::Consolidated<Tr> loading(fresh);
+  io::load_pretrained(loading, dir.path / "stages.safetensors");
+  loading.write_back(fresh);
+  for (std::size_t k = 0; k < Tr::param_count; ++k) {
+    const ParamSlot& p = Tr::param(k);
+    CHECK(std::memcmp(t.weight(p), fresh.weight(p), static_cast<std::size_t>(p.elements()) * 4) == 0);
+  }
+  c.barrier();
+}
+
 template <class Run>
 void trains_like_one_process(host::Communicator& c) {
+  SharedDir dir(c);
   host::with_pipeline_stage<Run>(c, [&]<class Stage>() {
     using Tr = host::Trainer<Stage>;
     host::CountingCommunicator counting(c);
@@ -108,6 +139,7 @@ void trains_like_one_process(host::Communicator& c) {
     INFO("stage " << Tr::stage() << ", tensor rank " << t.tensor_rank());
     CHECK(worst < 1e-5);
     CHECK(weight_difference(t, one, params_of_stage(Tr::stage())) < 1e-6);
+    exports_like_one_process(c, dir, t, one);
   });
 }
 

@@ -314,8 +314,9 @@ class Trainer {
   // Pipeline parallelism: this process's stage (0 without) and its stages' communicator (null without).
   static constexpr int stage() { return config.stage; }
   Communicator* pipe_communicator() const { return pipe_comm_; }
-  // The communicator of every process of the run (null for one process).
+  // The communicator of every process of the run (null for one process), and this process's rank in it.
   Communicator* world() const { return world_; }
+  int world_rank() const { return world_ != nullptr ? world_->rank() : 0; }
   struct Shard {
     std::int64_t begin = 0, count = 0;
   };

@@ -72,13 +72,13 @@ constexpr HfFamily hf_family() {
 
 // Whether t.weight(p) and t.quant(p) hold whole parameters: every trainer's
 // but a ZeRO<3> one's, which holds its shards, and a tensor-parallel one's,
-// which holds its blocks (io::Consolidated gathers them).
+// which holds its blocks, and a pipeline stage's, which holds its layers
+// (io::Consolidated gathers them).
 template <class Trainer>
 inline constexpr bool holds_whole_parameters = !Trainer::config.sharded(3) && Trainer::config.tp == 1 && Trainer::config.pp == 1;
 #define HEADROOM_WHOLE_PARAMETERS(function)                                                                                    \
   static_assert(holds_whole_parameters<Trainer>, function ": a ZeRO<3>, tensor-parallel or pipeline-stage trainer holds parts "  \
-                                                 "of the parameters; give io::Consolidated(trainer) instead (io/consolidated.hpp; "     \
-                                                 "not yet for pipeline stages)")
+                                                 "of the parameters; give io::Consolidated(trainer) instead (io/consolidated.hpp)")
 
 // LoRA's parameters (lora_A, lora_B): adapters, not part of a base checkpoint.
 constexpr bool is_adapter_param(std::string_view name) { return name.substr(0, 5) == "lora_"; }
