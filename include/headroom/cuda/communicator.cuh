@@ -1,6 +1,7 @@
 #pragma once
 // cuda::Communicator: the collectives the CUDA engine calls for data- and
-// tensor-parallel training (split() makes a group's communicator), on device memory and enqueued on a stream, as an abstract
+// tensor-parallel training (split() makes a group's communicator) and the
+// point-to-point transfers of pipeline parallelism (send_recv), on device memory and enqueued on a stream, as an abstract
 // interface. The engine sees a Communicator; only a distributed program
 // includes an implementation that talks to a transport (cuda/nccl.cuh:
 // NcclCommunicator over NCCL, one GPU per rank).
@@ -55,6 +56,18 @@ class Communicator {
   // recv holds size() blocks of block_bytes bytes; block r receives rank r's
   // `send` (ZeRO's parameter gather). send may be recv's own block (in place).
   virtual void all_gather(const void* send, void* recv, std::int64_t block_bytes, cudaStream_t stream) = 0;
+
+  // Point to point (pipeline parallelism): sends send_bytes bytes to rank
+  // `to` and receives recv_bytes bytes from rank `from`, as one group whose
+  // two transfers progress together (to < 0: no send; from < 0: no receive).
+  // A send completes only once its peer has posted the matching receive
+  // (NCCL's ncclSend "is blocking for the GPU"), so two ranks that send to
+  // each other must each pair that send with the receive in one call; the
+  // peer's matching call has the same sizes. Transfers between two ranks
+  // match in the order they are called. Not a collective: only the peers
+  // call it.
+  virtual void send_recv(const void* send, std::int64_t send_bytes, int to, void* recv, std::int64_t recv_bytes, int from,
+                         cudaStream_t stream) = 0;
 
   // A group of this communicator's ranks (a collective of every rank):
   // the ranks that pass the same color, ranked by key (ties by rank here).

@@ -1,6 +1,7 @@
 #pragma once
-// cuda::NcclCommunicator: the CUDA engine's collectives over NCCL, one GPU
-// per rank (cuda/communicator.cuh says what every call does).
+// cuda::NcclCommunicator: the CUDA engine's collectives and point-to-point
+// transfers over NCCL, one GPU per rank (cuda/communicator.cuh says what
+// every call does).
 //
 //   cudaSetDevice(local_rank);                            // one GPU per rank, chosen before anything else
 //   host::MpiCommunicator mpi;                            // any host::Communicator joining the same processes
@@ -171,6 +172,27 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // ncclSend and ncclRecv in one ncclGroupStart / ncclGroupEnd.
+  void send_recv(const void* send, std::int64_t send_bytes, int to, void* recv, std::int64_t recv_bytes, int from,
+                 cudaStream_t stream) override {
+    const bool sends = to >= 0, receives = from >= 0;
+    if ((sends && (send_bytes < 0 || to >= size_ || to == rank_)) || (receives && (recv_bytes < 0 || from >= size_ || from == rank_)))
+      throw std::invalid_argument(who() + ": send_recv: send " + std::to_string(send_bytes) + " bytes to rank " + std::to_string(to) +
+                                  ", receive " + std::to_string(recv_bytes) + " bytes from rank " + std::to_string(from) +
+                                  " (peers are other ranks of the communicator, sizes not negative)");
+    if (!sends && !receives) return;
+    Call c{"send_recv", sends ? send_bytes : 0, 1, DType::U8, true};
+    c.to = sends ? to : -1, c.from = receives ? from : -1, c.received = receives ? recv_bytes : 0;
+    issue(c, stream, [&] {
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess) return r;
+      if (sends) r = ncclSend(send, static_cast<std::size_t>(send_bytes), ncclUint8, to, comm_, stream);
+      if (r == ncclSuccess && receives) r = ncclRecv(recv, static_cast<std::size_t>(recv_bytes), ncclUint8, from, comm_, stream);
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    });
+  }
+
   void synchronize(cudaStream_t stream, std::string_view what) override {
     refuse_if_failed(what);
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -237,8 +259,17 @@ class NcclCommunicator final : public Communicator {
     int blocks;
     DType type;
     bool bytes;
-    // "all_reduce_sum of 1024 f32", "reduce_scatter_sum of 2 x 512 bf16", "all_gather of 4 x 256 bytes"
+    int to = -1, from = -1;         // send_recv: the peers (-1: none)
+    std::int64_t received = 0;      // send_recv: the bytes received (n: sent)
+    // "all_reduce_sum of 1024 f32", "reduce_scatter_sum of 2 x 512 bf16", "all_gather of 4 x 256 bytes",
+    // "send of 6144 bytes to rank 1 with a receive of 6144 bytes from rank 1"
     std::string describe() const {
+      if (to >= 0 || from >= 0) {
+        const std::string in = "receive of " + std::to_string(received) + " bytes from rank " + std::to_string(from);
+        if (to < 0) return in;
+        const std::string out = "send of " + std::to_string(n) + " bytes to rank " + std::to_string(to);
+        return from < 0 ? out : out + " with a " + in;
+      }
       std::string s = std::string(name) + " of ";
       if (blocks > 1) s += std::to_string(blocks) + " x ";
       return s + std::to_string(n) + " " + std::string(bytes ? std::string_view("bytes") : name_of(type));

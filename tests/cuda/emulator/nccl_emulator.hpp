@@ -41,6 +41,22 @@
 // returns ncclInProgress from joining until every rank has joined
 // (ncclCommGetAsyncError then says ncclSuccess); collectives return at once.
 //
+// Point-to-point transfers (ncclSend, ncclRecv) are rendezvous operations,
+// as NCCL documents them: a send completes only once the peer has posted the
+// matching receive (and taken the bytes), a receive once the matching send
+// has come, matched in order per (sender, receiver) pair. A send or receive
+// outside a group runs alone, at its call; between ncclGroupStart and
+// ncclGroupEnd they are collected and run together at ncclGroupEnd, so that
+// a rank that sends to a peer and receives from it in one group completes
+// while the peer does the same. Two ranks that each send to the other
+// outside a group therefore wait for each other, and after nccl_hang_after()
+// the sends are hung work, as on a GPU, where such sends never complete: the
+// emulator does not hide the deadlock a wrong order makes. The bytes pass
+// through a 64 KiB channel per ordered pair of ranks, chunk by chunk; the
+// sizes of a matched send and receive must agree (else ncclInvalidUsage on
+// both). A group holds sends and receives of one communicator on one stream
+// (no collectives); p2p_bytes() counts what this process sent and received.
+//
 // ncclCommSplit (a collective of the parent, as NCCL's): each rank posts its
 // color and key in the parent's segment and waits (up to nccl_hang_after())
 // for every rank's; the ranks of a color join a child segment, ranked by
@@ -82,6 +98,7 @@ inline constexpr int max_ranks = 8;
 inline constexpr std::size_t slot_bytes = std::size_t{1} << 20;
 inline constexpr std::uint64_t id_magic = 0x6e63636c2d656d75ULL;  // "nccl-emu"
 inline constexpr int max_splits = 2;  // splits of one communicator of ncclCommInitRank (a tensor- and a data-parallel group)
+inline constexpr std::size_t p2p_chunk = std::size_t{1} << 16;
 
 enum class Kind : std::int32_t { none, all_reduce, reduce_scatter, all_gather };
 inline const char* name_of(Kind k) {
@@ -111,6 +128,16 @@ struct SplitPost {
   std::atomic<std::int32_t> posted;
   std::int32_t color, key;
 };
+// The point-to-point transfers from one rank to another, in order: the
+// sender announces each send (send_bytes, then sends), the receiver each
+// receive (recv_bytes, then recvs); once both are posted the bytes pass
+// through `data`, one chunk at a time (written / read: chunks since the
+// channel began).
+struct Channel {
+  std::atomic<std::uint64_t> sends, recvs, written, read;
+  std::uint64_t send_bytes, recv_bytes;
+  unsigned char data[p2p_chunk];
+};
 // The shared segment of one id. Round r's part of rank q is in data[q][r % 2]:
 // rank q writes round r + 2 there only after every rank posted r + 1, that is
 // after every rank has read round r.
@@ -121,6 +148,7 @@ struct Segment {
   RankState rank[max_ranks];
   std::int32_t is_root;                      // made by ncclGetUniqueId: the children's segments follow it
   SplitPost split[max_splits][max_ranks];    // the ranks' parts of split s
+  Channel p2p[max_ranks][max_ranks];         // [sender][receiver]
   alignas(256) unsigned char data[max_ranks][2][slot_bytes];
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::int64_t>::is_always_lock_free,
@@ -134,6 +162,9 @@ struct Comm {
   std::string last_error;
   std::uint64_t hung = 0;  // the hung work behind which its collectives wait (0: none)
   int splits = 0;          // ncclCommSplit calls so far (the same on every rank)
+  // point to point, per peer: sends and receives posted, chunks written to it and read from it
+  std::uint64_t sent_to[max_ranks] = {}, received_from[max_ranks] = {};
+  std::uint64_t chunks_out[max_ranks] = {}, chunks_in[max_ranks] = {};
 };
 // The segment of split s's group whose lowest parent rank is g (a root's children follow it).
 inline Segment* child_segment(Segment* root, int s, int g) { return root + 1 + s * max_ranks + g; }
@@ -343,6 +374,215 @@ inline ncclResult_t enqueue(ncclComm_t comm, Kind kind, const void* send, void* 
   return ncclSuccess;
 }
 
+// ---- point to point -------------------------------------------------------------------------------------
+
+// One send or receive of a group.
+struct P2p {
+  bool send;
+  int peer;
+  unsigned char* data;  // a send's bytes are only read
+  std::uint64_t bytes;
+};
+// The group being collected between ncclGroupStart and ncclGroupEnd (one thread's).
+struct Group {
+  int depth = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<P2p> ops;
+  ncclResult_t error = ncclSuccess;  // a call of the group that was refused
+};
+inline Group& group() {
+  thread_local Group g;
+  return g;
+}
+
+}  // namespace nccl_detail
+
+// What this process has sent and received point to point (every communicator).
+struct P2pBytes {
+  std::int64_t sent = 0, received = 0;
+};
+inline P2pBytes& p2p_bytes() {
+  static P2pBytes b;
+  return b;
+}
+
+namespace nccl_detail {
+
+// A group of sends and receives, at its ncclGroupEnd or at a replay (into
+// `stream`): each is posted on its channel, then all progress together until
+// every one has completed (a send: its receiver took every chunk; a receive:
+// every chunk of the matching send arrived), or the group hangs or fails as
+// a collective does (see the top of the file).
+inline void run_p2p(Comm* c, const std::vector<P2p>& ops, cudaStream_t stream) {
+  using namespace runtime_detail;
+  const Stream* s = find<Stream>(stream);
+  if (c->async != ncclSuccess || c->hung != 0 || (s != nullptr && blocked(s->behind))) {
+    hang(c, stream);
+    return;
+  }
+  struct State {
+    std::uint64_t seq = 0, base = 0, chunks = 0, moved = 0;
+    bool matched = false, done = false;
+  };
+  std::vector<State> st(ops.size());
+  auto channel = [c](const P2p& op) -> Channel& { return op.send ? c->seg->p2p[c->rank][op.peer] : c->seg->p2p[op.peer][c->rank]; };
+  for (std::size_t i = 0; i < ops.size(); ++i) {  // post every one first: they progress together
+    const P2p& op = ops[i];
+    Channel& ch = channel(op);
+    State& x = st[i];
+    x.chunks = (op.bytes + p2p_chunk - 1) / p2p_chunk;
+    if (op.send) {
+      x.seq = ++c->sent_to[op.peer];
+      x.base = c->chunks_out[op.peer];
+      ch.send_bytes = op.bytes;
+      ch.sends.store(x.seq, std::memory_order_release);
+    } else {
+      x.seq = ++c->received_from[op.peer];
+      x.base = c->chunks_in[op.peer];
+      ch.recv_bytes = op.bytes;
+      ch.recvs.store(x.seq, std::memory_order_release);
+    }
+  }
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto checked = start;
+  int spins = 0;
+  for (;;) {
+    bool all = true, progressed = false;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const P2p& op = ops[i];
+      State& x = st[i];
+      if (x.done) continue;
+      Channel& ch = channel(op);
+      if (!x.matched) {  // the rendezvous: the peer has posted the matching call
+        if ((op.send ? ch.recvs : ch.sends).load(std::memory_order_acquire) < x.seq) {
+          all = false;
+          continue;
+        }
+        const std::uint64_t theirs = op.send ? ch.recv_bytes : ch.send_bytes;
+        if (theirs != op.bytes) {
+          fail(c, ncclInvalidUsage,
+               std::string(op.send ? "ncclSend of " : "ncclRecv of ") + std::to_string(op.bytes) + " bytes " +
+                   (op.send ? "to" : "from") + " rank " + std::to_string(op.peer) + " matched a " + (op.send ? "receive" : "send") +
+                   " of " + std::to_string(theirs) + " bytes");
+          hang(c, stream);
+          return;
+        }
+        x.matched = progressed = true;
+      }
+      const std::uint64_t at = x.base + x.moved;  // the next chunk's number on the channel
+      if (op.send) {
+        if (x.moved < x.chunks && ch.written.load(std::memory_order_acquire) == at && ch.read.load(std::memory_order_acquire) == at) {
+          const std::uint64_t n = std::min<std::uint64_t>(p2p_chunk, op.bytes - x.moved * p2p_chunk);
+          std::memcpy(ch.data, op.data + x.moved * p2p_chunk, n);
+          ch.written.store(at + 1, std::memory_order_release);
+          ++x.moved;
+          progressed = true;
+        }
+        if (x.moved == x.chunks && ch.read.load(std::memory_order_acquire) >= x.base + x.chunks) {
+          x.done = true;
+          c->chunks_out[op.peer] = x.base + x.chunks;
+          p2p_bytes().sent += static_cast<std::int64_t>(op.bytes);
+        }
+      } else {
+        if (x.moved < x.chunks && ch.written.load(std::memory_order_acquire) > at) {
+          const std::uint64_t n = std::min<std::uint64_t>(p2p_chunk, op.bytes - x.moved * p2p_chunk);
+          std::memcpy(op.data + x.moved * p2p_chunk, ch.data, n);
+          ch.read.store(at + 1, std::memory_order_release);
+          ++x.moved;
+          progressed = true;
+        }
+        if (x.moved == x.chunks) {
+          x.done = true;
+          c->chunks_in[op.peer] = x.base + x.chunks;
+          p2p_bytes().received += static_cast<std::int64_t>(op.bytes);
+        }
+      }
+      all = all && x.done;
+    }
+    if (all) return;
+    if (progressed) {
+      spins = 0;
+      continue;
+    }
+    const auto now = clock::now();
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (st[i].done) continue;
+      const RankState& peer = c->seg->rank[ops[i].peer];
+      const char* call = ops[i].send ? "ncclSend" : "ncclRecv";
+      if (peer.aborted.load(std::memory_order_acquire) != 0) {
+        fail(c, ncclRemoteError, "rank " + std::to_string(ops[i].peer) + " aborted its communicator during " + call);
+        hang(c, stream);
+        return;
+      }
+      if (now - checked > std::chrono::milliseconds(20) && !alive(peer.pid.load())) {
+        fail(c, ncclRemoteError,
+             "rank " + std::to_string(ops[i].peer) + " (process " + std::to_string(peer.pid.load()) + ") has exited during " + call);
+        hang(c, stream);
+        return;
+      }
+    }
+    if (now - checked > std::chrono::milliseconds(20)) checked = now;
+    if (now - start > nccl_hang_after()) {  // the peer never posted (or never took the bytes): a send that blocks forever
+      hang(c, stream);
+      return;
+    }
+    pause(spins);
+  }
+}
+
+// Runs or records a group of sends and receives on `stream`.
+inline ncclResult_t enqueue_p2p(ncclComm_t comm, std::vector<P2p> ops, cudaStream_t stream) {
+  using namespace runtime_detail;
+  Comm* c = find<Comm>(comm);
+  if (c == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGroupEnd: not a live communicator");
+  if (ops.empty()) return ncclSuccess;
+  bool record_it = false;
+  if (route(stream, record_it) != cudaSuccess) return fail(c, ncclUnhandledCudaError, "ncclSend / ncclRecv: the stream refused it");
+  if (!record_it) {
+    run_p2p(c, ops, stream);
+    return ncclSuccess;
+  }
+  record(stream, [comm, ops] {
+    Comm* live_comm = find<Comm>(comm);
+    if (live_comm == nullptr) return cudaErrorInvalidResourceHandle;
+    run_p2p(live_comm, ops, replay_stream());
+    return cudaSuccess;
+  });
+  return ncclSuccess;
+}
+
+// ncclSend / ncclRecv: checks the call and adds it to the group (a group of its own outside one).
+inline ncclResult_t p2p_call(bool send, const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                             cudaStream_t stream) {
+  using namespace runtime_detail;
+  const char* call = send ? "ncclSend" : "ncclRecv";
+  Group& g = group();
+  auto refuse = [&](Comm* c, ncclResult_t r, const std::string& why) {
+    if (g.depth > 0) g.error = r;
+    return fail(c, r, std::string(call) + ": " + why);
+  };
+  Comm* c = find<Comm>(comm);
+  if (c == nullptr) return refuse(nullptr, ncclInvalidArgument, "not a live communicator");
+  if (c->async == ncclInProgress) return refuse(c, ncclInvalidUsage, "before the communicator joined");
+  const std::size_t e = element_bytes(t);
+  if (e == 0) return refuse(c, ncclInvalidArgument, "the emulator has no data type " + std::to_string(t));
+  if (peer < 0 || peer >= c->nranks || peer == c->rank)
+    return refuse(c, ncclInvalidArgument, "peer " + std::to_string(peer) + " (rank " + std::to_string(c->rank) + " of " + std::to_string(c->nranks) + ")");
+  if (is_legacy(stream) || stream == cudaStreamPerThread || find<Stream>(stream) == nullptr)
+    return refuse(c, ncclInvalidArgument, "the emulator runs transfers on streams made by cudaStreamCreate*");
+  if (count > 0 && !device_accessible(buf, count * e))
+    return refuse(c, ncclInvalidArgument, "the buffer (" + std::to_string(count * e) + " bytes) is not inside one live cudaMalloc block");
+  const P2p op{send, peer, static_cast<unsigned char*>(const_cast<void*>(buf)), count * e};
+  if (g.depth == 0) return count == 0 ? ncclSuccess : enqueue_p2p(comm, {op}, stream);
+  if (!g.ops.empty() && (g.comm != comm || g.stream != stream))
+    return refuse(c, ncclInvalidUsage, "the emulator groups the sends and receives of one communicator on one stream");
+  g.comm = comm, g.stream = stream;
+  if (count > 0) g.ops.push_back(op);
+  return ncclSuccess;
+}
+
 // Joins segment `seg` as `rank` of `nranks` (ncclCommInitRank, and the child of a split).
 inline ncclResult_t join(ncclComm_t* comm, Segment* seg, int nranks, int rank, ncclConfig_t* config) {
   std::int32_t expected = 0;
@@ -507,6 +747,33 @@ inline ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t s
                                   cudaStream_t stream) {
   using namespace headroom::cuda_emulator::nccl_detail;
   return enqueue(comm, Kind::all_gather, sendbuff, recvbuff, sendcount, datatype, ncclSum, stream);
+}
+
+inline ncclResult_t ncclGroupStart() {
+  using namespace headroom::cuda_emulator::nccl_detail;
+  Group& g = group();
+  if (g.depth++ == 0) g = Group{1, nullptr, nullptr, {}, ncclSuccess};
+  return ncclSuccess;
+}
+
+// The group's sends and receives run together now (or are recorded into the stream's capture).
+inline ncclResult_t ncclGroupEnd() {
+  using namespace headroom::cuda_emulator::nccl_detail;
+  Group& g = group();
+  if (g.depth == 0) return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--g.depth > 0) return ncclSuccess;
+  Group done = std::move(g);
+  g = Group{};
+  if (done.error != ncclSuccess) return done.error;
+  return done.ops.empty() ? ncclSuccess : enqueue_p2p(done.comm, std::move(done.ops), done.stream);
+}
+
+inline ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
+  return headroom::cuda_emulator::nccl_detail::p2p_call(true, sendbuff, count, datatype, peer, comm, stream);
+}
+
+inline ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
+  return headroom::cuda_emulator::nccl_detail::p2p_call(false, recvbuff, count, datatype, peer, comm, stream);
 }
 
 inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
