@@ -12,13 +12,15 @@
 // k.get<float>(operand). A kernel enqueues work on k.stream() only; the
 // engine orders that stream with its copies and with other lanes (an op on
 // the communication lane gets the communication stream as k.stream(), and a
-// data-parallel run's communicator as k.comm).
+// data-parallel run's communicator as k.comm; a pipeline stage's transfers
+// go through k.pipe).
 #include <cuda_runtime_api.h>
 
 #include "../ops/bound.hpp"
 #include "blas.cuh"
 #include "communicator.cuh"
 #include "kernels/optimizer.cuh"
+#include "pipe_exchange.cuh"
 
 namespace headroom::cuda {
 
@@ -31,6 +33,7 @@ struct OpContext : ops::Bound<S> {
   float* loss_sum = nullptr;  // the step's loss slot (f32, device)
   Communicator* comm = nullptr;  // data parallelism: the ranks' communicator (the collectives' kernels)
   Communicator* tensor_comm = nullptr;  // tensor parallelism: this rank's group (its collectives run on the compute stream)
+  PipeExchange* pipe = nullptr;         // pipeline parallelism: the transfers with the stages before and after (compute stream)
 
   cudaStream_t stream() const { return compute; }
   Blas& blas() const { return *cublas; }

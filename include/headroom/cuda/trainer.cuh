@@ -55,6 +55,19 @@
 // trainer's own, as above). A rank holds and initializes its block of every
 // split parameter (trainers::initial_values); the gradient norm adds the
 // split parameters' squares over the tensor-parallel group.
+//
+// Pipeline parallelism (PipelineParallel<S>, also with DataParallel<N> and
+// TensorParallel<M>): a trainer is one stage's, cuda::Trainer<pipeline_stage<
+// Run, s>> (cuda::with_pipeline_stage chooses this process's), constructed
+// with the communicator of all S x N x M processes; process w is stage
+// w / (N M), as with host::Trainer. It splits off its stages' group and runs
+// the step's micro-batches under 1F1B (trainers::one_forward_one_backward),
+// micro-batch m in copy m % in_flight of what a forward keeps for its
+// backward (Slot::stride). pipe_recv / pipe_send are NCCL sends and receives
+// on the compute stream, paired by cuda::PipeExchange so that 1F1B cannot
+// deadlock (pipe_exchange.cuh); the loss (the last stage's) is summed over
+// the stages and the squares of the gradients too, so every stage has the
+// same loss, norm and skip flag.
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -64,6 +77,8 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../host/quant.hpp"
@@ -107,10 +122,42 @@ template <class S, class... Es>
 constexpr bool check_kernels(type_list<Es...>) {
   return (check_kernel<S, Es>() && ...);
 }
+
+// Pipeline parallelism: whether the first op of steps [from, to) (forward,
+// backward or loss) is `op`.
+template <class Sched>
+constexpr bool opens_with(const Sched& sched, int from, int to, std::string_view op) {
+  for (int g = from; g < to; ++g) {
+    const Step& st = sched.steps[static_cast<std::size_t>(g)];
+    if (st.kind == EventKind::forward || st.kind == EventKind::backward || st.kind == EventKind::loss) return st.op == op;
+  }
+  return false;
+}
+constexpr bool apart(const Slot& a, const Slot& b) {
+  return !a.bound() || !b.bound() || a.offset + a.extent() <= b.offset || b.offset + b.extent() <= a.offset;
+}
+// The sends cuda::PipeExchange pairs with a receive never share bytes with
+// it: pipe_send's output with its gradient, pipe_recv's input gradient with
+// the input it receives (every copy of each).
+template <class Sched>
+constexpr bool pipe_pairs_apart(const Sched& sched) {
+  Slot sent_out{}, got_grad{}, sent_grad{}, got_in{};
+  for (const Step& st : sched.steps) {
+    if (st.op == ops::PipelineSend::name && st.kind == EventKind::forward) sent_out = st.in[0];
+    if (st.op == ops::PipelineSend::name && st.kind == EventKind::backward) got_grad = st.d_in[0];
+    if (st.op == ops::PipelineRecv::name && st.kind == EventKind::backward) sent_grad = st.d_out[0];
+    if (st.op == ops::PipelineRecv::name && st.kind == EventKind::forward) got_in = st.out[0];
+  }
+  return apart(sent_out, got_grad) && apart(sent_grad, got_in);
+}
 }  // namespace detail
 
 template <TrainingRun R>
 class Trainer {
+  static_assert(R::config().stage >= 0,
+                "cuda::Trainer<Run>: a PipelineParallel<S> run trains stage by stage: cuda::Trainer<pipeline_stage<Run, s>> "
+                "(cuda::with_pipeline_stage chooses this process's stage)");
+
  public:
   using run = R;
   static constexpr auto plan = headroom::plan<R>();
@@ -127,9 +174,6 @@ class Trainer {
   static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
   static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
                 "cuda::Trainer: the schedule and the plan must pack the same arena");
-  static_assert(config.pp == 1,
-                "cuda::Trainer: PipelineParallel<S> does not run on the CUDA engine yet (pipe_recv / pipe_send have no CUDA "
-                "kernels); train it with host::Trainer");
   static_assert(!config.update_in_backward || sched.params.size() <= static_cast<std::size_t>(reduction_slots),
                 "cuda::Trainer: with UpdateInBackward a step keeps one finiteness flag per parameter in the reductions "
                 "buffer (2,048 slots); this run has more parameters");
@@ -141,20 +185,35 @@ class Trainer {
   // per step of an op on the communication lane: the step before which the compute stream waits for it
   static constexpr auto lane_join = trainers::join_steps<sched, micro_batch_end>();
 
+  // Pipeline parallelism: a stage's forward starts with pipe_recv (but the
+  // first stage's), its backward with pipe_send's (but the last stage's),
+  // so that a send waiting in cuda::PipeExchange goes with that receive
+  // with no work between them; and the send and the receive paired with it
+  // never share bytes (every copy of both).
+  static_assert(config.pp == 1 || ((config.first_stage() || detail::opens_with(sched, 1, sched.backward_step, ops::PipelineRecv::name)) &&
+                                   (config.last_stage() || detail::opens_with(sched, sched.backward_step, micro_batch_end, ops::PipelineSend::name))),
+                "cuda::Trainer: a pipeline stage's forward must start with pipe_recv and its backward with pipe_send's backward");
+  static_assert(config.pp == 1 || detail::pipe_pairs_apart(sched),
+                "cuda::Trainer: a pipeline stage's send and the receive it goes with (cuda::PipeExchange) share bytes in the plan");
+
   // Options are always given: cuda::Trainer<R> t({}) for the defaults.
   explicit Trainer(TrainOptions o) : Trainer(o, nullptr) {
+    static_assert(config.pp == 1,
+                  "cuda::Trainer: a pipeline stage trains with the other stages; construct it with the communicator of every "
+                  "process of the run: cuda::Trainer<Stage> t(options, comm) (inside cuda::with_pipeline_stage<Run>(comm, ...))");
     static_assert(config.world() == 1,
                   "cuda::Trainer: a run with DataParallel<N> or TensorParallel<N> trains one rank of several; construct it with "
                   "the ranks' communicator: cuda::Trainer<Run> t(options, comm) (a cuda::NcclCommunicator of "
                   "headroom/cuda/nccl.cuh, one GPU per rank)");
   }
   // One rank of a parallel run: `comm` joins every process (it must have
-  // exactly DataParallel<N> x TensorParallel<M> of them, every one built
-  // from this run type and given the same seed: checked here, on every
-  // rank). Process w is tensor-parallel rank w % M of data-parallel rank
-  // w / M. Each data-parallel rank step()s its own micro-batches (its
-  // tensor-parallel ranks the same ones); gradients are averaged over the
-  // data-parallel ranks.
+  // exactly PipelineParallel<S> x DataParallel<N> x TensorParallel<M> of
+  // them, every one built from this run type (a pipeline stage: from a
+  // stage of it) and given the same seed: checked here, on every rank).
+  // Process w is tensor-parallel rank w % M of data-parallel rank
+  // (w / M) % N of stage w / (N M). Each data-parallel rank step()s its own
+  // micro-batches (its tensor-parallel ranks and stages the same ones);
+  // gradients are averaged over the data-parallel ranks.
   Trainer(TrainOptions o, Communicator& comm) : Trainer(o, &comm) {}
 
  private:
@@ -179,14 +238,32 @@ class Trainer {
     for (std::size_t g = 0; g < sched.steps.size(); ++g)
       if (sched.steps[g].issue_before >= 0) hoisted_[static_cast<std::size_t>(sched.steps[g].issue_before)].push_back(static_cast<int>(g));
     if (comm_ != nullptr) {
-      if constexpr (config.tp == 1)
+      if constexpr (config.tp == 1 && config.pp == 1)
         comm_->check_size(config.dp, "data-parallel ranks");
-      else
+      else if constexpr (config.pp == 1)
         comm_->check_size(config.world(), "ranks (" + std::to_string(config.dp) + " data-parallel x " + std::to_string(config.tp) +
                                               " tensor-parallel)");
-      comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
+      else
+        comm_->check_size(config.world(), "ranks (" + std::to_string(config.pp) + " pipeline stages x " + std::to_string(config.dp) +
+                                              " data-parallel x " + std::to_string(config.tp) + " tensor-parallel)");
+      if constexpr (config.pp > 1) {
+        // every process: the same run type; each stage's processes: the same schedule (below)
+        comm_->agree(headroom::fingerprint_of_run(config), "the hash of the pipelined run type");
+        const int stage = comm_->rank() / (config.dp * config.tp);
+        if (stage != config.stage)
+          throw std::invalid_argument("cuda::Trainer: " + comm_->who() + " is pipeline stage " + std::to_string(stage) +
+                                      " (process w is stage w / " + std::to_string(config.dp * config.tp) +
+                                      "), but this trainer's run type is stage " + std::to_string(config.stage) +
+                                      "; choose the stage with cuda::with_pipeline_stage");
+      } else {
+        comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
+      }
       comm_->agree(o.seed, "the seed");
-      if constexpr (config.tp > 1) split_world();
+      if constexpr (config.tp > 1 || config.pp > 1) split_world();
+      if constexpr (config.pp > 1) {  // a stage's processes are its tensor- and data-parallel groups together
+        if (tensor_comm_ != nullptr) tensor_comm_->agree(headroom::fingerprint(sched), "the hash of the stage's schedule");
+        if (comm_ != nullptr) comm_->agree(headroom::fingerprint(sched), "the hash of the stage's schedule");
+      }
     }
     collect_params();
     fill_tables();
@@ -248,6 +325,7 @@ class Trainer {
   // gradients stay in the arena (read them with download_grad()).
   double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
+    static_assert(config.pp == 1, "forward_backward: a pipeline stage runs its micro-batches with the others; use step()");
     check_batch(tokens, targets, tokens_per_micro_batch);
     stage(tokens, targets, step_ + 1);
     upload_control();
@@ -257,12 +335,27 @@ class Trainer {
     return results().loss * config.accumulate;
   }
 
-  // Mean loss of one micro-batch; no gradient, no update.
+  // Mean loss of one micro-batch; no gradient, no update. (A pipeline
+  // stage: every stage its forward, the last stage's loss to all.)
   double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_micro_batch);
     stage(tokens, targets, step_ + 1);
     upload_control();
     load_batch(0);
+    if constexpr (config.pp > 1) {
+      for (int g = 1; g < sched.backward_step; ++g) {
+        wait_for_copies(g);
+        issue_hoisted(g, sched.backward_step);
+        const Step& st = sched.steps[g];
+        if (st.kind == EventKind::loss) loss_step(st, false);
+        else run_step(g);
+      }
+      pipe_.flush(compute_);
+      for (int g = sched.backward_step; g <= micro_batch_end; ++g) wait_for_copies(g, sched.backward_step);
+      loss_over_stages();
+      mean_over_ranks();
+      return results().loss * config.accumulate;
+    }
     for (int g = 1; g < sched.loss_step; ++g) {
       wait_for_copies(g);
       issue_hoisted(g, sched.loss_step);
@@ -300,6 +393,9 @@ class Trainer {
   // (0 without one) and the group (null without one).
   int tensor_rank() const { return tensor_comm_ != nullptr ? tensor_comm_->rank() : 0; }
   Communicator* tensor_communicator() const { return tensor_comm_; }
+  // Pipeline parallelism: this process's stage (0 without) and its stages' communicator (null without).
+  static constexpr int stage() { return config.stage; }
+  Communicator* pipe_communicator() const { return pipe_comm_; }
   struct Shard {
     std::int64_t begin = 0, count = 0;
   };
@@ -379,8 +475,11 @@ class Trainer {
   TrainOptions opt_;
   Communicator* comm_ = nullptr;  // data parallelism: the ranks (null for one process)
   Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
-  std::unique_ptr<Communicator> data_group_, tensor_group_;  // split from the world's communicator
+  Communicator* pipe_comm_ = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (null without)
+  std::unique_ptr<Communicator> data_group_, tensor_group_, pipe_group_;  // split from the world's communicator
+  mutable PipeExchange pipe_;     // pipeline parallelism: the sends and receives of pipe_recv / pipe_send
   int micro_ = 0;                 // the micro-batch being enqueued, 0 .. accumulate - 1
+  int micro_copy_ = 0;            // pipeline parallelism: the copy of the per-micro-batch buffers in use (Slot::stride)
   DeviceArena device_;
   PinnedArena offload_;
   Blas blas_;
@@ -400,26 +499,35 @@ class Trainer {
   cudaGraph_t graph_{};
   cudaGraphExec_t graph_exec_{};
 
-  // The world's processes as groups: process w = d M + t is tensor-parallel
-  // rank t of data-parallel rank d (M tensor-parallel ranks); comm_ becomes
-  // the data-parallel group (null with one data-parallel rank).
+  // The world's processes as groups: process w = (stage D + d) M + t is
+  // tensor-parallel rank t of data-parallel rank d of pipeline stage
+  // `stage` (D data-parallel, M tensor-parallel ranks); comm_ becomes the
+  // data-parallel group (null with one data-parallel rank).
   void split_world() {
     Communicator& world = *comm_;
-    const int w = world.rank(), t = w % config.tp, d = w / config.tp;
-    tensor_group_ = world.split(d, t);
-    tensor_comm_ = tensor_group_.get();
+    const int w = world.rank(), t = w % config.tp, d = (w / config.tp) % config.dp, stage = w / (config.tp * config.dp);
     comm_ = nullptr;
+    if constexpr (config.tp > 1) {
+      tensor_group_ = world.split(w / config.tp, t);
+      tensor_comm_ = tensor_group_.get();
+    }
     if constexpr (config.dp > 1) {
-      data_group_ = world.split(t, d);
+      data_group_ = world.split(stage * config.tp + t, d);
       comm_ = data_group_.get();
+    }
+    if constexpr (config.pp > 1) {
+      pipe_group_ = world.split(d * config.tp + t, stage);
+      pipe_comm_ = pipe_group_.get();
+      pipe_ = PipeExchange(pipe_comm_);
     }
   }
   // What the host's waits go through: a communicator's bounded wait where there is one.
-  Communicator* waiter() const { return comm_ != nullptr ? comm_ : tensor_comm_; }
+  Communicator* waiter() const { return comm_ != nullptr ? comm_ : tensor_comm_ != nullptr ? tensor_comm_ : pipe_comm_; }
 
+  // A buffer of the step (copy micro_copy_ of one kept per micro-batch in flight).
   template <class U = S>
   U* ptr(const Slot& s) const {
-    return s.bound() ? device_.at<U>(s.offset) : nullptr;
+    return s.bound() ? device_.at<U>(s.offset + micro_copy_ * s.stride) : nullptr;
   }
   math::QuantView quant(const ParamSlot& p) const {
     return math::QuantView{p.quant, device_.at<std::uint8_t>(p.weight), device_.at<std::uint8_t>(p.scales),
@@ -502,14 +610,17 @@ class Trainer {
     wait(compute_, "the step");
     return *staged_control_out();
   }
+  // (A pipeline stage between the first and the last reads neither.)
   void load_batch(int k) {
     const std::size_t bytes = static_cast<std::size_t>(tokens_per_micro_batch) * 4;
-    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.tokens), staged_tokens() + k * tokens_per_micro_batch, bytes, cudaMemcpyHostToDevice,
-                          compute_),
-          "upload tokens");
-    check(cudaMemcpyAsync(ptr<std::int32_t>(sched.targets), staged_targets() + k * tokens_per_micro_batch, bytes,
-                          cudaMemcpyHostToDevice, compute_),
-          "upload targets");
+    if (sched.tokens.bound())
+      check(cudaMemcpyAsync(ptr<std::int32_t>(sched.tokens), staged_tokens() + k * tokens_per_micro_batch, bytes,
+                            cudaMemcpyHostToDevice, compute_),
+            "upload tokens");
+    if (sched.targets.bound())
+      check(cudaMemcpyAsync(ptr<std::int32_t>(sched.targets), staged_targets() + k * tokens_per_micro_batch, bytes,
+                            cudaMemcpyHostToDevice, compute_),
+            "upload targets");
   }
 
   // Everything a step does on the device, in stream order, with no host
@@ -519,7 +630,12 @@ class Trainer {
     if constexpr (config.update_in_backward)  // the step's finiteness flags, one per update position
       check(cudaMemsetAsync(reductions(), 0, sched.params.size() * sizeof(float), compute_), "clear gradient flags");
     if (config.accumulate > 1) zero_grads();
-    for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
+    if constexpr (config.pp > 1) {
+      pipeline_micro_batches();
+      loss_over_stages();
+    } else {
+      for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
+    }
     mean_over_ranks();
     if (!config.update_in_backward) {
       gradient_norm();
@@ -551,13 +667,15 @@ class Trainer {
       sum_of_squares(trainable_split_, total);
       tensor_comm_->all_reduce_sum(total, 1, DType::F32, compute_);
       if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 2, DType::F32, s); });
+      if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 2, DType::F32, compute_);  // each stage its parameters
       clip_scale(total, 2, control(), clip, compute_);
-    } else if constexpr (!config.sharded(1)) {
+    } else if constexpr (!config.sharded(1) && config.pp == 1) {
       squared_norm<S>(trainable_, reductions(), control(), clip, compute_);
     } else {
       float* total = reductions() + (reduction_slots - 1);
-      sum_rows(reductions(), squared_norm_partials<S>(trainable_, reductions(), compute_), total, compute_);
-      on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
+      sum_of_squares(trainable_, total);
+      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
+      if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 1, DType::F32, compute_);  // each stage its parameters
       clip_scale(total, 1, control(), clip, compute_);
     }
   }
@@ -569,6 +687,52 @@ class Trainer {
     for (const ParamRef& p : params) elements += p.n;
     if (elements == 0) check(cudaMemsetAsync(out, 0, sizeof(float), compute_), "zero a sum of squares");
     else sum_rows(reductions(), squared_norm_partials<S>(params, reductions(), compute_), out, compute_);
+  }
+
+  // Pipeline parallelism: the loss in the control block (the last stage's;
+  // 0 on the others) summed over the stages, so that every stage has it and
+  // a loss that is not finite stops the update on every stage.
+  void loss_over_stages() {
+    pipe_comm_->all_reduce_sum(&control()->loss, 1, DType::F32, compute_);
+    mean_loss(control(), 1.0f, compute_);
+  }
+
+  // Pipeline parallelism: the step's micro-batches under 1F1B (Narayanan
+  // et al. 2021), as host::Trainer runs them: as many forwards as the
+  // stages after this one (at most K), then a forward and a backward in
+  // turn, then the backwards left. Micro-batch m uses copy m % in_flight of
+  // what its forward keeps for its backward. A send waiting in pipe_ goes
+  // with the next receive, or alone where the next work starts with none.
+  void pipeline_micro_batches() {
+    constexpr int K = config.accumulate, copies = config.in_flight();
+    constexpr int forward_end = sched.backward_step;
+    auto forward_one = [&](int m) {
+      micro_ = m;
+      micro_copy_ = m % copies;
+      if constexpr (config.first_stage()) pipe_.flush(compute_);
+      load_batch(m);
+      for (int g = 1; g < forward_end; ++g) {
+        const Step& st = sched.steps[g];
+        wait_for_copies(g);
+        issue_hoisted(g);
+        if (st.kind == EventKind::loss) loss_step(st, true);
+        else run_step(g);
+      }
+    };
+    auto backward_one = [&](int m) {
+      micro_ = m;
+      micro_copy_ = m % copies;
+      if constexpr (config.last_stage()) pipe_.flush(compute_);
+      for (int g = forward_end; g < micro_batch_end; ++g) {
+        wait_for_copies(g);
+        issue_hoisted(g);
+        run_step(g);
+      }
+      wait_for_copies(micro_batch_end);
+    };
+    trainers::one_forward_one_backward(config.pp, config.stage, K, forward_one, backward_one);
+    pipe_.flush(compute_);
+    micro_copy_ = 0;
   }
 
   // Data parallelism: the loss in the control block becomes the mean over
@@ -746,13 +910,14 @@ class Trainer {
   // The kernels' view of a step: every operand resolved to its device pointer.
   OpContext<S> context(const Step& st) const {
     OpContext<S> k{};
-    trainers::bind_step(k, sched, st, device_.at<std::byte>(0));
+    trainers::bind_step(k, sched, st, device_.at<std::byte>(0), micro_copy_);
     k.compute = compute_;
     k.cublas = const_cast<Blas*>(&blas_);
     k.control_block = control();
     k.loss_sum = ptr<float>(sched.loss);
     k.comm = comm_;
     k.tensor_comm = tensor_comm_;
+    k.pipe = pipe_comm_ != nullptr ? &pipe_ : nullptr;
     k.micro = micro_;
     return k;
   }
@@ -963,5 +1128,28 @@ class Trainer {
     }
   }
 };
+
+// Pipeline parallelism: calls f.template operator()<Stage>() with Stage =
+// pipeline_stage<R, s> for this process's stage s (process w of the run is
+// stage w / (DataParallel x TensorParallel)), so that one program trains
+// every stage, as host::with_pipeline_stage does:
+//
+//   cuda::with_pipeline_stage<Run>(nccl, [&]<class Stage>() {
+//     cuda::Trainer<Stage> t(options, nccl);
+//     for (...) t.step(tokens, targets);  // every stage gets the step's micro-batches
+//   });
+//
+// f is compiled for every stage.
+template <TrainingRun R, class F>
+void with_pipeline_stage(Communicator& world, F&& f) {
+  constexpr RunConfig c = R::config();
+  static_assert(c.pp > 1 && c.stage < 0, "cuda::with_pipeline_stage<Run>: Run must be a PipelineParallel<S> run type, its stage not chosen");
+  world.check_size(c.world(), "ranks (" + std::to_string(c.pp) + " pipeline stages x " + std::to_string(c.dp) + " data-parallel x " +
+                                  std::to_string(c.tp) + " tensor-parallel)");
+  const int stage = world.rank() / (c.dp * c.tp);
+  [&]<int... S>(std::integer_sequence<int, S...>) {
+    ((S == stage ? (f.template operator()<pipeline_stage<R, S>>(), 0) : 0), ...);
+  }(std::make_integer_sequence<int, c.pp>{});
+}
 
 }  // namespace headroom::cuda

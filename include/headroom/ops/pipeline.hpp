@@ -17,6 +17,11 @@
 // take its activation before it receives a gradient from it.
 // Peers are ranks of the pipeline group (host::OpContext::pipe_comm), which
 // is ordered by stage. Tags: 0 activations, 1 gradients.
+//
+// The CUDA kernels go through cuda::PipeExchange (cuda::OpContext::pipe):
+// NCCL's sends block until the peer posts the receive, so a send waits there
+// for the stage's next receive from the same peer and both go in one group
+// (cuda/pipe_exchange.cuh says why that order cannot deadlock).
 #include <cstdint>
 #include <stdexcept>
 #include <string_view>
@@ -24,6 +29,9 @@
 #include "../host/communicator.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
+#if HEADROOM_CUDA_KERNELS
+#include "../cuda/op_context.cuh"
+#endif
 
 namespace headroom::ops {
 
@@ -33,6 +41,12 @@ template <class T>
 std::int64_t bytes(const host::OpContext<T>& k, std::int64_t features) {
   return k.rows() * features * static_cast<std::int64_t>(sizeof(T));
 }
+#if HEADROOM_CUDA_KERNELS
+template <class S>
+std::int64_t bytes(const cuda::OpContext<S>& k, std::int64_t features) {
+  return k.rows() * features * static_cast<std::int64_t>(sizeof(S));
+}
+#endif
 }  // namespace pipe_detail
 
 struct PipelineRecv {
@@ -59,6 +73,16 @@ struct PipelineRecv {
     if (const T* dx = k.grad(x))
       k.pipe_comm->send(dx, pipe_detail::bytes(k, k[features]), k.pipe_comm->rank() - 1, pipe_detail::gradient_tag);
   }
+#if HEADROOM_CUDA_KERNELS
+  template <class S>
+  static void forward(const cuda::OpContext<S>& k) {
+    k.pipe->receive(k[x], pipe_detail::bytes(k, k[features]), k.pipe->rank() - 1, k.stream());
+  }
+  template <class S>
+  static void backward(const cuda::OpContext<S>& k) {
+    if (const S* dx = k.grad(x)) k.pipe->send(dx, pipe_detail::bytes(k, k[features]), k.pipe->rank() - 1);
+  }
+#endif
 };
 
 struct PipelineSend {
@@ -88,6 +112,21 @@ struct PipelineSend {
     k.pipe_comm->recv(dx, pipe_detail::bytes(k, k[features]), k.pipe_comm->rank() + 1, pipe_detail::gradient_tag);
     k.pipe_comm->finish_send(k.pipe_comm->rank() + 1, pipe_detail::activation_tag);
   }
+#if HEADROOM_CUDA_KERNELS
+  // forward: the output waits to go with the next receive from the next
+  // stage (its gradient); it is saved, so its bytes stay until then
+  template <class S>
+  static void forward(const cuda::OpContext<S>& k) {
+    k.pipe->send(k[x], pipe_detail::bytes(k, k[features]), k.pipe->rank() + 1);
+  }
+  template <class S>
+  static void backward(const cuda::OpContext<S>& k) {
+    S* dx = k.grad(x);
+    if (dx == nullptr || !k.first(x))
+      throw std::logic_error("pipe_send: the stage's output has another reader; its gradient must come from the next stage alone");
+    k.pipe->receive(dx, pipe_detail::bytes(k, k[features]), k.pipe->rank() + 1, k.stream());
+  }
+#endif
 };
 
 }  // namespace headroom::ops
