@@ -44,7 +44,7 @@ inline void use_device(int rank) {
 // What a rank writes back (one per process).
 struct RankReport {
   static constexpr int max_steps = 8;
-  static constexpr std::size_t max_values = std::size_t{1} << 17;
+  static constexpr std::size_t max_values = std::size_t{1} << 18;
   bool done = false;  // the rank's function returned
   bool threw = false;
   char error[1024] = {};

@@ -1,0 +1,279 @@
+// Pipeline parallelism on the CUDA engine: cuda::Trainer of each stage of a
+// PipelineParallel<2> Llama (4 blocks, 2 per stage) with 4 micro-batches per
+// step under 1F1B, against one process given the same micro-batches; each
+// stage is a process (ranks.hpp) and NCCL's sends and receives are emulated
+// under g++ with their blocking semantics (a send completes only once the
+// peer posts the receive: nccl_emulator.hpp), which the last test shows
+// deadlocks two unpaired sends as NCCL would.
+#include "../support/kernel_test.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <headroom/cuda/trainer.cuh>
+#include <headroom/headroom.hpp>
+
+#include "ranks.hpp"
+
+namespace {
+
+using namespace headroom;
+using Llama = models::Llama<models::LlamaConfig{48, 64, 128, 4, 4, 2, 64, false}>;  // vocab, d, mlp, layers, heads, kv heads, positions
+using cuda_test::RankReport;
+using cuda_test::run_ranks;
+using cuda_test::use_device;
+constexpr std::int64_t vocab = 48, seq = 12, batch = 2, width = 64;
+constexpr int micro = 4, steps = 4;
+
+using OneProcess = cuda::Trainer<Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda>>;
+template <class... More>
+using Pipelined = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, More...>;
+// Batch is a data-parallel rank's: each takes one row of every micro-batch
+using PipelinedData2 = Train<Llama, Batch<batch / 2>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, DataParallel<2>, ZeRO<1>>;
+
+TrainOptions options(bool graph = false) {
+  return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0, .cuda_graph = graph};
+}
+
+// Step s's micro-batches, (micro, batch, seq) token ids or targets (a linear congruential stream).
+std::vector<std::int32_t> ids(int s, bool targets) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(micro * batch * seq));
+  std::uint64_t x = 0x9e3779b9u * static_cast<std::uint64_t>(2 * s + (targets ? 1 : 0) + 1);
+  for (auto& t : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(vocab));
+  }
+  return v;
+}
+// Data-parallel rank d of `data`: its rows of every micro-batch.
+std::vector<std::int32_t> share(const std::vector<std::int32_t>& all, int data, int d) {
+  if (data == 1) return all;
+  const std::size_t row = static_cast<std::size_t>(seq), rows = static_cast<std::size_t>(batch / data);
+  std::vector<std::int32_t> mine;
+  for (std::size_t m = 0; m < static_cast<std::size_t>(micro); ++m) {
+    const auto from = all.begin() + static_cast<std::ptrdiff_t>((m * batch + d * rows) * row);
+    mine.insert(mine.end(), from, from + static_cast<std::ptrdiff_t>(rows * row));
+  }
+  return mine;
+}
+
+// Where a parameter of the one-process run starts among all its parameters' elements.
+std::size_t reference_offset(const std::string& path) {
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < OneProcess::param_count; ++k) {
+    if (OneProcess::path_of(OneProcess::param(k)) == path) return at;
+    at += static_cast<std::size_t>(OneProcess::param(k).elements());
+  }
+  throw std::logic_error("the one-process run has no parameter " + path);
+}
+constexpr std::size_t all_values() {
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < OneProcess::param_count; ++k) n += static_cast<std::size_t>(OneProcess::param(k).elements());
+  return n;
+}
+static_assert(all_values() <= RankReport::max_values);
+
+// Trains `steps` steps, then writes losses, norms, the evaluation, the bytes
+// each step sent and received point to point (the emulator's count: loss[4 +
+// s] and norm[4 + s]) and every weight it holds at the place of the same
+// element of the one-process run's parameters (NaN where it holds none).
+template <class Trainer>
+void train(Trainer& t, int data, int d, RankReport& out) {
+  for (int s = 1; s <= steps; ++s) {
+#if !defined(__CUDACC__)
+    cuda_emulator::p2p_bytes() = {};
+#endif
+    const StepStats st = t.step(share(ids(s, false), data, d), share(ids(s, true), data, d));
+    out.loss[out.steps] = st.loss;
+    out.norm[out.steps] = st.grad_norm;
+#if !defined(__CUDACC__)
+    out.loss[steps + out.steps] = static_cast<double>(cuda_emulator::p2p_bytes().sent);
+    out.norm[steps + out.steps] = static_cast<double>(cuda_emulator::p2p_bytes().received);
+#endif
+    ++out.steps;
+  }
+  const std::vector<std::int32_t> tokens = share(ids(steps + 1, false), data, d), targets = share(ids(steps + 1, true), data, d);
+  const std::size_t one = tokens.size() / micro;  // the first micro-batch
+  out.evaluated = t.evaluate(std::span(tokens).first(one), std::span(targets).first(one));
+  std::fill(out.value, out.value + RankReport::max_values, std::numeric_limits<float>::quiet_NaN());
+  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
+    const ParamSlot& p = Trainer::param(k);
+    const std::vector<float> w = t.download_weight(p);
+    const std::size_t at = reference_offset(Trainer::path_of(p));
+    for (std::int64_t i = 0; i < p.elements(); ++i)
+      out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), i))] = w[static_cast<std::size_t>(i)];
+  }
+  out.values = all_values();
+}
+
+RankReport reference_run() {
+  return run_ranks(1, [](int, RankReport& out) {
+    use_device(0);
+    OneProcess t(options());
+    train(t, 1, 0, out);
+  })[0];
+}
+
+// Every process trains its stage (cuda::with_pipeline_stage); `sent` holds
+// what each step of stage s must send and receive, by the plan.
+template <class Run>
+std::vector<RankReport> pipelined_run(bool graph, std::vector<std::int64_t>& sent, std::vector<std::int64_t>& received) {
+  constexpr RunConfig c = Run::config();
+  [&]<int... S>(std::integer_sequence<int, S...>) {
+    sent = {plan<pipeline_stage<Run, S>>().communication.pipeline_sent...};
+    received = {plan<pipeline_stage<Run, S>>().communication.pipeline_received...};
+  }(std::make_integer_sequence<int, c.pp>{});
+  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+  return run_ranks(c.world(), [&](int w, RankReport& out) {
+    use_device(w);
+    cuda::NcclCommunicator world(id, w, Run::config().world(), std::chrono::seconds(60));
+    cuda::with_pipeline_stage<Run>(world, [&]<class Stage>() {
+      cuda::Trainer<Stage> t(options(graph), world);
+      constexpr int dp = Run::config().dp, tp = Run::config().tp;
+      if (cuda::Trainer<Stage>::stage() != w / (dp * tp) || t.tensor_rank() != w % tp)
+        throw std::logic_error("process " + std::to_string(w) + " is stage " + std::to_string(cuda::Trainer<Stage>::stage()));
+      train(t, dp, (w / tp) % dp, out);
+      if (graph && !t.graph_captured()) throw std::logic_error("the steps were not captured into a CUDA graph");
+    });
+  });
+}
+
+// Losses, norms and the evaluation within 1e-5 relative on every process;
+// every element of every weight held by some process, each within 1e-6 of
+// the one-process run's; each step's bytes sent and received as the plan says.
+template <class Run>
+void compare(const RankReport& one, bool graph = false) {
+  REQUIRE(one.error == std::string());
+  REQUIRE(one.done);
+  constexpr RunConfig c = Run::config();
+  std::vector<std::int64_t> sent, received;
+  const std::vector<RankReport> ranks = pipelined_run<Run>(graph, sent, received);
+  // stage 0 sends each micro-batch's (rows, seq, width) f32 activation, stage 1 its gradient back:
+  // 4 x 2 x 12 x 64 x 4 B = 24,576 B each way per step (12,288 B with 2 data-parallel ranks)
+  constexpr std::int64_t by_hand = micro * c.batch * seq * width * 4;
+  CHECK(sent == std::vector<std::int64_t>{by_hand, by_hand});
+  CHECK(received == std::vector<std::int64_t>{by_hand, by_hand});
+  double worst = 0;
+  std::size_t held = 0;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const int stage = static_cast<int>(r) / (c.dp * c.tp);
+    INFO("process " << r << " (stage " << stage << "): " << ranks[r].error);
+    REQUIRE(ranks[r].done);
+    REQUIRE(ranks[r].values == one.values);
+    for (int s = 0; s < one.steps; ++s) {
+      INFO("step " << s + 1 << ": loss " << ranks[r].loss[s] << " against " << one.loss[s] << ", norm " << ranks[r].norm[s] << " against "
+                   << one.norm[s]);
+      CHECK(std::abs(ranks[r].loss[s] - one.loss[s]) <= 1e-5 * std::abs(one.loss[s]));
+      CHECK(std::abs(ranks[r].norm[s] - one.norm[s]) <= 1e-5 * std::abs(one.norm[s]));
+#if !defined(__CUDACC__)
+      CHECK(ranks[r].loss[steps + s] == static_cast<double>(sent[static_cast<std::size_t>(stage)]));
+      CHECK(ranks[r].norm[steps + s] == static_cast<double>(received[static_cast<std::size_t>(stage)]));
+#endif
+    }
+    CHECK(std::abs(ranks[r].evaluated - one.evaluated) <= 1e-5 * std::abs(one.evaluated));
+  }
+  for (std::size_t i = 0; i < one.values; ++i) {
+    bool someone = false;
+    for (const RankReport& r : ranks)
+      if (!std::isnan(r.value[i])) {
+        someone = true;
+        worst = std::max(worst, static_cast<double>(std::abs(r.value[i] - one.value[i])));
+      }
+    held += someone;
+  }
+  CHECK(held == one.values);
+  CHECK(worst < 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages under 1F1B train like one process", "[pipeline_parallel]") {
+  const RankReport one = reference_run();
+  SECTION("PipelineParallel<2>") { compare<Pipelined<>>(one); }
+  SECTION("PipelineParallel<2>, CUDA graph") { compare<Pipelined<>>(one, true); }
+}
+
+TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages x 2 tensor-parallel ranks, and 2 stages x 2 data-parallel ranks",
+          "[pipeline_parallel]") {
+  const RankReport one = reference_run();
+  SECTION("PipelineParallel<2> x TensorParallel<2>") { compare<Pipelined<TensorParallel<2>>>(one); }
+  SECTION("PipelineParallel<2> x DataParallel<2>, ZeRO 1") { compare<PipelinedData2>(one); }
+}
+
+TEST_CASE("cuda::Trainer pipeline-parallel: a process given another stage's trainer is refused, naming its stage",
+          "[pipeline_parallel]") {
+  using Stage0 = cuda::Trainer<pipeline_stage<Pipelined<>, 0>>;
+  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+  const std::vector<RankReport> r = run_ranks(
+      2,
+      [&](int w, RankReport&) {
+        use_device(w);
+        cuda::NcclCommunicator world(id, w, 2, std::chrono::seconds(5));
+        Stage0 t(options(), world);  // stage 0 on both
+      },
+      std::chrono::seconds(60), 1);  // process 0 waits for the other in vain: stopped once process 1 has ended
+  CHECK(std::string(r[1].error) ==
+        "cuda::Trainer: rank 1 of 2 is pipeline stage 1 (process w is stage w / 1), but this trainer's run type is stage 0; "
+        "choose the stage with cuda::with_pipeline_stage");
+}
+
+TEST_CASE("NcclCommunicator::send_recv: two ranks that send to each other complete in one group; unpaired, the sends block",
+          "[pipeline_parallel]") {
+#if !defined(__CUDACC__)
+  cuda_emulator::nccl_hang_after() = std::chrono::milliseconds(200);  // the emulated send gives up waiting at its call
+#endif
+  for (const bool paired : {true, false}) {
+    INFO((paired ? "paired in one group" : "each send alone, then the receive"));
+    const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+    const std::vector<RankReport> r = run_ranks(2, [&](int w, RankReport& out) {
+      use_device(w);
+      cuda::NcclCommunicator comm(id, w, 2, std::chrono::seconds(2));
+      constexpr std::int64_t n = 40000;  // 160,000 B: three chunks of the emulator's channel
+      cudaStream_t s{};
+      cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      float* x = nullptr;
+      cuda::check(cudaMalloc(reinterpret_cast<void**>(&x), 2 * n * sizeof(float)), "cudaMalloc");
+      std::vector<float> mine(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>(1000 * w + i);
+      cuda::check(cudaMemcpyAsync(x, mine.data(), n * sizeof(float), cudaMemcpyHostToDevice, s), "upload");
+      const int peer = 1 - w;
+      try {
+        if (paired) {
+          comm.send_recv(x, n * 4, peer, x + n, n * 4, peer, s);
+        } else {
+          comm.send_recv(x, n * 4, peer, nullptr, 0, -1, s);
+          comm.send_recv(nullptr, 0, -1, x + n, n * 4, peer, s);
+        }
+        std::vector<float> got(static_cast<std::size_t>(n));
+        cuda::check(cudaMemcpyAsync(got.data(), x + n, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
+        comm.synchronize(s, "the exchange");
+        bool same = true;
+        for (std::int64_t i = 0; i < n; ++i) same = same && got[static_cast<std::size_t>(i)] == static_cast<float>(1000 * peer + i);
+        out.loss[0] = same;
+      } catch (const cuda::communication_error& e) {
+        std::snprintf(out.error, sizeof out.error, "%s", e.what());
+      }
+    });
+    for (int w = 0; w < 2; ++w) {
+      const std::string e = r[static_cast<std::size_t>(w)].error;
+      INFO("rank " << w << ": " << e);
+      if (paired) {
+        CHECK(e.empty());
+        CHECK(r[static_cast<std::size_t>(w)].loss[0] == 1.0);
+      } else {
+        CHECK(e.rfind("rank " + std::to_string(w) + " of 2: send of 160000 bytes to rank " + std::to_string(1 - w) +
+                          " did not complete within 2 s",
+                      0) == 0);
+      }
+    }
+  }
+#if !defined(__CUDACC__)
+  cuda_emulator::nccl_hang_after() = std::chrono::seconds(30);
+#endif
+}
