@@ -1,5 +1,5 @@
-// Pipeline parallelism does not run on the CUDA engine yet: the trainer says so.
-// expect: cuda::Trainer: PipelineParallel<S> does not run on the CUDA engine yet (pipe_recv / pipe_send have no CUDA kernels); train it with host::Trainer
+// A pipeline stage's CUDA trainer trains with the other stages: it needs the communicator of every process.
+// expect: cuda::Trainer: a pipeline stage trains with the other stages; construct it with the communicator of every process of the run
 #include "../../cuda/emulator/cuda_emulator.hpp"
 #include "../../cuda/emulator/runtime_emulator.hpp"
 
