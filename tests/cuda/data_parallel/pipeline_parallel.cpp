@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -191,7 +193,128 @@ void compare(const RankReport& one, bool graph = false) {
   CHECK(worst < 1e-6);
 }
 
+// ---- the order of the sends and receives, by enumeration ------------------------------------------------------
+// A stage's transfers as cuda::PipeExchange issues them: a list of groups
+// (one send_recv call each) of sends and receives; transfer i from a to b
+// is the i-th send from a to b and the i-th receive at b from a.
+struct Transfer {
+  bool send;
+  int peer, index;
+};
+using Program = std::vector<std::vector<Transfer>>;
+
+// Records send_recv calls (the collectives are not called here).
+class Recording final : public cuda::Communicator {
+ public:
+  Recording(int rank, int size) : rank_(rank), size_(size), sent_(static_cast<std::size_t>(size)), got_(static_cast<std::size_t>(size)) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void send_recv(const void*, std::int64_t, int to, void*, std::int64_t, int from, cudaStream_t) override {
+    std::vector<Transfer> group;
+    if (to >= 0) group.push_back({true, to, sent_[static_cast<std::size_t>(to)]++});
+    if (from >= 0) group.push_back({false, from, got_[static_cast<std::size_t>(from)]++});
+    program.push_back(group);
+  }
+  void all_reduce_sum(void*, std::int64_t, DType, cudaStream_t) override {}
+  void reduce_scatter_sum(const void*, void*, std::int64_t, DType, cudaStream_t) override {}
+  void all_gather(const void*, void*, std::int64_t, cudaStream_t) override {}
+  std::unique_ptr<cuda::Communicator> split(int, int) override { return nullptr; }
+  void synchronize(cudaStream_t, std::string_view) override {}
+  Program program;
+
+ protected:
+  std::vector<std::uint64_t> gather_values(std::uint64_t value) override { return {value}; }
+
+ private:
+  int rank_, size_;
+  std::vector<int> sent_, got_;
+};
+
+// Stage s of S under 1F1B with K micro-batches, its transfers through a
+// PipeExchange as cuda::Trainer calls it (pipe_recv / pipe_send's forward
+// and backward, the flushes where a micro-batch's work starts with no
+// receive and at the end); paired = false: every send alone, at once.
+Program transfers(int S, int s, int K, bool paired) {
+  Recording comm(s, S);
+  cuda::PipeExchange pipe(&comm);
+  cudaStream_t stream{};
+  std::int32_t buffer = 0;
+  auto send = [&](int peer) {
+    pipe.send(&buffer, 4, peer);
+    if (!paired) pipe.flush(stream);
+  };
+  auto forward = [&](int) {
+    if (s == 0) pipe.flush(stream);
+    if (s > 0) pipe.receive(&buffer, 4, s - 1, stream);
+    if (s < S - 1) send(s + 1);
+  };
+  auto backward = [&](int) {
+    if (s == S - 1) pipe.flush(stream);
+    if (s < S - 1) pipe.receive(&buffer, 4, s + 1, stream);
+    if (s > 0) send(s - 1);
+  };
+  trainers::one_forward_one_backward(S, s, K, forward, backward);
+  pipe.flush(stream);
+  return comm.program;
+}
+
+// Whether every stage's program completes when a send completes only once
+// its peer has posted the matching receive (and a receive once the send is
+// posted), the transfers of one group progressing together: NCCL's semantic.
+bool completes(const std::vector<Program>& stages) {
+  const std::size_t S = stages.size();
+  std::vector<std::size_t> at(S, 0);                 // the group each stage is in
+  std::vector<std::vector<bool>> done(S);            // its transfers that have completed
+  auto posted = [&](std::size_t q, const Transfer& t, std::size_t from) -> int {  // where stage q posts the match of t (from stage `from`), or -1
+    if (at[q] >= stages[q].size()) return -1;
+    const std::vector<Transfer>& g = stages[q][at[q]];
+    for (std::size_t j = 0; j < g.size(); ++j)
+      if (g[j].send != t.send && g[j].peer == static_cast<int>(from) && g[j].index == t.index && !done[q][j]) return static_cast<int>(j);
+    return -1;
+  };
+  for (std::size_t s = 0; s < S; ++s) done[s].assign(stages[s].empty() ? 0 : stages[s][0].size(), false);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (std::size_t s = 0; s < S; ++s) {
+      if (at[s] >= stages[s].size()) continue;
+      const std::vector<Transfer>& g = stages[s][at[s]];
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const int j = done[s][i] ? -1 : posted(static_cast<std::size_t>(g[i].peer), g[i], s);
+        if (j >= 0) done[s][i] = done[static_cast<std::size_t>(g[i].peer)][static_cast<std::size_t>(j)] = moved = true;
+      }
+    }
+    for (std::size_t s = 0; s < S; ++s)
+      if (at[s] < stages[s].size() && std::all_of(done[s].begin(), done[s].end(), [](bool b) { return b; })) {
+        ++at[s];
+        done[s].assign(at[s] < stages[s].size() ? stages[s][at[s]].size() : 0, false);
+        moved = true;
+      }
+  }
+  for (std::size_t s = 0; s < S; ++s)
+    if (at[s] < stages[s].size()) return false;
+  return true;
+}
+
 }  // namespace
+
+TEST_CASE("cuda::PipeExchange: 1F1B's sends and receives complete under NCCL's blocking sends for 2-8 stages and 1-16 "
+          "micro-batches, and unpaired they deadlock",
+          "[pipeline_parallel]") {
+  int deadlocked = 0;
+  for (int S = 2; S <= 8; ++S)
+    for (int K = 1; K <= 16; ++K) {
+      std::vector<Program> paired, unpaired;
+      for (int s = 0; s < S; ++s) {
+        paired.push_back(transfers(S, s, K, true));
+        unpaired.push_back(transfers(S, s, K, false));
+      }
+      INFO(S << " stages, " << K << " micro-batches");
+      CHECK(completes(paired));
+      deadlocked += !completes(unpaired);
+      if (K >= 2) CHECK_FALSE(completes(unpaired));  // the last two stages send to each other at once
+    }
+  CHECK(deadlocked == 7 * 15);
+}
 
 TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages under 1F1B train like one process", "[pipeline_parallel]") {
   const RankReport one = reference_run();
@@ -223,7 +346,7 @@ TEST_CASE("cuda::Trainer pipeline-parallel: a process given another stage's trai
         "choose the stage with cuda::with_pipeline_stage");
 }
 
-TEST_CASE("NcclCommunicator::send_recv: two ranks that send to each other complete in one group; unpaired, the sends block",
+TEST_CASE("NcclCommunicator::send_recv: two ranks that send to each other complete in one group, and unpaired sends block",
           "[pipeline_parallel]") {
 #if !defined(__CUDACC__)
   cuda_emulator::nccl_hang_after() = std::chrono::milliseconds(200);  // the emulated send gives up waiting at its call
