@@ -355,21 +355,22 @@ class Trainer {
       loss_over_stages();
       mean_over_ranks();
       return results().loss * config.accumulate;
+    } else {
+      for (int g = 1; g < sched.loss_step; ++g) {
+        wait_for_copies(g);
+        issue_hoisted(g, sched.loss_step);
+        run_step(g);
+      }
+      wait_for_copies(sched.loss_step);
+      loss_step(sched.steps[sched.loss_step], false);
+      // the forward's offload copies are joined before the next step reuses
+      // their bytes; only those: the backward's copy events were not recorded
+      // here (after a captured step they were last recorded inside the capture,
+      // where they are graph nodes that cannot be waited for)
+      for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g, sched.loss_step);
+      mean_over_ranks();
+      return results().loss * config.accumulate;
     }
-    for (int g = 1; g < sched.loss_step; ++g) {
-      wait_for_copies(g);
-      issue_hoisted(g, sched.loss_step);
-      run_step(g);
-    }
-    wait_for_copies(sched.loss_step);
-    loss_step(sched.steps[sched.loss_step], false);
-    // the forward's offload copies are joined before the next step reuses
-    // their bytes; only those: the backward's copy events were not recorded
-    // here (after a captured step they were last recorded inside the capture,
-    // where they are graph nodes that cannot be waited for)
-    for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g, sched.loss_step);
-    mean_over_ranks();
-    return results().loss * config.accumulate;
   }
 
   // Whether steps replay one captured CUDA graph (TrainOptions::cuda_graph; from the second step).
