@@ -184,12 +184,14 @@ class NcclCommunicator final : public Communicator {
     Call c{"send_recv", sends ? send_bytes : 0, 1, DType::U8, true};
     c.to = sends ? to : -1, c.from = receives ? from : -1, c.received = receives ? recv_bytes : 0;
     issue(c, stream, [&] {
-      ncclResult_t r = ncclGroupStart();
-      if (r != ncclSuccess) return r;
-      if (sends) r = ncclSend(send, static_cast<std::size_t>(send_bytes), ncclUint8, to, comm_, stream);
-      if (r == ncclSuccess && receives) r = ncclRecv(recv, static_cast<std::size_t>(recv_bytes), ncclUint8, from, comm_, stream);
+      // (a non-blocking communicator may say ncclInProgress; issue() then waits for it to settle)
+      auto ok = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
+      const ncclResult_t start = ncclGroupStart();
+      if (!ok(start)) return start;
+      ncclResult_t r = sends ? ncclSend(send, static_cast<std::size_t>(send_bytes), ncclUint8, to, comm_, stream) : ncclSuccess;
+      if (ok(r) && receives) r = ncclRecv(recv, static_cast<std::size_t>(recv_bytes), ncclUint8, from, comm_, stream);
       const ncclResult_t end = ncclGroupEnd();
-      return r != ncclSuccess ? r : end;
+      return !ok(r) ? r : end;
     });
   }
 

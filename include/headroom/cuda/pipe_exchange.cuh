@@ -23,10 +23,10 @@
 //                 (the first stage's forward, the last stage's backward),
 //                 and at the end of the step.
 //
-// On every stage the sends and receives then match in one order that
-// completes for any number of stages and micro-batches (checked by
-// enumeration for 2 to 8 stages and 1 to 16 micro-batches, where the same
-// sends and receives unpaired deadlock from 2 micro-batches on). A send
+// On every stage the sends and receives then match in an order that
+// completes: tests/cuda/data_parallel/pipeline_parallel.cpp enumerates 2 to
+// 8 stages and 1 to 16 micro-batches under NCCL's blocking semantic, where
+// the same sends and receives unpaired deadlock from 2 micro-batches on. A send
 // waits with no work between it and its receive (both are at the seam
 // between two micro-batches' work), so its bytes are unchanged when it goes.
 // Everything is enqueued on the compute stream: the next kernel needs the

@@ -1,6 +1,7 @@
 // Pipeline parallelism on the CUDA engine: cuda::Trainer of each stage of a
-// PipelineParallel<2> Llama (4 blocks, 2 per stage) with 4 micro-batches per
-// step under 1F1B, against one process given the same micro-batches; each
+// PipelineParallel<2> Llama (4 blocks, 2 per stage; and 4 stages of one) with
+// 4 micro-batches per step under 1F1B, against one process given the same
+// micro-batches; each
 // stage is a process (ranks.hpp) and NCCL's sends and receives are emulated
 // under g++ with their blocking semantics (a send completes only once the
 // peer posts the receive: nccl_emulator.hpp), which the last test shows
@@ -36,6 +37,8 @@ constexpr int micro = 4, steps = 4;
 using OneProcess = cuda::Trainer<Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda>>;
 template <class... More>
 using Pipelined = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, More...>;
+// a block per stage: the two stages between send to one neighbour and receive from the other
+using Pipelined4 = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<4>>;
 // Batch is a data-parallel rank's: each takes one row of every micro-batch
 using PipelinedData2 = Train<Llama, Batch<batch / 2>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, DataParallel<2>, ZeRO<1>>;
 
@@ -156,11 +159,15 @@ void compare(const RankReport& one, bool graph = false) {
   constexpr RunConfig c = Run::config();
   std::vector<std::int64_t> sent, received;
   const std::vector<RankReport> ranks = pipelined_run<Run>(graph, sent, received);
-  // stage 0 sends each micro-batch's (rows, seq, width) f32 activation, stage 1 its gradient back:
-  // 4 x 2 x 12 x 64 x 4 B = 24,576 B each way per step (12,288 B with 2 data-parallel ranks)
+  // a stage sends each micro-batch's (rows, seq, width) f32 activation to the next, its gradient to the one
+  // before, and receives the same: 4 x 2 x 12 x 64 x 4 B = 24,576 B per neighbour and step (12,288 B with 2
+  // data-parallel ranks), once on the first and the last stage, twice on a stage between
   constexpr std::int64_t by_hand = micro * c.batch * seq * width * 4;
-  CHECK(sent == std::vector<std::int64_t>{by_hand, by_hand});
-  CHECK(received == std::vector<std::int64_t>{by_hand, by_hand});
+  for (int stage = 0; stage < c.pp; ++stage) {
+    const std::int64_t neighbours = (stage > 0) + (stage < c.pp - 1);
+    CHECK(sent[static_cast<std::size_t>(stage)] == neighbours * by_hand);
+    CHECK(received[static_cast<std::size_t>(stage)] == neighbours * by_hand);
+  }
   double worst = 0;
   std::size_t held = 0;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -316,10 +323,11 @@ TEST_CASE("cuda::PipeExchange: 1F1B's sends and receives complete under NCCL's b
   CHECK(deadlocked == 7 * 15);
 }
 
-TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages under 1F1B train like one process", "[pipeline_parallel]") {
+TEST_CASE("cuda::Trainer pipeline-parallel: 2 and 4 stages under 1F1B train like one process", "[pipeline_parallel]") {
   const RankReport one = reference_run();
   SECTION("PipelineParallel<2>") { compare<Pipelined<>>(one); }
   SECTION("PipelineParallel<2>, CUDA graph") { compare<Pipelined<>>(one, true); }
+  SECTION("PipelineParallel<4>") { compare<Pipelined4>(one); }
 }
 
 TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages x 2 tensor-parallel ranks, and 2 stages x 2 data-parallel ranks",

@@ -335,6 +335,28 @@ inline void run(Comm* c, Desc d, ncclDataType_t t, const unsigned char* send, un
   }
 }
 
+// ---- point to point (their group is also checked by the collectives) ----------------------------------------
+
+// One send or receive of a group.
+struct P2p {
+  bool send;
+  int peer;
+  unsigned char* data;  // a send's bytes are only read
+  std::uint64_t bytes;
+};
+// The group being collected between ncclGroupStart and ncclGroupEnd (one thread's).
+struct Group {
+  int depth = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<P2p> ops;
+  ncclResult_t error = ncclSuccess;  // a call of the group that was refused
+};
+inline Group& group() {
+  thread_local Group g;
+  return g;
+}
+
 // Checks a collective's arguments and runs or records it.
 inline ncclResult_t enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, std::size_t count, ncclDataType_t t,
                             ncclRedOp_t op, cudaStream_t stream) {
@@ -342,6 +364,8 @@ inline ncclResult_t enqueue(ncclComm_t comm, Kind kind, const void* send, void* 
   Comm* c = find<Comm>(comm);
   if (c == nullptr) return fail(nullptr, ncclInvalidArgument, std::string(name_of(kind)) + ": not a live communicator");
   if (c->async == ncclInProgress) return fail(c, ncclInvalidUsage, std::string(name_of(kind)) + " before the communicator joined");
+  if (group().depth > 0)
+    return fail(c, ncclInvalidUsage, std::string(name_of(kind)) + " inside ncclGroupStart / ncclGroupEnd: the emulator groups sends and receives only");
   const std::size_t e = element_bytes(t);
   if (e == 0) return fail(c, ncclInvalidArgument, std::string(name_of(kind)) + ": the emulator has no data type " + std::to_string(t));
   if (kind != Kind::all_gather && (op != ncclSum || e == 1))
@@ -372,28 +396,6 @@ inline ncclResult_t enqueue(ncclComm_t comm, Kind kind, const void* send, void* 
     return cudaSuccess;
   });
   return ncclSuccess;
-}
-
-// ---- point to point -------------------------------------------------------------------------------------
-
-// One send or receive of a group.
-struct P2p {
-  bool send;
-  int peer;
-  unsigned char* data;  // a send's bytes are only read
-  std::uint64_t bytes;
-};
-// The group being collected between ncclGroupStart and ncclGroupEnd (one thread's).
-struct Group {
-  int depth = 0;
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-  std::vector<P2p> ops;
-  ncclResult_t error = ncclSuccess;  // a call of the group that was refused
-};
-inline Group& group() {
-  thread_local Group g;
-  return g;
 }
 
 }  // namespace nccl_detail
