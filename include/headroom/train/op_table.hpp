@@ -149,9 +149,6 @@ void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* 
 
 // ---- lanes -------------------------------------------------------------------------------------------------
 namespace detail {
-constexpr bool overlap(const Slot& a, const Slot& b) {
-  return a.bound() && b.bound() && a.offset < b.offset + b.extent() && b.offset < a.offset + a.extent();
-}
 template <class F>
 constexpr void for_each_slot(const Step& s, F&& f) {
   for (const Slot& x : s.in) f(x);
@@ -168,16 +165,40 @@ constexpr void for_each_slot(const Step& s, F&& f) {
 }
 }  // namespace detail
 
+// The byte ranges of the device arena a step's bound slots cover, collected
+// once so that comparing the step with many others costs one pass over
+// theirs (join_steps runs at compile time for every lane step).
+struct Touched {
+  static constexpr int capacity = 2 * graph::max_in + 2 * graph::max_out + graph::max_saved + 3 + 3 * graph::max_weights;
+  std::int64_t begin[capacity]{}, end[capacity]{};
+  int count = 0;
+  constexpr explicit Touched(const Step& s) {
+    detail::for_each_slot(s, [this](const Slot& x) {
+      if (!x.bound()) return;
+      begin[count] = x.offset;
+      end[count] = x.offset + x.extent();
+      ++count;
+    });
+  }
+  constexpr bool overlaps(const Slot& y) const {
+    if (!y.bound()) return false;
+    for (int i = 0; i < count; ++i)
+      if (begin[i] < y.offset + y.extent() && y.offset < end[i]) return true;
+    return false;
+  }
+};
+
 // Whether steps a and b touch a common byte of the device arena (a slot of
-// one overlaps a slot of the other) or a common parameter.
-constexpr bool conflict(const Step& a, const Step& b) {
+// one overlaps a slot of the other) or a common parameter; `touched` is a's.
+constexpr bool conflict(const Touched& touched, const Step& a, const Step& b) {
   for (int p : a.param)
     for (int q : b.param)
       if (p >= 0 && p == q) return true;
   bool hit = false;
-  detail::for_each_slot(a, [&](const Slot& x) { detail::for_each_slot(b, [&](const Slot& y) { hit = hit || detail::overlap(x, y); }); });
+  detail::for_each_slot(b, [&](const Slot& y) { hit = hit || touched.overlaps(y); });
   return hit;
 }
+constexpr bool conflict(const Step& a, const Step& b) { return conflict(Touched(a), a, b); }
 
 // For each step g in [0, end) whose op runs on a lane other than compute,
 // the first later step before `end` that touches any byte or parameter g
@@ -189,8 +210,9 @@ constexpr auto join_steps() {
   for (std::size_t g = 0; g < Sched.steps.size(); ++g) {
     at[g] = -1;
     if (static_cast<int>(g) >= End || Sched.steps[g].op.empty() || Sched.steps[g].lane == ops::Lane::compute) continue;
+    const Touched touched(Sched.steps[g]);
     int h = static_cast<int>(g) + 1;
-    while (h < End && !conflict(Sched.steps[g], Sched.steps[h])) ++h;
+    while (h < End && !conflict(touched, Sched.steps[g], Sched.steps[h])) ++h;
     at[g] = h;
   }
   return at;
