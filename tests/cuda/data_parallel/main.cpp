@@ -5,7 +5,13 @@
 // The GPUs are counted in a child process: the test process must not
 // initialize CUDA before it forks the ranks.
 #define CATCH_CONFIG_RUNNER
-#include "../support/kernel_test.hpp"
+#include <catch2/catch.hpp>
+// HEADROOM_GPU_TEST_MAIN: the main of the nvcc-built program, compiled by the
+// C++ compiler against the CUDA runtime (tests/CMakeLists.txt); without it,
+// the emulated program's.
+#if defined(HEADROOM_GPU_TEST_MAIN)
+#include <cuda_runtime.h>
+#endif
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +19,7 @@
 #include <cstdio>
 
 int main(int argc, char** argv) {
-#if defined(__CUDACC__)
+#if defined(HEADROOM_GPU_TEST_MAIN)
   constexpr int needed = 4;
   const pid_t pid = fork();
   if (pid == 0) {

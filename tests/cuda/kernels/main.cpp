@@ -2,12 +2,18 @@
 // device or driver is present, with the reason printed; under the emulator,
 // the tests always run (on the CPU).
 #define CATCH_CONFIG_RUNNER
-#include "../support/kernel_test.hpp"
+#include <catch2/catch.hpp>
+// HEADROOM_GPU_TEST_MAIN: the main of the nvcc-built program, compiled by the
+// C++ compiler against the CUDA runtime (tests/CMakeLists.txt); without it,
+// the emulated program's.
+#if defined(HEADROOM_GPU_TEST_MAIN)
+#include <cuda_runtime.h>
+#endif
 
 #include <cstdio>
 
 int main(int argc, char** argv) {
-#if defined(__CUDACC__)
+#if defined(HEADROOM_GPU_TEST_MAIN)
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);
   if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice || err == cudaErrorStubLibrary || devices == 0) {
