@@ -88,6 +88,7 @@
 #include "../plan/schedule.hpp"
 #include "../train/common.hpp"
 #include "../train/op_table.hpp"
+#include "../train/with_pipeline_stage.hpp"
 #include "blas.cuh"
 #include "device.cuh"
 #include "kernels/attention.cuh"
@@ -1145,12 +1146,7 @@ template <TrainingRun R, class F>
 void with_pipeline_stage(Communicator& world, F&& f) {
   constexpr RunConfig c = R::config();
   static_assert(c.pp > 1 && c.stage < 0, "cuda::with_pipeline_stage<Run>: Run must be a PipelineParallel<S> run type, its stage not chosen");
-  world.check_size(c.world(), "ranks (" + std::to_string(c.pp) + " pipeline stages x " + std::to_string(c.dp) + " data-parallel x " +
-                                  std::to_string(c.tp) + " tensor-parallel)");
-  const int stage = world.rank() / (c.dp * c.tp);
-  [&]<int... S>(std::integer_sequence<int, S...>) {
-    ((S == stage ? (f.template operator()<pipeline_stage<R, S>>(), 0) : 0), ...);
-  }(std::make_integer_sequence<int, c.pp>{});
+  if constexpr (c.pp > 1 && c.stage < 0) trainers::with_pipeline_stage<R>(world, std::forward<F>(f));
 }
 
 }  // namespace headroom::cuda
