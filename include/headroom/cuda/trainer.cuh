@@ -134,9 +134,6 @@ constexpr bool opens_with(const Sched& sched, int from, int to, std::string_view
   }
   return false;
 }
-constexpr bool apart(const Slot& a, const Slot& b) {
-  return !a.bound() || !b.bound() || a.offset + a.extent() <= b.offset || b.offset + b.extent() <= a.offset;
-}
 // The sends cuda::PipeExchange pairs with a receive never share bytes with
 // it: pipe_send's output with its gradient, pipe_recv's input gradient with
 // the input it receives (every copy of each).
@@ -149,7 +146,7 @@ constexpr bool pipe_pairs_apart(const Sched& sched) {
     if (st.op == ops::PipelineRecv::name && st.kind == EventKind::backward) sent_grad = st.d_out[0];
     if (st.op == ops::PipelineRecv::name && st.kind == EventKind::forward) got_in = st.out[0];
   }
-  return apart(sent_out, got_grad) && apart(sent_grad, got_in);
+  return !trainers::overlap(sent_out, got_grad) && !trainers::overlap(sent_grad, got_in);
 }
 }  // namespace detail
 

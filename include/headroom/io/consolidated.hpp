@@ -24,11 +24,11 @@
 // parameters as their codes and scales). A trainer below ZeRO 3 without
 // tensor or pipeline parallelism holds whole parameters already: the
 // exporters take it directly (one rank writes; every rank may load).
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -97,12 +97,12 @@ class Consolidated {
 
   // Gathers every parameter from every process's part (all of them call it).
   explicit Consolidated(const Trainer& t) {
-    bool double_quant = false;  // the code tables, as the trainer fills them (a pipeline stage may have none)
-    for (const ParamSlot& p : whole_params) double_quant = double_quant || p.quant.double_quant;
-    host::fill_quant_table(table_.data(), double_quant);
     static_assert(Trainer::config.sharded(3) || Trainer::config.tp > 1 || stages,
                   "io::Consolidated: this trainer holds whole parameters already (ZeRO below 3, no tensor or pipeline "
                   "parallelism); use it directly");
+    bool double_quant = false;  // the code tables, as the trainer fills them (a pipeline stage may have none)
+    for (const ParamSlot& p : whole_params) double_quant = double_quant || p.quant.double_quant;
+    host::fill_quant_table(table_.data(), double_quant);
     std::vector<Whole> mine;  // the trainer's parameters, whole
     mine.reserve(Trainer::param_count);
     const auto& arena = t.arena(Tier::device);

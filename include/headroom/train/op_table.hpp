@@ -148,6 +148,11 @@ void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* 
 }
 
 // ---- lanes -------------------------------------------------------------------------------------------------
+// Whether two slots share a byte of the device arena (every copy of each).
+constexpr bool overlap(const Slot& a, const Slot& b) {
+  return a.bound() && b.bound() && a.offset < b.offset + b.extent() && b.offset < a.offset + a.extent();
+}
+
 namespace detail {
 template <class F>
 constexpr void for_each_slot(const Step& s, F&& f) {
