@@ -232,10 +232,6 @@ struct Train {
                    "Train<Model, PipelineParallel<{}>>: each stage takes an equal share of the {} blocks of the model, which do not "
                    "divide by {}",
                    pipeline_parallel, pp_blocks, pipeline_parallel);
-  HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::tied,
-                   "Train<Model, PipelineParallel<{}>>: the LM head is tied to the embedding, which the first stage holds and the "
-                   "last does not; tied weights are not shared between stages yet",
-                   pipeline_parallel);
   HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::offloaded,
                    "Train<Model, PipelineParallel<{}>>: Offloaded layers are not planned over pipeline stages yet",
                    pipeline_parallel);

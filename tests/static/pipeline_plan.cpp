@@ -9,7 +9,9 @@
 // ids) exists once per micro-batch in flight, so stage s keeps
 // min(S - s, K) times one micro-batch's saved activations of its blocks.
 // The first stage keeps the most (S copies of L / S blocks): about the
-// whole model's activations for one micro-batch, as the paper notes.
+// whole model's activations for one micro-batch, as the paper notes. A
+// tied LM head's table is held by the first and the last stage (GPT-2, at
+// the end).
 #include <headroom/headroom.hpp>
 
 namespace {
@@ -69,5 +71,35 @@ static_assert(plan<One>().communication.pipeline_sent == 0);
 static_assert(plan<Run<4, 4>>().config.stage == 0);
 static_assert(plan<Run<4, 4>>().peak_bytes() == plan<pipeline_stage<Run<4, 4>, 0>>().peak_bytes());
 static_assert(plan<Run<4, 4>>().peak_bytes() > plan<pipeline_stage<Run<4, 4>, 3>>().peak_bytes());
+
+// An LM head tied to the embedding table (GPT-2): the first stage holds wte
+// for the embedding, the last a copy of it for the head (with its gradient
+// and optimizer state, as any parameter), and before the update the two sum
+// their gradients of it: V h f32 values each way, once per step; with
+// ZeRO<2> over D data-parallel ranks, each rank's shard, ceil(V h / D)
+// rounded up to 256 elements. GPT-2 f32 parameters per block: 2 LayerNorms
+// (2 h each), c_attn (3 h^2 + 3 h), attn c_proj (h^2 + h), c_fc (4 h^2 +
+// 4 h), mlp c_proj (4 h^2 + h): 12 h^2 + 13 h; wpe P h, ln_f 2 h.
+constexpr int64_t P = 128;
+constexpr models::GPT2Config gpt2_cfg{V, h, L, 4, P};
+using G = models::GPT2<gpt2_cfg>;
+template <int S, class... More>
+using GRun = Train<G, Batch<b>, Seq<s>, Accumulate<4>, AdamW, PipelineParallel<S>, More...>;
+constexpr int64_t gpt2_block = 12 * h * h + 13 * h;
+static_assert(plan<Train<G, Batch<b>, Seq<s>, AdamW>>().bytes(Role::weights) == 4 * (L * gpt2_block + V * h + P * h + 2 * h));
+static_assert(plan<pipeline_stage<GRun<2>, 0>>().bytes(Role::weights) == 4 * (L / 2 * gpt2_block + V * h + P * h));
+static_assert(plan<pipeline_stage<GRun<2>, 1>>().bytes(Role::weights) == 4 * (L / 2 * gpt2_block + V * h + 2 * h));
+static_assert(plan<pipeline_stage<GRun<4>, 1>>().bytes(Role::weights) == 4 * (L / 4 * gpt2_block));  // no copy between
+// AdamW's two moments per value, of the copy too
+static_assert(plan<pipeline_stage<GRun<2>, 1>>().bytes(Role::optimizer_state) == 2 * 4 * (L / 2 * gpt2_block + V * h + 2 * h));
+static_assert(plan<pipeline_stage<GRun<2>, 0>>().communication.stage_all_reduce == V * h * 4);
+static_assert(plan<pipeline_stage<GRun<2>, 1>>().communication.stage_all_reduce == V * h * 4);
+static_assert(plan<pipeline_stage<GRun<2>, 1>>().communication.stage_all_reduce_calls == 1);
+static_assert(plan<pipeline_stage<GRun<4>, 0>>().communication.stage_all_reduce == V * h * 4);
+static_assert(plan<pipeline_stage<GRun<4>, 2>>().communication.stage_all_reduce == 0);
+static_assert(plan<pipeline_stage<GRun<4>, 3>>().communication.stage_all_reduce == V * h * 4);
+static_assert(plan<pipeline_stage<GRun<2, DataParallel<3>, ZeRO<2>>, 1>>().communication.stage_all_reduce ==
+              (V * h / 3 + 255) / 256 * 256 * 4);  // 65,536 / 3 -> 21,846 -> 22,016 elements
+static_assert(plan<Train<G, Batch<b>, Seq<s>, AdamW>>().communication.stage_all_reduce == 0);
 
 }  // namespace

@@ -491,7 +491,10 @@ class Trainer {
   std::vector<int> waits_;              // per step g: copy steps the compute stream waits for before g (flattened)
   std::vector<int> wait_begin_;         // waits_ of step g: [wait_begin_[g], wait_begin_[g + 1])
   std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
-  std::vector<ParamRef> trainable_split_, trainable_whole_;  // tensor parallelism: split (each rank its block) or whole
+  // the gradient norm's: every trainable parameter but the last stage's copy
+  // of a table the first stage holds too (counted there), all of them
+  // (counted_) or with tensor parallelism split (each rank its block) or whole
+  std::vector<ParamRef> counted_, counted_split_, counted_whole_;
   std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
   int step_ = 0;
   std::array<float, 16 + 256> host_tables_{};  // NF4 codes + the dynamic map, for quantizing on the host
@@ -519,7 +522,12 @@ class Trainer {
       pipe_comm_ = pipe_group_.get();
       pipe_ = PipeExchange(pipe_comm_);
     }
+    if constexpr (tied_stages && config.pp > 2) shared_group_ = world.split(trainers::tied_stages_color(config, w), stage);
+    if constexpr (tied_stages) shared_comm_ = config.pp > 2 ? shared_group_.get() : pipe_comm_;
   }
+  static constexpr bool tied_stages = trainers::tied_stages<R>;
+  Communicator* shared_comm_ = nullptr;  // the first and the last stage, with a tied LM head (null without)
+  std::unique_ptr<Communicator> shared_group_;
   // What the host's waits go through: a communicator's bounded wait where there is one.
   Communicator* waiter() const { return comm_ != nullptr ? comm_ : tensor_comm_ != nullptr ? tensor_comm_ : pipe_comm_; }
 
@@ -657,26 +665,38 @@ class Trainer {
   // it updates and the ranks add their sums (one f32 all-reduce, in the
   // last partial-sum slot) before the norm is taken.
   void gradient_norm() {
+    sum_stage_shared();
     const float clip = static_cast<float>(opt_.clip_norm);
     if constexpr (config.tp > 1) {
       // the whole parameters' squares into the last slot, the split ones' (summed over
       // the tensor-parallel group) into the one before; the data-parallel ranks add both (ZeRO 1-3)
       float* total = reductions() + (reduction_slots - 2);
-      sum_of_squares(trainable_whole_, total + 1);
-      sum_of_squares(trainable_split_, total);
+      sum_of_squares(counted_whole_, total + 1);
+      sum_of_squares(counted_split_, total);
       tensor_comm_->all_reduce_sum(total, 1, DType::F32, compute_);
       if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 2, DType::F32, s); });
-      if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 2, DType::F32, compute_);  // each stage its parameters
+      if constexpr (config.pp > 1 && config.dp == 1) pipe_comm_->all_reduce_sum(total, 2, DType::F32, compute_);
       clip_scale(total, 2, control(), clip, compute_);
     } else if constexpr (!config.sharded(1) && config.pp == 1) {
-      squared_norm<S>(trainable_, reductions(), control(), clip, compute_);
+      squared_norm<S>(counted_, reductions(), control(), clip, compute_);
     } else {
       float* total = reductions() + (reduction_slots - 1);
-      sum_of_squares(trainable_, total);
+      sum_of_squares(counted_, total);
       if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
       if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 1, DType::F32, compute_);  // each stage its parameters
       clip_scale(total, 1, control(), clip, compute_);
     }
+  }
+
+  // Pipeline parallelism with an LM head tied to the embedding table: the
+  // two stages' gradients of it summed on both (trainers::tied_stages).
+  void sum_stage_shared() {
+    if constexpr (tied_stages)
+      for (const ParamSlot& p : sched.params)
+        if (p.trainable && p.stage_shared) {
+          const auto [g, n] = trainers::stage_shared_gradient<S>(config, device_, p);
+          shared_comm_->all_reduce_sum(g, n, config.dtype, compute_);
+        }
   }
 
   // The sum of the squares of params' gradients into *out (the partials use
@@ -1070,7 +1090,9 @@ class Trainer {
     for (const ParamSlot& p : sched.params)
       if (p.trainable) {
         trainable_.push_back(ref(p));
-        (p.split.split() ? trainable_split_ : trainable_whole_).push_back(ref(p));
+        if (p.stage_shared && !config.first_stage()) continue;  // counted by the first stage
+        counted_.push_back(ref(p));
+        (p.split.split() ? counted_split_ : counted_whole_).push_back(ref(p));
       }
     if (config.update_in_backward)
       for (std::size_t i = 0; i < sched.params.size(); ++i) {

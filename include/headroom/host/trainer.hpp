@@ -391,7 +391,12 @@ class Trainer {
       pipe_group_ = world_->split(d * config.tp + t, stage);
       pipe_comm_ = pipe_group_.get();
     }
+    if constexpr (tied_stages && config.pp > 2) shared_group_ = world_->split(trainers::tied_stages_color(config, w), stage);
+    if constexpr (tied_stages) shared_comm_ = config.pp > 2 ? shared_group_.get() : pipe_comm_;
   }
+  static constexpr bool tied_stages = trainers::tied_stages<R>;
+  Communicator* shared_comm_ = nullptr;  // the first and the last stage, with a tied LM head (null without)
+  std::unique_ptr<Communicator> shared_group_;
   int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
   Arena device_, offload_;
   GemmPanels<T> panels_{};
@@ -712,9 +717,11 @@ class Trainer {
   // check: only when its sum is out of range are the gradients searched, and
   // the step stops before any parameter is updated.
   double update(int step_no) {
+    sum_stage_shared();
     double sq = 0, split_sq = 0;  // split_sq: of the tensor-parallel ranks' blocks (each holds its own)
     for (const ParamSlot& p : sched.params)
-      if (p.trainable) (p.split.split() ? split_sq : sq) += squared_norm(update_grad(p), owned(p).count);
+      if (p.trainable && !(p.stage_shared && !config.first_stage()))  // a table both end stages hold: counted on the first
+        (p.split.split() ? split_sq : sq) += squared_norm(update_grad(p), owned(p).count);
     if constexpr (config.tp > 1) tensor_comm_->all_reduce_sum(&split_sq, 1, DType::F64);
     sq += split_sq;
     if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
@@ -730,6 +737,17 @@ class Trainer {
       for (const ParamSlot& p : sched.params)
         if (p.trainable) comm_->all_gather(device_.at<T>(p.weight), p.shard * static_cast<std::int64_t>(sizeof(T)));
     return norm;
+  }
+
+  // Pipeline parallelism with an LM head tied to the embedding table: the
+  // two stages' gradients of it summed on both (trainers::tied_stages).
+  void sum_stage_shared() {
+    if constexpr (tied_stages)
+      for (const ParamSlot& p : sched.params)
+        if (p.trainable && p.stage_shared) {
+          const auto [g, n] = trainers::stage_shared_gradient<T>(config, device_, p);
+          shared_comm_->all_reduce_sum(g, n, dtype_of<T>);
+        }
   }
 
   // ZeRO 1-3: the elements of parameter p this rank updates and where they

@@ -220,6 +220,7 @@ class Consolidated {
       message.insert(message.end(), b, b + n);
     };
     for (std::size_t k = 0; k < mine.size(); ++k) {
+      if (Trainer::param(k).stage_shared && !Trainer::config.first_stage()) continue;  // the first stage's copy of a tied table
       const std::int64_t head[3] = {static_cast<std::int64_t>(index[k]), static_cast<std::int64_t>(mine[k].values.size()),
                                     static_cast<std::int64_t>(mine[k].scales.size())};
       put(head, sizeof head);

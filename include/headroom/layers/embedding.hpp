@@ -16,11 +16,17 @@ struct Embedding {
   using children = type_list<>;
   using ops = type_list<headroom::ops::Embedding>;
 
-  static constexpr Ref build(graph::Builder& b, Ref tokens) {  // tokens: (N) i32
+  // The table E: (Vocab / ranks, Dim), the one an LM head may be tied to.
+  static constexpr int declare(graph::Builder& b) {
     b.push_split(SplitAxis::rows);  // vocabulary-parallel with TensorParallel<N>
-    const int w = b.param("weight", tensor_parallel::local(b, Vocab), Dim);  // E: (Vocab / ranks, Dim)
+    const int w = b.param("weight", tensor_parallel::local(b, Vocab), Dim);
     b.pop_split();
     b.tied_weight = w;
+    return w;
+  }
+
+  static constexpr Ref build(graph::Builder& b, Ref tokens) {  // tokens: (N) i32
+    const int w = declare(b);
     const Ref x = headroom::ops::Embedding::emit(b, tokens, w, tensor_parallel::local(b, Vocab), Dim);  // x: (N, Dim)
     // this rank's rows; zeros for the tokens of the others' (summed over the ranks)
     return b.cfg.tp > 1 ? headroom::ops::TensorParallelOutput::emit(b, x, false, Dim) : x;

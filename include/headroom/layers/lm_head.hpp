@@ -4,7 +4,8 @@
 // logits (chunk, Vocab) f32 exist only in scratch and are turned into
 // dlogits, dH and dW in the same pass, so the (N, Vocab) logits never exist
 // whole and backward has nothing left to do (the loss event writes the
-// gradients). Tied: W is the embedding table.
+// gradients). Tied: W is the embedding table (with PipelineParallel<S>, the
+// last stage's copy of it: the model declares it there, b.declare<Embedding>).
 #include "../ops/lm_head_loss.hpp"
 #include "layer.hpp"
 #include "tensor_parallel.hpp"
@@ -24,7 +25,12 @@ struct LMHeadLoss {
   static constexpr Ref build(graph::Builder& b, Ref h) {  // h: (N, D)
     h = tensor_parallel::input(b, h, D);
     int w = b.tied_weight;
-    if constexpr (!Tied) {
+    if constexpr (Tied) {
+      if (w == graph::none) {  // a pipeline stage without the table: refused by plan<Run>() (Builder::tied_table_missing)
+        b.tied_table_missing = true;
+        return h;
+      }
+    } else {
       b.push_split(SplitAxis::rows);  // vocabulary-parallel with TensorParallel<N>
       w = b.matrix("weight", tensor_parallel::local(b, Vocab), D);  // W: (Vocab / ranks, D)
       b.pop_split();

@@ -3,9 +3,14 @@
 // (run.hpp): PipelineParallel<S> divides the blocks of the model's Repeat
 // (layers/repeat.hpp builds a stage's share) into S equal shares, so the
 // model must have a Repeat whose count S divides; the layers before it go
-// to the first stage and those after it to the last, so an LM head tied to
-// the embedding cannot follow it yet; Offloaded segments are not planned
-// over stages yet.
+// to the first stage and those after it to the last. An LM head tied to the
+// embedding table then runs on another stage than the table: the model
+// declares a copy of the table on the last stage (Builder::declare), both
+// copies start from the same values (keyed by the same path), and the
+// engines sum the two gradients before the update (graph::Param::
+// stage_shared), so the copies stay equal, as Megatron-LM keeps its
+// first and last stages' word embeddings. Offloaded segments are not
+// planned over stages yet.
 #include <cstdint>
 #include <string_view>
 
@@ -14,7 +19,7 @@
 namespace headroom::pipeline_stages {
 
 struct Issue {
-  enum Kind : int { none, no_repeat, uneven, tied, offloaded } kind = none;
+  enum Kind : int { none, no_repeat, uneven, offloaded } kind = none;
   std::int64_t blocks = 0;  // the Repeat's count
 };
 
@@ -49,9 +54,16 @@ constexpr Issue issue(int stages) {
   detail::find<M>(f);
   if (f.repeat < 0) return {Issue::no_repeat, 0};
   if (f.repeat % stages != 0) return {Issue::uneven, f.repeat};
-  if (f.tied) return {Issue::tied, f.repeat};
   if (f.offloaded) return {Issue::offloaded, f.repeat};
   return {Issue::none, f.repeat};
+}
+
+// Whether M's LM head is tied to its embedding table.
+template <class M>
+constexpr bool tied_head() {
+  detail::Found f;
+  detail::find<M>(f);
+  return f.tied;
 }
 
 }  // namespace headroom::pipeline_stages

@@ -7,9 +7,11 @@
 // place in the whole model), receiving its input from stage s - 1 and
 // sending its output to stage s + 1 (ops/pipeline.hpp); the model builds
 // the layers before the Repeat on the first stage and those after it on the
-// last (graph::RunConfig::first_stage, last_stage).
+// last (graph::RunConfig::first_stage, last_stage; Sequential does this for
+// its children).
 #include "../ops/pipeline.hpp"
 #include "layer.hpp"
+#include "pipeline_stages.hpp"
 
 namespace headroom {
 
@@ -150,10 +152,39 @@ struct Sequential {
                    break_at, detail::type_list_out_at<Ls...>(break_at), break_at + 1,
                    detail::type_list_in_at<Ls...>(break_at + 1));
 
+  // The child holding the model's Repeat (-1: none).
+  static constexpr int repeat_at() {
+    constexpr bool has[] = {detail::contains_repeat<Ls>::value...};
+    for (std::size_t i = 0; i < sizeof...(Ls); ++i)
+      if (has[i]) return static_cast<int>(i);
+    return -1;
+  }
+
+  // With PipelineParallel<S>, a stage builds its part: the children before
+  // the one holding the Repeat on the first stage, those after it on the
+  // last, that one on every stage (it builds the stage's blocks); the last
+  // stage declares the embedding table a tied LM head reads
+  // (layers/pipeline_stages.hpp).
   static constexpr Ref build(graph::Builder& b, Ref x) {
     int i = 0;
-    ((x = detail::child_name<Ls>().empty() ? b.child<Ls>("", x, i) : b.child<Ls>(detail::child_name<Ls>(), x), ++i), ...);
+    ((x = build_child<Ls>(b, x, i), ++i), ...);
     return x;
+  }
+
+ private:
+  template <class L>
+  static constexpr Ref build_child(graph::Builder& b, Ref x, int i) {
+    const int at = repeat_at();
+    if (b.cfg.pp > 1 && b.current_group() == graph::none && at >= 0) {
+      if (i < at && !b.cfg.first_stage()) {
+        if constexpr (requires(graph::Builder& bb) { L::declare(bb); })
+          if (b.cfg.last_stage() && pipeline_stages::tied_head<Sequential>())
+            detail::child_name<L>().empty() ? b.declare<L>("", i) : b.declare<L>(detail::child_name<L>());
+        return x;
+      }
+      if (i > at && !b.cfg.last_stage()) return x;
+    }
+    return detail::child_name<L>().empty() ? b.child<L>("", x, i) : b.child<L>(detail::child_name<L>(), x);
   }
 };
 

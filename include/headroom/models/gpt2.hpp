@@ -80,6 +80,8 @@ struct GPT2 {
     if (b.cfg.first_stage()) {
       x = b.child<Embedding<C.vocab, D>>("wte", tokens);
       x = b.child<LearnedPositions<C.max_positions, D>>("wpe", x);
+    } else if (b.cfg.last_stage()) {
+      b.declare<Embedding<C.vocab, D>>("wte");  // the tied head's copy of the table (layers/pipeline_stages.hpp)
     }
     x = b.child<Repeat<C.layers, block>>("h", x);
     if (b.cfg.last_stage()) {

@@ -89,6 +89,7 @@ struct Llama {
     if constexpr (adapters) b.push_frozen();
     Ref x = tokens;  // with pipeline parallelism, a stage builds its part (layers/repeat.hpp)
     if (b.cfg.first_stage()) x = b.child<Embedding<C.vocab, D>>("embed_tokens", tokens);
+    else if (C.tied && b.cfg.last_stage()) b.declare<Embedding<C.vocab, D>>("embed_tokens");  // the tied head's copy
     x = b.child<Repeat<C.layers, block>>("layers", x);
     if (b.cfg.last_stage()) {
       x = b.child<RMSNorm<D>>("norm", x);

@@ -199,6 +199,10 @@ struct Param {
   int weight = none, scales = none, master = none, grad = none, state = none;
   int grad_shard = none;  // ZeRO 2 and 3: this rank's shard of the averaged gradient (grad is then the bucket)
   TensorSplit split{};    // tensor parallelism: which block of the whole this rank holds (rows, cols: its own)
+  // pipeline parallelism: held by the first and the last stage (an LM head
+  // tied to the embedding table); the engines sum its gradient over the two
+  // before the update, so both update it alike
+  bool stage_shared = false;
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
@@ -357,6 +361,7 @@ class Builder {
   Ref tokens{}, targets{}, loss{};
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
   int tied_weight = none;  // the embedding table an LM head may share
+  bool tied_table_missing = false;  // a tied LM head built on a stage without the table (plan<Run>() refuses it)
   int quant_table = none, optim_table = none;
   int reductions = none;   // CUDA: gradient-norm partials and the update's control block (CudaWorkspace)
   int staging = none;      // CUDA: the step's pinned host staging (offload tier)
@@ -389,6 +394,15 @@ class Builder {
     Ref y = L::build(*this, x);
     close();
     return y;
+  }
+  // Only the parameters of layer L, under a child node named `name`, with no
+  // op: the last pipeline stage's copy of the embedding table an LM head is
+  // tied to (Embedding::declare; layers/pipeline_stages.hpp).
+  template <class L>
+  constexpr void declare(std::string_view name, int index = none) {
+    open(name, L::kind, index);
+    L::declare(*this);
+    close();
   }
 
   // ---- policies that are scopes ----------------------------------------------

@@ -107,6 +107,10 @@ struct Communication {
   // with the neighbouring pipeline stages (PipelineParallel<S>), per step:
   // activations and their gradients, sent and received point to point
   std::int64_t pipeline_sent = 0, pipeline_received = 0;
+  // between the first and the last pipeline stage, per step: the gradient
+  // of an LM head's table they both hold (graph::Param::stage_shared), summed
+  // before the update; its whole gradient, or with ZeRO 2 and 3 this rank's shard
+  std::int64_t stage_all_reduce = 0, stage_all_reduce_calls = 0;
   constexpr std::int64_t payload() const { return all_reduce + reduce_scatter + all_gather; }
   constexpr std::int64_t tensor_payload() const { return tensor_all_reduce + tensor_all_gather; }
   // Bytes one rank sends in a step with ring collectives over n ranks.
@@ -467,6 +471,11 @@ constexpr graph::Builder build_graph() {
   b.nodes[0].kind = R::model::kind;
   const graph::Ref out = R::model::build(b, b.tokens);
   b.loss = b.cfg.last_stage() ? out : graph::Ref{};  // a pipeline stage before the last sends its output instead
+  // an LM head tied to the embedding table: the first stage's table and the last stage's copy (layers/pipeline_stages.hpp)
+  if (b.cfg.pp > 1 && pipeline_stages::tied_head<typename R::model>() && (b.cfg.first_stage() || b.cfg.last_stage())) {
+    if (b.tied_weight == graph::none) b.tied_table_missing = true;
+    else b.params[b.tied_weight].stage_shared = true;
+  }
   b.finish();
   return b;
 }
@@ -581,6 +590,11 @@ constexpr Expanded expand_graph(const graph::Builder& b) {
     x.communication.pipeline_sent += inst * ex.sent;
     x.communication.pipeline_received += inst * ex.received;
   }
+  for (const auto& pr : b.params)  // the first and last pipeline stages' shared table
+    if (pr.trainable && pr.stage_shared) {
+      x.communication.stage_all_reduce += (b.cfg.sharded(2) ? b.cfg.shard(pr.elements()) : pr.elements()) * b.cfg.act_bytes();
+      ++x.communication.stage_all_reduce_calls;
+    }
   if (b.cfg.sharded(1) && !b.cfg.sharded(3))  // ZeRO 1 and 2: the weights after the update
     for (const auto& pr : b.params) {
       if (!pr.trainable) continue;
@@ -707,6 +721,7 @@ constexpr Expanded expand() {
 struct Sizes {
   std::size_t buffers, events, nodes, params;
   std::int64_t parameters = 0, trainable = 0;  // elements, all instances
+  bool tied_table_missing = false;             // graph::Builder::tied_table_missing
 };
 
 // Array sizes of R's plan, from the graph alone (no resolution, no packing).
@@ -720,8 +735,8 @@ constexpr Sizes sizes() {
     parameters += n;
     if (pr.trainable) trainable += n;
   }
-  return Sizes{buffers, static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size(), parameters,
-               trainable};
+  return Sizes{buffers,   static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size(), parameters,
+               trainable, b.tied_table_missing};
 }
 
 }  // namespace detail
@@ -808,6 +823,11 @@ constexpr auto plan_of() {
   HEADROOM_REQUIRE(n.trainable > 0 || n.parameters == 0,
                    "Train<Model, ...>: the optimizer has nothing to train: the model has {} trainable parameters of {}",
                    n.trainable, n.parameters);
+  HEADROOM_REQUIRE(!n.tied_table_missing,
+                   "Train<Model, PipelineParallel<{}>>: the LM head is tied to the embedding table, which stage {} does not hold; "
+                   "a model with its own build() declares the table on the last stage (b.declare<Embedding<Vocab, D>>(name), as "
+                   "Sequential and models::GPT2 do)",
+                   R::config().pp, R::config().stage);
   const detail::Expanded x = detail::expand<R>();
   Plan<n.buffers, n.events, n.nodes, n.params> p{};
   p.config = x.cfg;

@@ -466,11 +466,17 @@ void print(std::ostream& os, const P& p) {
     if (m.pipeline_sent + m.pipeline_received > 0)
       t.row({"send / receive (activations, their gradients)", std::to_string(c.pp) + " stages", "-",
              human_bytes(m.pipeline_sent + m.pipeline_received), human_bytes(m.pipeline_sent)});
+    // the first and the last stage (2 ranks): a tied LM head's table, its gradient summed (sent once, received once)
+    if (m.stage_all_reduce_calls > 0)
+      t.row({"all-reduce (tied table's gradient)", "first, last stage", with_commas(m.stage_all_reduce_calls),
+             human_bytes(m.stage_all_reduce), human_bytes(m.stage_all_reduce)});
     t.rule();
     const std::int64_t calls = m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls + m.tensor_all_reduce_calls +
-                               m.tensor_all_gather_calls;
-    t.row({"all", "", with_commas(calls), human_bytes(m.payload() + m.tensor_payload() + m.pipeline_sent + m.pipeline_received),
-           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)) + m.pipeline_sent)});
+                               m.tensor_all_gather_calls + m.stage_all_reduce_calls;
+    t.row({"all", "", with_commas(calls),
+           human_bytes(m.payload() + m.tensor_payload() + m.pipeline_sent + m.pipeline_received + m.stage_all_reduce),
+           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)) + m.pipeline_sent +
+                       m.stage_all_reduce)});
     t.print(os);
   }
   os.flags(saved_flags);

@@ -56,6 +56,9 @@ struct ParamSlot {
   std::int64_t grad_shard = -1;
   // Tensor parallelism: the block of the whole this rank holds (rows, cols are the block's).
   TensorSplit split{};
+  // Pipeline parallelism: also held by the first or the last stage, whose
+  // gradient of it is added to this one's before the update (graph::Param::stage_shared).
+  bool stage_shared = false;
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
@@ -234,6 +237,7 @@ constexpr auto schedule() {
         ps.grad_shard = index.slot_of_tensor(pr.grad_shard, j, -1).offset;
         ps.shard = b.cfg.dp > 1 ? b.cfg.shard(pr.elements()) : pr.elements();
         ps.split = pr.split;
+        ps.stage_shared = pr.stage_shared;
       }
     }
   }

@@ -15,6 +15,7 @@
 
 #include "../ops/embedding.hpp"
 #include "../ops/lm_head_loss.hpp"
+#include "../layers/pipeline_stages.hpp"
 #include "../plan/graph.hpp"
 
 namespace headroom {
@@ -223,6 +224,27 @@ void one_forward_one_backward(int stages, int stage, int micro_batches, Forward&
     backward(backwards++);
   }
   while (backwards < micro_batches) backward(backwards++);
+}
+
+// Pipeline parallelism with an LM head tied to the embedding table
+// (layers/pipeline_stages.hpp): the first stage holds the table, the last a
+// copy; before the update both add the other's gradient of it to their own
+// (ParamSlot::stage_shared; the whole gradient, with ZeRO 2 and 3 this
+// rank's shard of it), and the gradient norm counts it on the first stage
+// alone. With more than 2 stages the pair of process w (data-parallel rank
+// d, tensor-parallel rank t) is a group split from the world by this
+// color; with 2 it is the stages' own communicator.
+template <class R>
+inline constexpr bool tied_stages = R::config().pp > 1 && pipeline_stages::tied_head<typename R::model>();
+constexpr int tied_stages_color(const RunConfig& c, int w) {
+  const int t = w % c.tp, d = (w / c.tp) % c.dp, stage = w / (c.tp * c.dp);
+  return stage == 0 || stage == c.pp - 1 ? d * c.tp + t : c.dp * c.tp + w;  // the middle stages: each alone
+}
+// The elements of the table's gradient the pair sums, and where they start.
+template <class T, class Arena, class Param>
+std::pair<T*, std::int64_t> stage_shared_gradient(const RunConfig& c, const Arena& arena, const Param& p) {
+  return c.sharded(2) ? std::pair<T*, std::int64_t>{arena.template at<T>(p.grad_shard), p.shard}
+                      : std::pair<T*, std::int64_t>{arena.template at<T>(p.grad), p.elements()};
 }
 
 // The initial values of parameter p as tensor-parallel rank `tensor_rank`
