@@ -675,7 +675,7 @@ class Trainer {
       sum_of_squares(counted_split_, total);
       tensor_comm_->all_reduce_sum(total, 1, DType::F32, compute_);
       if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 2, DType::F32, s); });
-      if constexpr (config.pp > 1 && config.dp == 1) pipe_comm_->all_reduce_sum(total, 2, DType::F32, compute_);
+      if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 2, DType::F32, compute_);  // each stage its parameters
       clip_scale(total, 2, control(), clip, compute_);
     } else if constexpr (!config.sharded(1) && config.pp == 1) {
       squared_norm<S>(counted_, reductions(), control(), clip, compute_);
