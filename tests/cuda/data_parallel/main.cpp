@@ -1,7 +1,8 @@
 // The data-parallel CUDA tests' main. Under the emulator the tests always
 // run (ranks are processes sharing the emulated NCCL's segment). On a GPU
 // build each rank takes a GPU of its own, so the tests need 4 (the ZeRO 3
-// run on 4 ranks); with fewer the program exits 77 (skipped), saying so.
+// run on 4 ranks); with fewer the program exits 77 (skipped), saying so, and
+// with fewer than 8 the tests of 8 ranks print that they were skipped.
 // The GPUs are counted in a child process: the test process must not
 // initialize CUDA before it forks the ranks.
 #define CATCH_CONFIG_RUNNER
@@ -17,6 +18,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+
+// The ranks a test may start (ranks.hpp: cuda_test::can_start): one GPU each on a GPU build.
+int headroom_cuda_test_rank_limit = 8;
 
 int main(int argc, char** argv) {
 #if defined(HEADROOM_GPU_TEST_MAIN)
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("cuda_data_parallel on %d GPUs (NCCL)\n", devices);
+  headroom_cuda_test_rank_limit = devices;
 #else
   // on stderr: catch_discover_tests reads the test names from stdout
   std::fprintf(stderr, "cuda_data_parallel_emulated: ranks are processes, NCCL and the kernels are emulated on the CPU (not a GPU test)\n");

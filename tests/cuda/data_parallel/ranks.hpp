@@ -30,7 +30,18 @@
 #endif
 #include <headroom/cuda/nccl.cuh>
 
+extern int headroom_cuda_test_rank_limit;  // main.cpp
+
 namespace headroom::cuda_test {
+
+// Whether `ranks` processes can run here: on a GPU build one GPU each, as
+// many as main() counted (main.cpp), under the emulator up to its 8 ranks. A
+// test that needs more says so and passes.
+inline bool can_start(int ranks) {
+  if (ranks <= headroom_cuda_test_rank_limit) return true;
+  std::printf("skipped: %d ranks, one GPU each; this machine has %d GPUs\n", ranks, headroom_cuda_test_rank_limit);
+  return false;
+}
 
 // One GPU per rank on a GPU build (the GPU of the rank's index); the emulator has one device for all.
 inline void use_device(int rank) {

@@ -4,13 +4,18 @@
 // TensorParallel<2> GPT-2 (fused c_attn, biases, learned positions, tied
 // vocabulary-parallel embedding), against one rank given the same global batch. Each rank is a process (ranks.hpp); the
 // world's communicator is split into the tensor- and data-parallel groups
-// (ncclCommSplit, emulated under g++).
+// (ncclCommSplit, emulated under g++; the last tests split 8 processes into
+// every group of a pipelined run and more, split groups again, and check
+// the emulator's limits and a rank that does not split).
 #include "../support/kernel_test.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -200,3 +205,132 @@ TEST_CASE("NcclCommunicator::split: groups of the world, each with its own sums"
     CHECK(r[static_cast<std::size_t>(w)].loss[2] == 2);
   }
 }
+
+namespace {
+// A group's sum of 2^w over its processes w, its rank and size into out.value[at, at + 3).
+void group_sum(cuda::Communicator& group, int w, RankReport& out, int at) {
+  cudaStream_t s{};
+  cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  float* x = nullptr;
+  cuda::check(cudaMalloc(reinterpret_cast<void**>(&x), sizeof(float)), "cudaMalloc");
+  const float mine = static_cast<float>(1 << w);
+  cuda::check(cudaMemcpyAsync(x, &mine, sizeof mine, cudaMemcpyHostToDevice, s), "upload");
+  group.all_reduce_sum(x, 1, DType::F32, s);
+  float sum = 0;
+  cuda::check(cudaMemcpyAsync(&sum, x, sizeof sum, cudaMemcpyDeviceToHost, s), "download");
+  group.synchronize(s, "the group's sum");
+  out.value[at] = sum;
+  out.value[at + 1] = static_cast<float>(group.rank());
+  out.value[at + 2] = static_cast<float>(group.size());
+  cudaFree(x);
+  cudaStreamDestroy(s);
+}
+}  // namespace
+
+TEST_CASE("NcclCommunicator::split: 8 processes split into the groups of DataParallel<2> x TensorParallel<2> x "
+          "PipelineParallel<2> and more, and a group split again",
+          "[tensor_parallel]") {
+  if (!cuda_test::can_start(8)) return;
+  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+  // process w = (stage 2 + d) 2 + t; each split's groups, by a function of w, ranked by key
+  struct Split {
+    int (*color)(int), (*key)(int);
+  };
+  constexpr Split world_splits[] = {
+      {[](int w) { return w / 2; }, [](int w) { return w % 2; }},            // tensor-parallel pairs
+      {[](int w) { return (w / 4) * 2 + w % 2; }, [](int w) { return (w / 2) % 2; }},  // data-parallel pairs
+      {[](int w) { return w % 4; }, [](int w) { return w / 4; }},            // a stage's peers, by stage
+      {[](int w) { return w % 2; }, [](int w) { return -w; }},               // halves {0, 2, 4, 6}, {1, 3, 5, 7}, ranked in reverse
+      {[](int w) { return w / 4; }, [](int w) { return w; }},                // the stages
+  };
+  const std::vector<RankReport> r = run_ranks(8, [&](int w, RankReport& out) {
+    use_device(w);
+    cuda::NcclCommunicator world(id, w, 8, std::chrono::seconds(20));
+    std::vector<std::unique_ptr<cuda::Communicator>> groups;
+    for (const Split& s : world_splits) groups.push_back(world.split(s.color(w), s.key(w)));
+    // the stage's group split twice more: its tensor-parallel pairs, ranked in reverse, then its processes alone
+    const std::unique_ptr<cuda::Communicator> pair = groups.back()->split(groups.back()->rank() / 2, -w);
+    const std::unique_ptr<cuda::Communicator> alone = groups.back()->split(groups.back()->rank(), 0);
+    for (std::size_t g = 0; g < groups.size(); ++g) group_sum(*groups[g], w, out, 3 * static_cast<int>(g));
+    group_sum(*pair, w, out, 15);
+    group_sum(*alone, w, out, 18);
+    group_sum(world, w, out, 21);
+  });
+  for (int w = 0; w < 8; ++w) {
+    const RankReport& rw = r[static_cast<std::size_t>(w)];
+    INFO("process " << w << ": " << rw.error);
+    REQUIRE(rw.done);
+    auto expect = [&](int at, auto color, auto key, const char* what) {
+      INFO(what);
+      double sum = 0;
+      int rank = 0, size = 0;
+      for (int q = 0; q < 8; ++q)
+        if (color(q) == color(w)) {
+          sum += 1 << q;
+          ++size;
+          rank += key(q) < key(w) || (key(q) == key(w) && q < w);
+        }
+      CHECK(rw.value[at] == sum);
+      CHECK(rw.value[at + 1] == rank);
+      CHECK(rw.value[at + 2] == size);
+    };
+    for (int g = 0; g < 5; ++g) expect(3 * g, world_splits[g].color, world_splits[g].key, "a split of the world");
+    expect(15, [](int q) { return q / 2; }, [](int q) { return -q; }, "a split of a split");
+    expect(18, [](int q) { return q; }, [](int) { return 0; }, "a second split of a split");
+    expect(21, [](int) { return 0; }, [](int q) { return q; }, "the world");
+  }
+}
+
+#if !defined(__CUDACC__)
+TEST_CASE("the emulated ncclCommSplit: 8 splits of a communicator, a chain of splits of splits, its refusals, and ranks "
+          "that do not split",
+          "[tensor_parallel]") {
+  namespace emu = cuda_emulator::nccl_detail;
+  SECTION("a communicator splits 8 times, a chain of splits takes every segment of the pool, then each is refused") {
+    const RankReport r = run_ranks(1, [&](int, RankReport& out) {
+      ncclUniqueId id{};
+      ncclComm_t world{};
+      if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&world, 1, id, 0) != ncclSuccess)
+        throw std::runtime_error("a communicator of one rank did not join");
+      ncclComm_t child{}, refused{};
+      for (int s = 0; s < emu::max_splits; ++s) out.loss[0] += ncclCommSplit(world, 0, 0, &child, nullptr) == ncclSuccess;
+      out.loss[1] = ncclCommSplit(world, 0, 0, &refused, nullptr);
+      std::snprintf(out.error, sizeof out.error, "%s", ncclGetLastError(world));
+      ncclComm_t at = child;  // the last of the 8: a chain of children from it, each splitting its parent
+      int made = emu::max_splits;
+      for (; made < emu::pool_segments - 1; ++made) {
+        ncclComm_t next{};
+        if (ncclCommSplit(at, 1, 0, &next, nullptr) != ncclSuccess) break;
+        at = next;
+      }
+      out.loss[2] = made;
+      out.loss[3] = ncclCommSplit(at, 1, 0, &refused, nullptr);
+      // (the refusals' messages in the report's error text, which the test reads though the process did not fail)
+      std::snprintf(out.error + 256, sizeof out.error - 256, "%s", ncclGetLastError(at));
+    })[0];
+    CHECK(r.loss[0] == emu::max_splits);
+    CHECK(r.loss[1] == static_cast<double>(ncclInvalidUsage));
+    CHECK(std::string(r.error) == "ncclCommSplit: the emulator splits a communicator at most 8 times");
+    CHECK(r.loss[2] == emu::pool_segments - 1);
+    CHECK(r.loss[3] == static_cast<double>(ncclInternalError));
+    CHECK(std::string(r.error + 256) == "ncclCommSplit: the emulator's " + std::to_string(emu::pool_segments - 1) +
+                                            " segments for the groups split from this id are all taken");
+  }
+  SECTION("ranks that do not split: the others' split fails, naming the first of them") {
+    cuda_emulator::nccl_hang_after() = std::chrono::milliseconds(200);
+    const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+    const std::vector<RankReport> r = run_ranks(4, [&](int w, RankReport&) {
+      cuda::NcclCommunicator world(id, w, 4, std::chrono::seconds(5));
+      const std::unique_ptr<cuda::Communicator> pair = world.split(w / 2, w);  // {0, 1}, {2, 3}
+      if (w != 1) pair->split(0, 0);   // a split of a group: rank 1 does not come
+      if (w >= 2) world.split(0, w);   // a split of the world: ranks 0 and 1 do not come
+    });
+    cuda_emulator::nccl_hang_after() = std::chrono::seconds(30);
+    const std::string failed = "ncclCommSplit (color 0) failed: unhandled system error (run with NCCL_DEBUG=INFO for details) (ncclCommSplit: rank ";
+    CHECK(std::string(r[0].error) == "rank 0 of 2: " + failed + "1 did not split (the emulator's wait ended))");
+    CHECK(r[1].done);
+    CHECK(std::string(r[2].error) == "rank 2 of 4: " + failed + "0 did not split (the emulator's wait ended))");
+    CHECK(std::string(r[3].error) == "rank 3 of 4: " + failed + "0 did not split (the emulator's wait ended))");
+  }
+}
+#endif

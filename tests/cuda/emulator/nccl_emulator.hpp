@@ -60,10 +60,14 @@
 // ncclCommSplit (a collective of the parent, as NCCL's): each rank posts its
 // color and key in the parent's segment and waits (up to nccl_hang_after())
 // for every rank's; the ranks of a color join a child segment, ranked by
-// (key, parent rank). The children's segments are mapped with the parent's
-// by ncclGetUniqueId (before the fork, so every rank shares them): up to
-// max_splits splits of a communicator made by ncclCommInitRank, and a child
-// is not split again.
+// (key, parent rank). The children's segments are mapped with the id's own
+// by ncclGetUniqueId (before the fork, so every rank shares them): a pool of
+// pool_segments - 1, from which the color's lowest parent rank takes the
+// next free one and posts its number for the color's other ranks. Any
+// communicator, a child too, splits up to max_splits times; a split that
+// finds the pool empty fails on every rank of the color (ncclInternalError,
+// naming the pool's size). Pages are touched only when used, so the pool
+// costs address space, not memory.
 #if defined(__CUDACC__)
 #error "nccl_emulator.hpp is for g++ builds; nvcc programs link the real NCCL"
 #endif
@@ -97,7 +101,8 @@ namespace nccl_detail {
 inline constexpr int max_ranks = 8;
 inline constexpr std::size_t slot_bytes = std::size_t{1} << 20;
 inline constexpr std::uint64_t id_magic = 0x6e63636c2d656d75ULL;  // "nccl-emu"
-inline constexpr int max_splits = 2;  // splits of one communicator of ncclCommInitRank (a tensor- and a data-parallel group)
+inline constexpr int max_splits = 8;      // ncclCommSplit calls of one communicator (parent or child)
+inline constexpr int pool_segments = 48;  // segments mapped per id: the id's and its communicators' children's
 inline constexpr std::size_t p2p_chunk = std::size_t{1} << 16;
 
 enum class Kind : std::int32_t { none, all_reduce, reduce_scatter, all_gather };
@@ -123,11 +128,15 @@ struct RankState {
   std::atomic<std::int32_t> aborted;  // ncclCommAbort was called
   Desc desc[2];                       // the call of the round posted, by parity
 };
-// One rank's part of a split: its color and key, then posted = 1.
+// One rank's part of a split: its color and key, then posted = 1; the
+// color's lowest rank then sets `child` to 1 + the pool index of the color's
+// segment (or to no_child when the pool is empty).
 struct SplitPost {
   std::atomic<std::int32_t> posted;
   std::int32_t color, key;
+  std::atomic<std::int32_t> child;
 };
+inline constexpr std::int32_t no_child = -1;
 // The point-to-point transfers from one rank to another, in order: the
 // sender announces each send (send_bytes, then sends), the receiver each
 // receive (recv_bytes, then recvs); once both are posted the bytes pass
@@ -146,7 +155,8 @@ struct Segment {
   std::atomic<std::int32_t> nranks;  // set by the first rank to join
   std::atomic<std::int32_t> joined;
   RankState rank[max_ranks];
-  std::int32_t is_root;                      // made by ncclGetUniqueId: the children's segments follow it
+  Segment* pool;                             // the id's segment: the children's follow it
+  std::atomic<std::int32_t> children;        // (the id's segment) children's segments taken so far
   SplitPost split[max_splits][max_ranks];    // the ranks' parts of split s
   Channel p2p[max_ranks][max_ranks];         // [sender][receiver]
   alignas(256) unsigned char data[max_ranks][2][slot_bytes];
@@ -161,14 +171,11 @@ struct Comm {
   ncclResult_t async = ncclSuccess;  // ncclInProgress while joining (non-blocking); an error once failed
   std::string last_error;
   std::uint64_t hung = 0;  // the hung work behind which its collectives wait (0: none)
-  int splits = 0;          // ncclCommSplit calls so far (the same on every rank)
+  int splits = 0;          // ncclCommSplit calls of this communicator so far (the same on every rank)
   // point to point, per peer: sends and receives posted, chunks written to it and read from it
   std::uint64_t sent_to[max_ranks] = {}, received_from[max_ranks] = {};
   std::uint64_t chunks_out[max_ranks] = {}, chunks_in[max_ranks] = {};
 };
-// The segment of split s's group whose lowest parent rank is g (a root's children follow it).
-inline Segment* child_segment(Segment* root, int s, int g) { return root + 1 + s * max_ranks + g; }
-inline constexpr std::size_t mapped_segments = 1 + static_cast<std::size_t>(max_splits) * max_ranks;
 
 inline std::string& global_last_error() {
   static std::string e;
@@ -648,13 +655,14 @@ inline const char* ncclGetLastError(ncclComm_t comm) {
 inline ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   using namespace headroom::cuda_emulator::nccl_detail;
   if (uniqueId == nullptr) return ncclInvalidArgument;
-  // the root's segment and its children's (pages are touched only when used)
-  void* p = mmap(nullptr, sizeof(Segment) * mapped_segments, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // the id's segment and the pool of its communicators' children (pages are touched only when used)
+  void* p = mmap(nullptr, sizeof(Segment) * pool_segments, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return fail(nullptr, ncclSystemError, "ncclGetUniqueId: mmap of the shared segment failed");
-  auto* seg = static_cast<Segment*>(p);  // zero-filled: no rank joined, nothing posted
-  seg->magic = id_magic;
-  seg->is_root = 1;
-  for (std::size_t i = 1; i < mapped_segments; ++i) seg[i].magic = id_magic;
+  auto* seg = static_cast<Segment*>(p);  // zero-filled: no rank joined, nothing posted, no child taken
+  for (int i = 0; i < pool_segments; ++i) {
+    seg[i].magic = id_magic;
+    seg[i].pool = seg;
+  }
   std::memset(uniqueId, 0, sizeof *uniqueId);
   std::memcpy(uniqueId->internal, &id_magic, sizeof id_magic);
   std::memcpy(uniqueId->internal + sizeof id_magic, &seg, sizeof seg);
@@ -785,9 +793,8 @@ inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
   if (c == nullptr || newcomm == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommSplit: not a live communicator");
   *newcomm = nullptr;
   if (c->async == ncclInProgress) return fail(c, ncclInvalidUsage, "ncclCommSplit before the communicator joined");
-  if (!c->seg->is_root || c->splits >= max_splits)
-    return fail(c, ncclInvalidUsage,
-                "ncclCommSplit: the emulator splits a communicator of ncclCommInitRank, at most " + std::to_string(max_splits) + " times");
+  if (c->splits >= max_splits)
+    return fail(c, ncclInvalidUsage, "ncclCommSplit: the emulator splits a communicator at most " + std::to_string(max_splits) + " times");
   const int s = c->splits++;
   SplitPost* posts = c->seg->split[s];
   posts[c->rank].color = color;
@@ -802,7 +809,7 @@ inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
       pause(spins);
     }
   if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-  // the group: the ranks of this color, by (key, parent rank); its segment is named by its lowest parent rank
+  // the group: the ranks of this color, by (key, parent rank); its lowest parent rank takes its segment from the pool
   int lowest = -1, size = 0, rank = 0;
   for (int q = 0; q < c->nranks; ++q) {
     if (posts[q].color != color) continue;
@@ -810,5 +817,20 @@ inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
     ++size;
     if (posts[q].key < key || (posts[q].key == key && q < c->rank)) ++rank;
   }
-  return join(newcomm, child_segment(c->seg, s, lowest), size, rank, config);
+  Segment* pool = c->seg->pool;
+  std::atomic<std::int32_t>& child = posts[lowest].child;
+  if (lowest == c->rank) {
+    const std::int32_t taken = pool->children.fetch_add(1);
+    child.store(1 + taken < pool_segments ? 1 + taken : no_child, std::memory_order_release);
+  }
+  std::int32_t at = 0;
+  while ((at = child.load(std::memory_order_acquire)) == 0) {
+    if (std::chrono::steady_clock::now() - start > nccl_hang_after())
+      return fail(c, ncclSystemError, "ncclCommSplit: rank " + std::to_string(lowest) + " did not make its group (the emulator's wait ended)");
+    pause(spins);
+  }
+  if (at == no_child)
+    return fail(c, ncclInternalError,
+                "ncclCommSplit: the emulator's " + std::to_string(pool_segments - 1) + " segments for the groups split from this id are all taken");
+  return join(newcomm, pool + at, size, rank, config);
 }
