@@ -1,8 +1,9 @@
 // Pipeline parallelism on the CUDA engine: cuda::Trainer of each stage of a
 // PipelineParallel<2> Llama (4 blocks, 2 per stage; and 4 stages of one) with
-// 4 micro-batches per step under 1F1B, against one process given the same
-// micro-batches; each
-// stage is a process (ranks.hpp) and NCCL's sends and receives are emulated
+// 4 micro-batches per step under 1F1B, alone, with TensorParallel<2>, with
+// DataParallel<2> and ZeRO 1, 2 or 3, and with both (8 processes), against
+// one process given the same micro-batches; each
+// process is a rank (ranks.hpp) and NCCL's sends and receives are emulated
 // under g++ with their blocking semantics (a send completes only once the
 // peer posts the receive: nccl_emulator.hpp), which the last test shows
 // deadlocks two unpaired sends as NCCL would.
@@ -40,7 +41,9 @@ using Pipelined = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>,
 // a block per stage: the two stages between send to one neighbour and receive from the other
 using Pipelined4 = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<4>>;
 // Batch is a data-parallel rank's: each takes one row of every micro-batch
-using PipelinedData2 = Train<Llama, Batch<batch / 2>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, DataParallel<2>, ZeRO<1>>;
+template <int Zero, class... More>
+using PipelinedData2 =
+    Train<Llama, Batch<batch / 2>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, DataParallel<2>, ZeRO<Zero>, More...>;
 
 TrainOptions options(bool graph = false) {
   return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0, .cuda_graph = graph};
@@ -109,10 +112,12 @@ void train(Trainer& t, int data, int d, RankReport& out) {
   std::fill(out.value, out.value + RankReport::max_values, std::numeric_limits<float>::quiet_NaN());
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);
-    const std::vector<float> w = t.download_weight(p);
+    const std::vector<float> w = t.download_weight(p);  // with ZeRO 3 its shard: elements [begin, begin + size) of the rank's block
+    const std::int64_t begin = Trainer::config.sharded(3) ? t.shard_of(p).begin : 0;
     const std::size_t at = reference_offset(Trainer::path_of(p));
-    for (std::int64_t i = 0; i < p.elements(); ++i)
-      out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), i))] = w[static_cast<std::size_t>(i)];
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(w.size()); ++i)
+      out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), begin + i))] =
+          w[static_cast<std::size_t>(i)];
   }
   out.values = all_values();
 }
@@ -334,7 +339,19 @@ TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages x 2 tensor-parallel ranks, 
           "[pipeline_parallel]") {
   const RankReport one = reference_run();
   SECTION("PipelineParallel<2> x TensorParallel<2>") { compare<Pipelined<TensorParallel<2>>>(one); }
-  SECTION("PipelineParallel<2> x DataParallel<2>, ZeRO 1") { compare<PipelinedData2>(one); }
+  SECTION("PipelineParallel<2> x DataParallel<2>, ZeRO 1") { compare<PipelinedData2<1>>(one); }
+}
+
+TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages x 2 data-parallel ranks with ZeRO 2 and 3", "[pipeline_parallel]") {
+  const RankReport one = reference_run();
+  SECTION("PipelineParallel<2> x DataParallel<2>, ZeRO 2") { compare<PipelinedData2<2>>(one); }
+  SECTION("PipelineParallel<2> x DataParallel<2>, ZeRO 3") { compare<PipelinedData2<3>>(one); }
+}
+
+TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages x 2 data-parallel x 2 tensor-parallel ranks on 8 processes",
+          "[pipeline_parallel]") {
+  if (!cuda_test::can_start(8)) return;
+  compare<PipelinedData2<1, TensorParallel<2>>>(reference_run());
 }
 
 TEST_CASE("cuda::Trainer pipeline-parallel: a process given another stage's trainer is refused, naming its stage",
