@@ -214,10 +214,10 @@ struct Train {
                    "Train<Model, TensorParallel<{}>>: each rank takes an equal share of the vocabulary of the embedding and LM "
                    "head, but {} rows do not divide by {}; pad the vocabulary to a multiple of {}",
                    tensor_parallel, tp_a, tensor_parallel, tensor_parallel);
-  HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::adapter,
-                   "Train<Model, TensorParallel<{}>>: LoRA adapters are not split over tensor-parallel ranks yet; train the adapters "
-                   "with DataParallel<N> alone",
-                   tensor_parallel);
+  HEADROOM_REQUIRE(!update_in_backward || tensor_parallel == 1 || !tensor_parallel::has_adapter<M>(),
+                   "Train<Model, TensorParallel<{}>>: UpdateInBackward updates each parameter inside its backward, but each of "
+                   "the {} ranks holds a partial gradient of a LoRA adapter matrix, summed after the backward; drop one of them",
+                   tensor_parallel, tensor_parallel);
   HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::quantized,
                    "Train<Model, TensorParallel<{}>>: quantized projections are not split over tensor-parallel ranks yet; use "
                    "DataParallel<N> alone",

@@ -8,7 +8,11 @@
 // what the plan counts; on 4 ranks, DataParallel<2> x TensorParallel<2> with
 // ZeRO 1 trains like one process on the global batch; both layouts resume
 // bit-identically from their checkpoint and refuse another layout's; the
-// consolidated export equals the one-process save_pretrained.
+// consolidated export equals the one-process save_pretrained. LoRA beside
+// every projection (Llama; GPT-2 with its fused c_attn and row-parallel
+// biases) trains like one process too, on 2 ranks and with ZeRO 2 on 2 x 2,
+// sums exactly the adapter gradients the plan counts, and exports the
+// one-process PEFT adapter.
 //
 // The one-process reference runs on every rank beside its parallel trainer.
 #include <catch2/catch.hpp>
@@ -20,6 +24,7 @@
 #include <headroom/io/checkpoint.hpp>
 #include <headroom/io/consolidated.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/io/peft.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +32,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
@@ -45,6 +52,12 @@ constexpr models::LlamaConfig llama_tp{48, 64, 128, 2, 4, 2, 64, false};  // 4 h
 constexpr models::GPT2Config gpt2_tp{48, 64, 2, 4, 32};                     // 4 heads, F 256, tied wte
 using Llama = models::Llama<llama_tp>;
 using Gpt2 = models::GPT2<gpt2_tp>;
+// LoRA beside every projection: column-parallel ones (A whole, B split) and
+// row-parallel ones (A split, B whole; GPT-2's with their biases)
+using LlamaLora = models::Llama<llama_tp, Apply<LoRA<4>, On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>>>;
+using Gpt2Lora = models::GPT2<gpt2_tp, Apply<LoRA<4>, On<c_attn, attn_c_proj, c_fc, mlp_c_proj>>>;
+template <class M>
+constexpr bool lora = std::is_same_v<M, LlamaLora> || std::is_same_v<M, Gpt2Lora>;
 
 template <class M, class Opt = SGD<>, class... More>
 using TensorParallelRun = Train<M, Batch<batch>, Seq<seq>, Opt, TensorParallel<2>, More...>;
@@ -52,9 +65,21 @@ using TensorParallelRun = Train<M, Batch<batch>, Seq<seq>, Opt, TensorParallel<2
 // Parameters split over the ranks, counted by hand: Llama's q, k, v, o,
 // gate, up and down per block, the embedding and the LM head; GPT-2's
 // c_attn (weight and bias), attn.c_proj's weight, c_fc (weight and bias) and
-// mlp.c_proj's weight per block, and wte (the LM head's too).
+// mlp.c_proj's weight per block, and wte (the LM head's too). With LoRA,
+// one matrix of each adapter too (7 per Llama block, 4 per GPT-2 block).
 template <class M>
-constexpr int split_params = std::is_same_v<M, Llama> ? 7 * 2 + 2 : 6 * 2 + 1;
+constexpr int split_params = std::is_same_v<M, Llama>       ? 7 * 2 + 2
+                             : std::is_same_v<M, LlamaLora> ? (7 + 7) * 2 + 2
+                             : std::is_same_v<M, Gpt2>      ? 6 * 2 + 1
+                                                            : (6 + 4) * 2 + 1;
+// The LoRA matrices every rank holds whole, their gradients summed over the
+// ranks once per step (f32): per Llama block A of q, k, v, gate, up (4 x 64
+// each) and B of o, down (64 x 4 each); per GPT-2 block A of c_attn, c_fc
+// (4 x 64) and B of attn.c_proj, mlp.c_proj (64 x 4).
+template <class M>
+constexpr std::int64_t lora_summed_bytes = std::is_same_v<M, LlamaLora> ? 2 * 7 * 256 * 4 : std::is_same_v<M, Gpt2Lora> ? 2 * 4 * 256 * 4 : 0;
+template <class M>
+constexpr std::int64_t lora_summed_calls = std::is_same_v<M, LlamaLora> ? 2 * 7 : std::is_same_v<M, Gpt2Lora> ? 2 * 4 : 0;
 
 host::TrainOptions options() { return {.seed = 7, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0}; }
 
@@ -127,8 +152,10 @@ void exchanges_what_the_plan_says(host::Communicator& mpi) {
     const Batch_ b = batch_of(s, batch);
     tp.step(b.tokens, b.targets);
     INFO(M::kind);
-    CHECK(group->counted().all_reduce == planned.tensor_all_reduce);
-    CHECK(group->counted().all_reduce_calls == planned.tensor_all_reduce_calls);
+    CHECK(planned.tensor_grad_all_reduce == lora_summed_bytes<M>);
+    CHECK(planned.tensor_grad_all_reduce_calls == lora_summed_calls<M>);
+    CHECK(group->counted().all_reduce == planned.tensor_all_reduce + planned.tensor_grad_all_reduce);
+    CHECK(group->counted().all_reduce_calls == planned.tensor_all_reduce_calls + planned.tensor_grad_all_reduce_calls);
     CHECK(group->counted().all_gather == planned.tensor_all_gather);
     CHECK(group->counted().all_gather_calls == planned.tensor_all_gather_calls);
     CHECK(group->counted().reduce_scatter == 0);
@@ -138,11 +165,14 @@ void exchanges_what_the_plan_says(host::Communicator& mpi) {
   }
 }
 
-// DataParallel<2> x TensorParallel<2>, ZeRO 1: data-parallel rank d
-// trains sequences [d B, (d + 1) B) of each global batch of 2 B.
+// DataParallel<2> x TensorParallel<2>, ZeRO 1 (ZeRO 2 with LoRA: each
+// rank's shard of an adapter's gradient summed over the tensor-parallel
+// ranks): data-parallel rank d trains sequences [d B, (d + 1) B) of each
+// global batch of 2 B.
+template <class M, int Zero>
 void data_and_tensor_parallel(host::Communicator& c) {
-  using Both = host::Trainer<TensorParallelRun<Llama, SGD<>, DataParallel<2>, ZeRO<1>>>;
-  using One = host::Trainer<Train<Llama, Batch<2 * batch>, Seq<seq>, SGD<>>>;
+  using Both = host::Trainer<TensorParallelRun<M, SGD<>, DataParallel<2>, ZeRO<Zero>>>;
+  using One = host::Trainer<Train<M, Batch<2 * batch>, Seq<seq>, SGD<>>>;
   Both both(options(), c);
   One one(options());
   REQUIRE(both.tensor_rank() == c.rank() % 2);
@@ -159,7 +189,7 @@ void data_and_tensor_parallel(host::Communicator& c) {
   }
   INFO("rank " << c.rank());
   CHECK(worst < 1e-5);
-  CHECK(weight_difference(both, one, split_params<Llama>) < 1e-6);
+  CHECK(weight_difference(both, one, split_params<M>) < 1e-6);
 }
 
 // Saves after 3 steps, runs 3 more; a trainer with other initial weights
@@ -221,6 +251,12 @@ void exports_like_one_process(host::Communicator& c) {
     io::save_pretrained(full, dir.path / "tp.safetensors");
     io::save_pretrained(one, dir.path / "one.safetensors");
     CHECK(file_difference(dir.path / "tp.safetensors", dir.path / "one.safetensors") < 1e-6);
+    if constexpr (lora<M>) {  // the adapters' blocks joined: PEFT's file of the one process
+      io::export_adapter(full, dir.path / "tp_adapter", "test/model");
+      io::export_adapter(one, dir.path / "one_adapter", "test/model");
+      CHECK(file_difference(dir.path / "tp_adapter" / "adapter_model.safetensors",
+                            dir.path / "one_adapter" / "adapter_model.safetensors") < 1e-6);
+    }
   }
   c.barrier();
   host::TrainOptions other = options();
@@ -231,6 +267,7 @@ void exports_like_one_process(host::Communicator& c) {
   loading.write_back(fresh);
   for (std::size_t k = 0; k < Tp::param_count; ++k) {
     const ParamSlot& p = Tp::param(k);
+    if (std::string_view(p.name).substr(0, 5) == "lora_") continue;  // adapters are not in a base checkpoint
     CHECK(std::memcmp(tp.weight(p), fresh.weight(p), static_cast<std::size_t>(p.elements()) * 4) == 0);
   }
   c.barrier();
@@ -246,6 +283,16 @@ TEST_CASE("tensor parallel: TensorParallel<2> trains like one process", "[mpi][t
   trains_like_one_process<Gpt2>(c);
 }
 
+TEST_CASE("tensor parallel: LoRA beside the split projections trains like one process", "[mpi][tensor_parallel][lora][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  trains_like_one_process<LlamaLora>(c);
+  trains_like_one_process<Gpt2Lora>(c);
+  exchanges_what_the_plan_says<LlamaLora>(c);
+  exchanges_what_the_plan_says<Gpt2Lora>(c);
+  exports_like_one_process<Gpt2Lora>(c);
+}
+
 TEST_CASE("tensor parallel: a step exchanges exactly what the plan counts", "[mpi][tensor_parallel][communication][np2]") {
   host::MpiCommunicator c(std::chrono::seconds(60));
   REQUIRE(c.size() == 2);
@@ -256,7 +303,13 @@ TEST_CASE("tensor parallel: a step exchanges exactly what the plan counts", "[mp
 TEST_CASE("tensor parallel: 2 data-parallel x 2 tensor-parallel ranks train like one process", "[mpi][tensor_parallel][np4]") {
   host::MpiCommunicator c(std::chrono::seconds(60));
   REQUIRE(c.size() == 4);
-  data_and_tensor_parallel(c);
+  data_and_tensor_parallel<Llama, 1>(c);
+}
+
+TEST_CASE("tensor parallel: 2 data-parallel x 2 tensor-parallel ranks train LoRA like one process (ZeRO 2)", "[mpi][tensor_parallel][lora][np4]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 4);
+  data_and_tensor_parallel<LlamaLora, 2>(c);
 }
 
 TEST_CASE("tensor parallel: a checkpoint resumes bit-identically and is refused by another layout", "[mpi][tensor_parallel][checkpoint][np2]") {

@@ -26,6 +26,7 @@
 // backward (Shoeybi et al. 2019, figure 4), one more each for the
 // vocabulary-parallel embedding (forward) and LM head input (backward), of
 // s b h elements each; the LM head gathers 3 statistics per token and rank.
+// LoRA adapters beside the split projections: at the end.
 #include <headroom/headroom.hpp>
 
 namespace {
@@ -70,5 +71,29 @@ static_assert(plan<Run<1>>().communication.tensor_payload() == 0);
 // optimizer state is sharded over its 2 data-parallel ranks.
 static_assert(plan<Run<4, DataParallel<2>, ZeRO<1>>>().bytes(Role::optimizer_state) < weights<4>);
 static_assert(plan<Run<4, DataParallel<2>, ZeRO<1>>>().bytes(Role::optimizer_state) >= weights<4> / 2);
+
+// LoRA<r> beside every projection (policies/lora.hpp): beside a
+// column-parallel one (c_attn, c_fc) A (r, in) is whole and B's rows split
+// (out / t, r); beside a row-parallel one (attn.c_proj, mlp.c_proj) A's
+// columns split (r, in / t) and B (out, r) whole. Per layer and rank:
+// whole A of c_attn and c_fc, B of both c_proj (4 r h), split B of c_attn
+// (3 h r / t) and c_fc (4 h r / t), A of attn.c_proj (r h / t) and
+// mlp.c_proj (4 h r / t): r h (4 + 12 / t) trainable values, each with its
+// gradient; the whole ones' gradients (partial sums on each rank) summed
+// over the group once per step.
+constexpr int64_t r = 8;
+template <int T>
+using LoraRun = Train<models::GPT2<gpt, Apply<LoRA<r>, On<c_attn, attn_c_proj, c_fc, mlp_c_proj>>>, Batch<b>, Seq<s>, SGD<>,
+                      TensorParallel<T>>;
+template <int T>
+constexpr int64_t adapters = 4 * L * r * h * (4 + 12 / T);
+static_assert(plan<LoraRun<1>>().bytes(Role::grads) == adapters<1>);
+static_assert(plan<LoraRun<2>>().bytes(Role::grads) == adapters<2>);
+static_assert(plan<LoraRun<4>>().bytes(Role::grads) == adapters<4>);
+static_assert(plan<LoraRun<4>>().communication.tensor_grad_all_reduce == 4 * L * 4 * r * h);
+static_assert(plan<LoraRun<4>>().communication.tensor_grad_all_reduce_calls == 4 * L);
+static_assert(plan<LoraRun<1>>().communication.tensor_grad_all_reduce == 0);
+// no collective of their own in forward and backward: the base's sums carry them
+static_assert(plan<LoraRun<4>>().communication.tensor_all_reduce == tp_exchange<4>.tensor_all_reduce);
 
 }  // namespace

@@ -665,7 +665,7 @@ class Trainer {
   // it updates and the ranks add their sums (one f32 all-reduce, in the
   // last partial-sum slot) before the norm is taken.
   void gradient_norm() {
-    sum_stage_shared();
+    sum_partial_gradients();
     const float clip = static_cast<float>(opt_.clip_norm);
     if constexpr (config.tp > 1) {
       // the whole parameters' squares into the last slot, the split ones' (summed over
@@ -688,15 +688,19 @@ class Trainer {
     }
   }
 
-  // Pipeline parallelism with an LM head tied to the embedding table: the
-  // two stages' gradients of it summed on both (trainers::tied_stages).
-  void sum_stage_shared() {
-    if constexpr (tied_stages)
-      for (const ParamSlot& p : sched.params)
-        if (p.trainable && p.stage_shared) {
-          const auto [g, n] = trainers::stage_shared_gradient<S>(config, device_, p);
-          shared_comm_->all_reduce_sum(g, n, config.dtype, compute_);
-        }
+  // Gradients whose parts several processes hold, summed on each before
+  // the norm: with a tied LM head over pipeline stages, the table's of the
+  // first and the last stage (trainers::tied_stages); with tensor
+  // parallelism, a LoRA matrix's partial sums (ParamSlot::tensor_partial).
+  void sum_partial_gradients() {
+    for (const ParamSlot& p : sched.params) {
+      if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
+      const auto [g, n] = trainers::gradient_to_sum<S>(config, device_, p);
+      if constexpr (tied_stages)
+        if (p.stage_shared) shared_comm_->all_reduce_sum(g, n, config.dtype, compute_);
+      if constexpr (config.tp > 1)
+        if (p.tensor_partial) tensor_comm_->all_reduce_sum(g, n, config.dtype, compute_);
+    }
   }
 
   // The sum of the squares of params' gradients into *out (the partials use

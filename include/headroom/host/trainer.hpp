@@ -717,7 +717,7 @@ class Trainer {
   // check: only when its sum is out of range are the gradients searched, and
   // the step stops before any parameter is updated.
   double update(int step_no) {
-    sum_stage_shared();
+    sum_partial_gradients();
     double sq = 0, split_sq = 0;  // split_sq: of the tensor-parallel ranks' blocks (each holds its own)
     for (const ParamSlot& p : sched.params)
       if (p.trainable && !(p.stage_shared && !config.first_stage()))  // a table both end stages hold: counted on the first
@@ -739,15 +739,19 @@ class Trainer {
     return norm;
   }
 
-  // Pipeline parallelism with an LM head tied to the embedding table: the
-  // two stages' gradients of it summed on both (trainers::tied_stages).
-  void sum_stage_shared() {
-    if constexpr (tied_stages)
-      for (const ParamSlot& p : sched.params)
-        if (p.trainable && p.stage_shared) {
-          const auto [g, n] = trainers::stage_shared_gradient<T>(config, device_, p);
-          shared_comm_->all_reduce_sum(g, n, dtype_of<T>);
-        }
+  // Gradients whose parts several processes hold, summed on each before
+  // the norm: with a tied LM head over pipeline stages, the table's of the
+  // first and the last stage (trainers::tied_stages); with tensor
+  // parallelism, a LoRA matrix's partial sums (ParamSlot::tensor_partial).
+  void sum_partial_gradients() {
+    for (const ParamSlot& p : sched.params) {
+      if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
+      const auto [g, n] = trainers::gradient_to_sum<T>(config, device_, p);
+      if constexpr (tied_stages)
+        if (p.stage_shared) shared_comm_->all_reduce_sum(g, n, dtype_of<T>);
+      if constexpr (config.tp > 1)
+        if (p.tensor_partial) tensor_comm_->all_reduce_sum(g, n, dtype_of<T>);
+    }
   }
 
   // ZeRO 1-3: the elements of parameter p this rank updates and where they

@@ -43,10 +43,13 @@
 namespace headroom::io {
 
 namespace detail::consolidated {
-// Where a consolidated view takes the model's names and order from: the
-// trainer's own plan (its parameters are the whole model's, split or
-// sharded), or, for a pipeline stage, the one-process run's.
-template <class Trainer, bool Stage = (Trainer::config.pp > 1)>
+// Where a consolidated view takes the model's names, order and op
+// dimensions from: the trainer's own plan (ZeRO 3: its parameters are the
+// whole model's, sharded), or the one-process run's, for a pipeline stage
+// (some of the model's parameters) and with tensor parallelism (an op's
+// dimensions are its rank's block: the exporters read the whole's, as a
+// LoRA module's in and out).
+template <class Trainer, bool Stage = (Trainer::config.pp > 1 || Trainer::config.tp > 1)>
 struct Model {
   static constexpr const auto& plan = Trainer::plan;
   static constexpr const auto& sched = Trainer::sched;

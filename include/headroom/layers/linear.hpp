@@ -30,6 +30,10 @@ struct Linear {
     const int w = b.matrix("weight", out, in);  // W: (out, in); with Bias, b: (out)
     if (s.split() && s.axis == SplitAxis::cols) {
       const Ref partial = headroom::ops::Linear::emit(b, x, w, false, in, out);  // y: (N, Out), this rank's part
+      if (b.defer_tp_output) {  // a LoRA adds to the partial first, then sums it (policies/lora.hpp)
+        b.deferred_bias = Bias ? headroom::ops::TensorParallelOutput::declare_bias(b, out) : graph::none;
+        return partial;
+      }
       return headroom::ops::TensorParallelOutput::emit(b, partial, Bias, out);
     }
     return headroom::ops::Linear::emit(b, x, w, Bias, in, out);  // y: (N, out)

@@ -14,6 +14,10 @@
 //   LMHeadLoss     rows split: a rank's logits are its vocabulary's; the
 //                  fused, chunked loss exchanges each row's max, sum of
 //                  exponentials and target logit between the ranks
+//   LoRA           beside a column-parallel projection A whole and B's
+//                  rows split, beside a row-parallel one A's columns split
+//                  and B whole (its gradients summed over the ranks before
+//                  the update: policies/lora.hpp)
 //
 // A replicated activation entering column-parallel projections passes a
 // tp_input op (its gradient is summed over the ranks in backward); the
@@ -61,7 +65,7 @@ constexpr std::int64_t local(const graph::Builder& b, std::int64_t n) { return n
 // The first layer of a model whose dims do not divide by the ranks, or that
 // tensor parallelism does not support yet.
 struct Issue {
-  enum Kind : int { none, heads, features, vocabulary, adapter, quantized } kind = none;
+  enum Kind : int { none, heads, features, vocabulary, quantized } kind = none;
   std::int64_t a = 0, b = 0;
 };
 
@@ -84,12 +88,24 @@ constexpr Issue issue(int ranks) {
     if (L::hidden % ranks != 0) return {Issue::features, L::hidden, 0};
   } else if constexpr (L::kind == std::string_view("Embedding") || L::kind == std::string_view("LMHeadLoss")) {
     if (L::vocab % ranks != 0) return {Issue::vocabulary, L::vocab, 0};
-  } else if constexpr (L::kind == std::string_view("LoRA")) {
-    return {Issue::adapter, 0, 0};
   } else if constexpr (L::kind == std::string_view("Quantized")) {
     return {Issue::quantized, 0, 0};
   }
   return first_issue(typename L::children{}, ranks);
+}
+
+// Whether L holds a LoRA adapter (its gradients summed over the ranks
+// after the backward: no UpdateInBackward with them, run.hpp).
+template <class L>
+constexpr bool has_adapter();
+template <class... Ls>
+constexpr bool any_adapter(type_list<Ls...>) {
+  return (has_adapter<Ls>() || ...);
+}
+template <class L>
+constexpr bool has_adapter() {
+  if constexpr (L::kind == std::string_view("LoRA")) return true;
+  else return any_adapter(typename L::children{});
 }
 
 }  // namespace headroom::tensor_parallel

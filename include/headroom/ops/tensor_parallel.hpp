@@ -70,12 +70,16 @@ struct TensorParallelOutput {
 
   // with_bias declares the bias, parameter "bias" (features), replicated.
   static constexpr graph::Ref emit(graph::Builder& b, graph::Ref partial, bool with_bias, std::int64_t d) {
+    return emit_with(b, partial, with_bias ? declare_bias(b, d) : graph::none, d);
+  }
+  static constexpr int declare_bias(graph::Builder& b, std::int64_t d) { return b.param("bias", d, 1); }
+  // b_id: the bias declared before (graph::none: no bias).
+  static constexpr graph::Ref emit_with(graph::Builder& b, graph::Ref partial, int b_id, std::int64_t d) {
     graph::Op op = make<TensorParallelOutput>();
     op.set(features, d);
     op.update(y, partial);
     op.exchange_fwd = graph::Exchange{.all_reduce = b.act(d), .all_reduce_calls = 1};
-    if (with_bias) {
-      const int b_id = b.param("bias", d, 1);
+    if (b_id != graph::none) {
       const graph::Param pb = b.params[b_id];
       op.use(bias, b_id, pb.trainable ? pb.grad : graph::none);
       op.flops_fwd = b.tokens_count() * d;

@@ -203,6 +203,11 @@ struct Param {
   // tied to the embedding table); the engines sum its gradient over the two
   // before the update, so both update it alike
   bool stage_shared = false;
+  // tensor parallelism: held whole by every rank of the group, each of
+  // which computes a partial sum of its gradient (a LoRA adapter matrix
+  // beside a split projection, policies/lora.hpp); the engines sum it over
+  // the group before the update
+  bool tensor_partial = false;
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
@@ -362,6 +367,12 @@ class Builder {
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
   int tied_weight = none;  // the embedding table an LM head may share
   bool tied_table_missing = false;  // a tied LM head built on a stage without the table (plan<Run>() refuses it)
+  // tensor parallelism: set by a layer (LoRA) that adds to a row-parallel
+  // projection's partial output before it is summed: the projection then
+  // returns its partial output without the sum and declares its bias
+  // (deferred_bias, none without); the layer emits the tp_output after its op
+  bool defer_tp_output = false;
+  int deferred_bias = none;
   int quant_table = none, optim_table = none;
   int reductions = none;   // CUDA: gradient-norm partials and the update's control block (CudaWorkspace)
   int staging = none;      // CUDA: the step's pinned host staging (offload tier)

@@ -104,6 +104,10 @@ struct Communication {
   // tp_input backward) and the LM head's statistics (all-gathered per chunk)
   std::int64_t tensor_all_reduce = 0, tensor_all_gather = 0;
   std::int64_t tensor_all_reduce_calls = 0, tensor_all_gather_calls = 0;
+  // over a tensor-parallel group, per step: the gradients of the LoRA
+  // matrices every rank holds whole and computes a partial sum of
+  // (graph::Param::tensor_partial), summed before the update
+  std::int64_t tensor_grad_all_reduce = 0, tensor_grad_all_reduce_calls = 0;
   // with the neighbouring pipeline stages (PipelineParallel<S>), per step:
   // activations and their gradients, sent and received point to point
   std::int64_t pipeline_sent = 0, pipeline_received = 0;
@@ -112,7 +116,7 @@ struct Communication {
   // before the update; its whole gradient, or with ZeRO 2 and 3 this rank's shard
   std::int64_t stage_all_reduce = 0, stage_all_reduce_calls = 0;
   constexpr std::int64_t payload() const { return all_reduce + reduce_scatter + all_gather; }
-  constexpr std::int64_t tensor_payload() const { return tensor_all_reduce + tensor_all_gather; }
+  constexpr std::int64_t tensor_payload() const { return tensor_all_reduce + tensor_all_gather + tensor_grad_all_reduce; }
   // Bytes one rank sends in a step with ring collectives over n ranks.
   constexpr double sent_per_rank(int n) const {
     if (n <= 1) return 0;
@@ -123,7 +127,7 @@ struct Communication {
   constexpr double tensor_sent_per_rank(int n) const {
     if (n <= 1) return 0;
     const double f = static_cast<double>(n - 1) / n;
-    return 2 * f * static_cast<double>(tensor_all_reduce) + f * static_cast<double>(tensor_all_gather);
+    return 2 * f * static_cast<double>(tensor_all_reduce + tensor_grad_all_reduce) + f * static_cast<double>(tensor_all_gather);
   }
 };
 
@@ -590,11 +594,19 @@ constexpr Expanded expand_graph(const graph::Builder& b) {
     x.communication.pipeline_sent += inst * ex.sent;
     x.communication.pipeline_received += inst * ex.received;
   }
-  for (const auto& pr : b.params)  // the first and last pipeline stages' shared table
-    if (pr.trainable && pr.stage_shared) {
-      x.communication.stage_all_reduce += (b.cfg.sharded(2) ? b.cfg.shard(pr.elements()) : pr.elements()) * b.cfg.act_bytes();
-      ++x.communication.stage_all_reduce_calls;
+  for (const auto& pr : b.params) {  // gradients summed before the update (trainers::gradient_to_sum)
+    if (!pr.trainable) continue;
+    const std::int64_t inst = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+    const std::int64_t bytes = inst * (b.cfg.sharded(2) ? b.cfg.shard(pr.elements()) : pr.elements()) * b.cfg.act_bytes();
+    if (pr.stage_shared) {  // the first and last pipeline stages' shared table
+      x.communication.stage_all_reduce += bytes;
+      x.communication.stage_all_reduce_calls += inst;
     }
+    if (pr.tensor_partial && b.cfg.tp > 1) {  // a LoRA matrix's partial sums
+      x.communication.tensor_grad_all_reduce += bytes;
+      x.communication.tensor_grad_all_reduce_calls += inst;
+    }
+  }
   if (b.cfg.sharded(1) && !b.cfg.sharded(3))  // ZeRO 1 and 2: the weights after the update
     for (const auto& pr : b.params) {
       if (!pr.trainable) continue;

@@ -463,6 +463,7 @@ void print(std::ostream& os, const P& p) {
         m.all_gather, 1);
     row("all-reduce (activations, their gradients)", true, m.tensor_all_reduce_calls, m.tensor_all_reduce, 2);
     row("all-gather (LM head row statistics)", true, m.tensor_all_gather_calls, m.tensor_all_gather, 1);
+    row("all-reduce (LoRA matrices' gradients)", true, m.tensor_grad_all_reduce_calls, m.tensor_grad_all_reduce, 2);
     if (m.pipeline_sent + m.pipeline_received > 0)
       t.row({"send / receive (activations, their gradients)", std::to_string(c.pp) + " stages", "-",
              human_bytes(m.pipeline_sent + m.pipeline_received), human_bytes(m.pipeline_sent)});
@@ -472,7 +473,7 @@ void print(std::ostream& os, const P& p) {
              human_bytes(m.stage_all_reduce), human_bytes(m.stage_all_reduce)});
     t.rule();
     const std::int64_t calls = m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls + m.tensor_all_reduce_calls +
-                               m.tensor_all_gather_calls + m.stage_all_reduce_calls;
+                               m.tensor_all_gather_calls + m.tensor_grad_all_reduce_calls + m.stage_all_reduce_calls;
     t.row({"all", "", with_commas(calls),
            human_bytes(m.payload() + m.tensor_payload() + m.pipeline_sent + m.pipeline_received + m.stage_all_reduce),
            human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)) + m.pipeline_sent +

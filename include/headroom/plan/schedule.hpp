@@ -59,6 +59,9 @@ struct ParamSlot {
   // Pipeline parallelism: also held by the first or the last stage, whose
   // gradient of it is added to this one's before the update (graph::Param::stage_shared).
   bool stage_shared = false;
+  // Tensor parallelism: whole on every rank of the group, each computing a
+  // partial sum of its gradient, summed over the group before the update (graph::Param::tensor_partial).
+  bool tensor_partial = false;
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
@@ -238,6 +241,7 @@ constexpr auto schedule() {
         ps.shard = b.cfg.dp > 1 ? b.cfg.shard(pr.elements()) : pr.elements();
         ps.split = pr.split;
         ps.stage_shared = pr.stage_shared;
+        ps.tensor_partial = pr.tensor_partial;
       }
     }
   }

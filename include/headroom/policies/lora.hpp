@@ -31,15 +31,45 @@ struct LoRA {
   template <class New>
   using rebind = LoRA<Rank, New, Alpha>;
 
-  static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, In)
+  // With TensorParallel<N> (layers/tensor_parallel.hpp), beside a
+  // column-parallel base (W's rows split; x whole on every rank): A whole,
+  // B's rows split as W's; each rank adds B_r (A x) to its rows of y, and
+  // its gradient of A is a partial sum (through B_r), summed over the ranks
+  // before the update (graph::Param::tensor_partial; x's gradient is summed
+  // by the tp_input before the projections, as W's part of it is). Beside a
+  // row-parallel base (W's columns split; x split): A's columns split as
+  // W's, B whole; each rank adds B (A_r x_r) to its partial y before the
+  // tp_output sums it (one sum for both), and its gradient of B is the
+  // partial sum. No collective of its own in forward or backward.
+  static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, In), or this rank's columns (N, In / N)
+    const TensorSplit s = b.split();
+    const bool column = s.split() && s.axis == SplitAxis::rows, row = s.split() && s.axis == SplitAxis::cols;
+    const std::int64_t in = row ? in_features / s.ranks : in_features, out = column ? out_features / s.ranks : out_features;
     b.push_frozen();
-    const Ref y = L::build(b, x);  // y: (N, Out), the base output
+    b.defer_tp_output = row;
+    const Ref y = L::build(b, x);  // y: (N, out), the base output (row-parallel: this rank's partial sum)
+    const int bias = b.deferred_bias;
+    b.defer_tp_output = false;
+    b.deferred_bias = graph::none;
     b.pop_frozen();
-    const int a_id = b.adapter("lora_A", Rank, in_features);   // A: (Rank, In)
-    const int b_id = b.adapter("lora_B", out_features, Rank);  // B: (Out, Rank)
+    const int a_id = whole_if(b, column, [&] { return b.adapter("lora_A", Rank, in); });  // A: (Rank, in)
+    const int b_id = whole_if(b, row, [&] { return b.adapter("lora_B", out, Rank); });    // B: (out, Rank)
     // y += (alpha / Rank) B (A x), in place
-    headroom::ops::LoRA::emit(b, x, y, a_id, b_id, in_features, out_features, Rank, Alpha::num, Alpha::den * Rank);
-    return y;
+    headroom::ops::LoRA::emit(b, x, y, a_id, b_id, in, out, Rank, Alpha::num, Alpha::den * Rank);
+    return row ? headroom::ops::TensorParallelOutput::emit_with(b, y, bias, out) : y;
+  }
+
+ private:
+  // The parameter `make` declares; when `whole`, held whole by every
+  // tensor-parallel rank, with a partial gradient on each.
+  template <class Make>
+  static constexpr int whole_if(graph::Builder& b, bool whole, Make make) {
+    if (!whole) return make();
+    b.push_split(SplitAxis::none);
+    const int id = make();
+    b.pop_split();
+    b.params[id].tensor_partial = true;
+    return id;
   }
 };
 template <int R, class L, class A>

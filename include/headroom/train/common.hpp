@@ -240,9 +240,13 @@ constexpr int tied_stages_color(const RunConfig& c, int w) {
   const int t = w % c.tp, d = (w / c.tp) % c.dp, stage = w / (c.tp * c.dp);
   return stage == 0 || stage == c.pp - 1 ? d * c.tp + t : c.dp * c.tp + w;  // the middle stages: each alone
 }
-// The elements of the table's gradient the pair sums, and where they start.
+// The elements of a gradient that several processes sum before the update
+// (a table both end stages hold; a LoRA matrix every tensor-parallel rank
+// holds whole, ParamSlot::tensor_partial), and where they start: the
+// whole gradient, or with ZeRO 2 and 3 this rank's shard (the same
+// elements on each of those processes).
 template <class T, class Arena, class Param>
-std::pair<T*, std::int64_t> stage_shared_gradient(const RunConfig& c, const Arena& arena, const Param& p) {
+std::pair<T*, std::int64_t> gradient_to_sum(const RunConfig& c, const Arena& arena, const Param& p) {
   return c.sharded(2) ? std::pair<T*, std::int64_t>{arena.template at<T>(p.grad_shard), p.shard}
                       : std::pair<T*, std::int64_t>{arena.template at<T>(p.grad), p.elements()};
 }
