@@ -101,7 +101,10 @@ static_assert(stage0.pipeline_stages == 2 && whole.pipeline_stages == 1);
 static_assert(all_flops(stage0) + all_flops(stage1) == all_flops(whole));
 constexpr Pipeline tiny_pipe{2, 1, 2 * 64 * 256 * 2, true};
 constexpr StepTime modeled = step_time(whole, dgx_a100, tiny_pipe);
-constexpr StepTime planned = step_time(stage1, dgx_a100, Pipeline{.boundary_bytes = 2 * 64 * 256 * 2});
+// a stage's boundary from its plan's sends: one micro-batch's activation, 2 x 64 tokens x width 256 x 2 B (bf16)
+static_assert(stage0.boundary_bytes == 2 * 64 * 256 * 2 && stage1.boundary_bytes == 2 * 64 * 256 * 2);
+static_assert(whole.boundary_bytes == 0);
+constexpr StepTime planned = step_time(stage1, dgx_a100);
 static_assert(planned.gpus == 4 && modeled.gpus == 4);
 static_assert(near(planned.compute, 4 * all_flops(stage1) / (312e12 * 0.44)) < 1e-15);
 static_assert(near(modeled.compute, 4 * all_flops(whole) / 2 / (312e12 * 0.44)) < 1e-15);

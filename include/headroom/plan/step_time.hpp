@@ -70,7 +70,8 @@ struct Pipeline {
   int stages = 1;                   // P for a plan of the whole model: each stage does 1 / P of it
                                     // (a PipelineParallel plan is a stage's: its own P, this is not read)
   int interleave = 1;               // v: model chunks per stage (Megatron's interleaved 1F1B)
-  std::int64_t boundary_bytes = 0;  // one micro-batch's activation between two stages (tokens x width x element bytes)
+  std::int64_t boundary_bytes = 0;  // one micro-batch's activation between two stages (tokens x width x element bytes);
+                                    // 0: a PipelineParallel plan's own (Work::boundary_bytes)
   bool scatter_gather = true;       // each of the M tensor-parallel ranks sends 1 / M of it (Megatron-LM, section 4.1)
 };
 
@@ -82,6 +83,10 @@ struct Work {
   int pipeline_stages = 1;                                   // P of a PipelineParallel plan (a stage's); 1: whole model
   int micro_batches = 1;                                     // m: Accumulate<m>
   std::int64_t tokens = 0;                                   // per micro-batch and data-parallel rank
+  // a PipelineParallel plan's: one micro-batch's activation at its stage's
+  // boundary, from the bytes it sends (Communication::pipeline_sent: m of
+  // them to each neighbour per step, the activation forward, its gradient back)
+  std::int64_t boundary_bytes = 0;
 };
 
 // From a plan<R>() or a plan_at_run_time<R>().
@@ -102,6 +107,10 @@ constexpr Work work(const P& plan) {
   w.pipeline_stages = cfg->pp;
   w.micro_batches = cfg->accumulate;
   w.tokens = cfg->tokens();
+  if (cfg->pp > 1) {
+    const int neighbours = (cfg->stage > 0) + (cfg->stage < cfg->pp - 1);
+    w.boundary_bytes = plan.communication.pipeline_sent / (cfg->accumulate * neighbours);
+  }
   return w;
 }
 
@@ -127,6 +136,8 @@ constexpr Work work_of_layers(const Work& one, const Work& two, int layers) {
   c.tensor_all_gather = at(c1.tensor_all_gather, c2.tensor_all_gather);
   c.tensor_all_reduce_calls = at(c1.tensor_all_reduce_calls, c2.tensor_all_reduce_calls);
   c.tensor_all_gather_calls = at(c1.tensor_all_gather_calls, c2.tensor_all_gather_calls);
+  c.tensor_grad_all_reduce = at(c1.tensor_grad_all_reduce, c2.tensor_grad_all_reduce);
+  c.tensor_grad_all_reduce_calls = at(c1.tensor_grad_all_reduce_calls, c2.tensor_grad_all_reduce_calls);
   return w;
 }
 
@@ -169,9 +180,11 @@ constexpr StepTime step_time(const Work& w, const Machine& machine, const Pipeli
   const double tensor =
       M <= 1 ? 0
              : (c.tensor_sent_per_rank(M) / tensor_link +
-                static_cast<double>(c.tensor_all_reduce_calls + c.tensor_all_gather_calls) * machine.latency) *
+                static_cast<double>(c.tensor_all_reduce_calls + c.tensor_all_gather_calls + c.tensor_grad_all_reduce_calls) *
+                    machine.latency) *
                    share / m;
-  const double send_bytes = static_cast<double>(pipe.boundary_bytes) / (pipe.scatter_gather ? M : 1);
+  const std::int64_t boundary = pipe.boundary_bytes > 0 ? pipe.boundary_bytes : w.boundary_bytes;
+  const double send_bytes = static_cast<double>(boundary) / (pipe.scatter_gather ? M : 1);
   const double sends = P <= 1 ? 0 : 2.0 * v * (send_bytes / stage_link + machine.latency);
   const double micro_batch = compute + tensor + sends;
 
