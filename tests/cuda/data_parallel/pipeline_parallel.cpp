@@ -1,8 +1,9 @@
 // Pipeline parallelism on the CUDA engine: cuda::Trainer of each stage of a
 // PipelineParallel<2> Llama (4 blocks, 2 per stage; and 4 stages of one) with
 // 4 micro-batches per step under 1F1B, alone, with TensorParallel<2>, with
-// DataParallel<2> and ZeRO 1, 2 or 3, and with both (8 processes), against
-// one process given the same micro-batches; each
+// DataParallel<2> and ZeRO 1, 2 or 3, and with both (8 processes), and of a
+// GPT-2 whose LM head is tied to the embedding table on 2 and 4 stages,
+// against one process given the same micro-batches; each
 // process is a rank (ranks.hpp) and NCCL's sends and receives are emulated
 // under g++ with their blocking semantics (a send completes only once the
 // peer posts the receive: nccl_emulator.hpp), which the last test shows
@@ -35,7 +36,8 @@ using cuda_test::use_device;
 constexpr std::int64_t vocab = 48, seq = 12, batch = 2, width = 64;
 constexpr int micro = 4, steps = 4;
 
-using OneProcess = cuda::Trainer<Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda>>;
+template <class Model>
+using OneProcess = cuda::Trainer<Train<Model, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda>>;
 template <class... More>
 using Pipelined = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, More...>;
 // a block per stage: the two stages between send to one neighbour and receive from the other
@@ -44,6 +46,11 @@ using Pipelined4 = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>
 template <int Zero, class... More>
 using PipelinedData2 =
     Train<Llama, Batch<batch / 2>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<2>, DataParallel<2>, ZeRO<Zero>, More...>;
+// GPT-2's LM head is tied to the embedding table: the last stage holds a copy of the table, and the first
+// and the last stage sum its gradient (with 2 stages over the stages' group, with 4 over a group of their own)
+using Gpt2 = models::GPT2<models::GPT2Config{48, 64, 4, 4, 32}>;  // vocab, d, layers, heads, positions
+template <int Stages>
+using Gpt2Pipelined = Train<Gpt2, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<Stages>>;
 
 TrainOptions options(bool graph = false) {
   return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0, .cuda_graph = graph};
@@ -72,26 +79,28 @@ std::vector<std::int32_t> share(const std::vector<std::int32_t>& all, int data, 
 }
 
 // Where a parameter of the one-process run starts among all its parameters' elements.
+template <class Reference>
 std::size_t reference_offset(const std::string& path) {
   std::size_t at = 0;
-  for (std::size_t k = 0; k < OneProcess::param_count; ++k) {
-    if (OneProcess::path_of(OneProcess::param(k)) == path) return at;
-    at += static_cast<std::size_t>(OneProcess::param(k).elements());
+  for (std::size_t k = 0; k < Reference::param_count; ++k) {
+    if (Reference::path_of(Reference::param(k)) == path) return at;
+    at += static_cast<std::size_t>(Reference::param(k).elements());
   }
   throw std::logic_error("the one-process run has no parameter " + path);
 }
+template <class Reference>
 constexpr std::size_t all_values() {
   std::size_t n = 0;
-  for (std::size_t k = 0; k < OneProcess::param_count; ++k) n += static_cast<std::size_t>(OneProcess::param(k).elements());
+  for (std::size_t k = 0; k < Reference::param_count; ++k) n += static_cast<std::size_t>(Reference::param(k).elements());
   return n;
 }
-static_assert(all_values() <= RankReport::max_values);
+static_assert(all_values<OneProcess<Llama>>() <= RankReport::max_values && all_values<OneProcess<Gpt2>>() <= RankReport::max_values);
 
 // Trains `steps` steps, then writes losses, norms, the evaluation, the bytes
 // each step sent and received point to point (the emulator's count: loss[4 +
 // s] and norm[4 + s]) and every weight it holds at the place of the same
-// element of the one-process run's parameters (NaN where it holds none).
-template <class Trainer>
+// element of the one-process run's parameters (Reference's; NaN where it holds none).
+template <class Reference, class Trainer>
 void train(Trainer& t, int data, int d, RankReport& out) {
   for (int s = 1; s <= steps; ++s) {
 #if !defined(__CUDACC__)
@@ -114,19 +123,20 @@ void train(Trainer& t, int data, int d, RankReport& out) {
     const ParamSlot& p = Trainer::param(k);
     const std::vector<float> w = t.download_weight(p);  // with ZeRO 3 its shard: elements [begin, begin + size) of the rank's block
     const std::int64_t begin = Trainer::config.sharded(3) ? t.shard_of(p).begin : 0;
-    const std::size_t at = reference_offset(Trainer::path_of(p));
+    const std::size_t at = reference_offset<Reference>(Trainer::path_of(p));
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(w.size()); ++i)
       out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), begin + i))] =
           w[static_cast<std::size_t>(i)];
   }
-  out.values = all_values();
+  out.values = all_values<Reference>();
 }
 
+template <class Model = Llama>
 RankReport reference_run() {
   return run_ranks(1, [](int, RankReport& out) {
     use_device(0);
-    OneProcess t(options());
-    train(t, 1, 0, out);
+    OneProcess<Model> t(options());
+    train<OneProcess<Model>>(t, 1, 0, out);
   })[0];
 }
 
@@ -148,7 +158,7 @@ std::vector<RankReport> pipelined_run(bool graph, std::vector<std::int64_t>& sen
       constexpr int dp = Run::config().dp, tp = Run::config().tp;
       if (cuda::Trainer<Stage>::stage() != w / (dp * tp) || t.tensor_rank() != w % tp)
         throw std::logic_error("process " + std::to_string(w) + " is stage " + std::to_string(cuda::Trainer<Stage>::stage()));
-      train(t, dp, (w / tp) % dp, out);
+      train<OneProcess<typename Run::model>>(t, dp, (w / tp) % dp, out);
       if (graph && !t.graph_captured()) throw std::logic_error("the steps were not captured into a CUDA graph");
     });
   });
@@ -352,6 +362,13 @@ TEST_CASE("cuda::Trainer pipeline-parallel: 2 stages x 2 data-parallel x 2 tenso
           "[pipeline_parallel]") {
   if (!cuda_test::can_start(8)) return;
   compare<PipelinedData2<1, TensorParallel<2>>>(reference_run());
+}
+
+TEST_CASE("cuda::Trainer pipeline-parallel: GPT-2 with its LM head tied to the embedding table on 2 and 4 stages",
+          "[pipeline_parallel]") {
+  const RankReport one = reference_run<Gpt2>();
+  SECTION("PipelineParallel<2>") { compare<Gpt2Pipelined<2>>(one); }
+  SECTION("PipelineParallel<4>: the first and the last stage's group split from the world") { compare<Gpt2Pipelined<4>>(one); }
 }
 
 TEST_CASE("cuda::Trainer pipeline-parallel: a process given another stage's trainer is refused, naming its stage",
