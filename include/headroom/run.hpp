@@ -232,9 +232,6 @@ struct Train {
                    "Train<Model, PipelineParallel<{}>>: each stage takes an equal share of the {} blocks of the model, which do not "
                    "divide by {}",
                    pipeline_parallel, pp_blocks, pipeline_parallel);
-  HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::offloaded,
-                   "Train<Model, PipelineParallel<{}>>: Offloaded layers are not planned over pipeline stages yet",
-                   pipeline_parallel);
   HEADROOM_REQUIRE(!update_in_backward || pipeline_parallel == 1,
                    "Train<Model, ...>: UpdateInBackward updates each parameter inside its backward, but a pipeline stage runs the "
                    "backward of {} micro-batches before it may update; drop one of them",

@@ -7,7 +7,9 @@
 // bit-identically from its checkpoint; io::Consolidated gathers the stages:
 // its save_pretrained file equals the one-process run's, and loading through
 // it gives every stage its layers. On 4 ranks, PipelineParallel<2> x
-// TensorParallel<2> does the same.
+// TensorParallel<2> does the same. With every block Offloaded, each stage
+// keeps a host copy of a micro-batch's offloaded activations per
+// micro-batch in flight, and trains like one process too.
 //
 // Every process runs its stage (host::with_pipeline_stage) and a
 // one-process reference beside it.
@@ -44,9 +46,13 @@ constexpr std::int64_t batch = 2, seq = 12;
 constexpr int micro = 4;
 constexpr models::LlamaConfig llama_pp{48, 64, 128, 4, 4, 2, 64, false};  // 4 blocks: 2 per stage
 using Llama = models::Llama<llama_pp>;
+// every block Offloaded: its activations to host memory after its forward, back before its backward
+using OffloadedLlama = models::Llama<llama_pp, Apply<Offloaded<>, EveryBlock>>;
 template <class... More>
 using Pipelined = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, PipelineParallel<2>, More...>;
-using OneProcess = Train<Llama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>>;
+template <class M = Llama>
+using OneProcess = Train<M, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>>;
+using PipelinedOffloaded = Train<OffloadedLlama, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, PipelineParallel<2>>;
 
 host::TrainOptions options(std::uint64_t seed = 7) {
   return {.seed = seed, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0};
@@ -116,7 +122,7 @@ void trains_like_one_process(host::Communicator& c) {
     using Tr = host::Trainer<Stage>;
     host::CountingCommunicator counting(c);
     Tr t(options(), counting);
-    host::Trainer<OneProcess> one(options());
+    host::Trainer<OneProcess<typename Run::model>> one(options());
     REQUIRE(Tr::stage() == c.rank() / Stage::config().tp);
     auto* pipe = dynamic_cast<host::CountingCommunicator*>(t.pipe_communicator());
     REQUIRE(pipe != nullptr);
@@ -175,6 +181,20 @@ TEST_CASE("pipeline parallel: 2 stages under 1F1B train like one process", "[mpi
   host::MpiCommunicator c(std::chrono::seconds(60));
   REQUIRE(c.size() == 2);
   trains_like_one_process<Pipelined<>>(c);
+}
+
+TEST_CASE("pipeline parallel: Offloaded blocks keep a host copy per micro-batch in flight", "[mpi][pipeline_parallel][offload][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  // the first stage has 2 micro-batches in flight, the last 1: the offload
+  // tier holds that many copies of a micro-batch's offloaded activations
+  using First = host::Trainer<pipeline_stage<PipelinedOffloaded, 0>>;
+  using Last = host::Trainer<pipeline_stage<PipelinedOffloaded, 1>>;
+  constexpr std::int64_t host_bytes = plan<OneProcess<OffloadedLlama>>().bytes(Role::saved_activation, Tier::offload) / 2;
+  static_assert(host_bytes > 0);
+  CHECK(First::plan.bytes(Role::saved_activation, Tier::offload) == 2 * host_bytes);
+  CHECK(Last::plan.bytes(Role::saved_activation, Tier::offload) == host_bytes);
+  trains_like_one_process<PipelinedOffloaded>(c);
 }
 
 TEST_CASE("pipeline parallel: a checkpoint of the stages resumes bit-identically", "[mpi][pipeline_parallel][checkpoint][np2]") {

@@ -903,12 +903,12 @@ class Trainer {
     for (int c = st.copy_begin; c < st.copy_end; ++c) {
       const CopyStep& cp = sched.copies[c];
       if (st.kind == EventKind::offload)
-        check(cudaMemcpyAsync(offload_.at<std::byte>(cp.to), device_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes),
-                              cudaMemcpyDeviceToHost, copy_),
+        check(cudaMemcpyAsync(offload_.at<std::byte>(cp.to + cp.host_at(micro_copy_)), device_.at<std::byte>(cp.from),
+                              static_cast<std::size_t>(cp.bytes), cudaMemcpyDeviceToHost, copy_),
               "offload copy");
       else
-        check(cudaMemcpyAsync(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes),
-                              cudaMemcpyHostToDevice, copy_),
+        check(cudaMemcpyAsync(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from + cp.host_at(micro_copy_)),
+                              static_cast<std::size_t>(cp.bytes), cudaMemcpyHostToDevice, copy_),
               "prefetch copy");
     }
     check(cudaEventRecord(copy_done_[g], copy_), "cudaEventRecord");

@@ -609,14 +609,16 @@ class Trainer {
       case EventKind::offload:
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
-          std::memcpy(offload_.at<std::byte>(cp.to), device_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
-          offload_.release(cp.to, cp.bytes);
+          const std::int64_t to = cp.to + cp.host_at(copy_);
+          std::memcpy(offload_.at<std::byte>(to), device_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
+          offload_.release(to, cp.bytes);
         }
         break;
       case EventKind::prefetch:
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
-          std::memcpy(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
+          std::memcpy(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from + cp.host_at(copy_)),
+                      static_cast<std::size_t>(cp.bytes));
         }
         break;
       case EventKind::update: break;  // run by step() after the micro-batches

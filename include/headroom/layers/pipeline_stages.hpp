@@ -9,8 +9,9 @@
 // copies start from the same values (keyed by the same path), and the
 // engines sum the two gradients before the update (graph::Param::
 // stage_shared), so the copies stay equal, as Megatron-LM keeps its
-// first and last stages' word embeddings. Offloaded segments are not
-// planned over stages yet.
+// first and last stages' word embeddings. Offloaded blocks keep one host
+// copy of their activations per micro-batch in flight (plan.hpp: the
+// offload tier's saved activations get copies like the device's).
 #include <cstdint>
 #include <string_view>
 
@@ -19,14 +20,14 @@
 namespace headroom::pipeline_stages {
 
 struct Issue {
-  enum Kind : int { none, no_repeat, uneven, offloaded } kind = none;
+  enum Kind : int { none, no_repeat, uneven } kind = none;
   std::int64_t blocks = 0;  // the Repeat's count
 };
 
 namespace detail {
 struct Found {
   std::int64_t repeat = -1;  // the first Repeat's count, -1: none
-  bool tied = false, offloaded = false;
+  bool tied = false;
 };
 template <class L>
 constexpr void find(Found& f);
@@ -40,8 +41,6 @@ constexpr void find(Found& f) {
     if (f.repeat < 0) f.repeat = L::count;
   } else if constexpr (L::kind == std::string_view("LMHeadLoss")) {
     f.tied = f.tied || L::tied;
-  } else if constexpr (L::kind == std::string_view("Offloaded")) {
-    f.offloaded = true;
   }
   find_all(f, typename L::children{});
 }
@@ -54,7 +53,6 @@ constexpr Issue issue(int stages) {
   detail::find<M>(f);
   if (f.repeat < 0) return {Issue::no_repeat, 0};
   if (f.repeat % stages != 0) return {Issue::uneven, f.repeat};
-  if (f.offloaded) return {Issue::offloaded, f.repeat};
   return {Issue::none, f.repeat};
 }
 

@@ -69,6 +69,11 @@ struct ParamSlot {
 // prefetch (offload -> device) step.
 struct CopyStep {
   std::int64_t from = -1, to = -1, bytes = 0;
+  // Pipeline parallelism: bytes between the offload tier's copies of the
+  // buffer, one per micro-batch in flight (Slot::stride; its `to` for an
+  // offload, its `from` for a prefetch); 0: one copy.
+  std::int64_t host_stride = 0;
+  constexpr std::int64_t host_at(int copy) const { return copy * host_stride; }
 };
 
 struct Step {
@@ -315,7 +320,8 @@ constexpr auto schedule() {
                                                             : index.slot_of_tensor(c.host, inst, -1);
             const Slot to = ev.kind == EventKind::offload ? index.slot_of_tensor(c.host, inst, -1)
                                                           : index.slot_of_tensor(c.dev, inst, -1);
-            s.copies[copy_at++] = CopyStep{from.offset, to.offset, from.bytes};
+            s.copies[copy_at++] =
+                CopyStep{from.offset, to.offset, from.bytes, ev.kind == EventKind::offload ? to.stride : from.stride};
           }
         }
         st.copy_end = copy_at;
