@@ -39,7 +39,6 @@ using namespace headroom;
 namespace {
 namespace fs = std::filesystem;
 using headroom::test::ids;
-using headroom::test::file_difference;
 using headroom::test::SharedDir;
 
 constexpr std::int64_t batch = 2, seq = 12;
@@ -95,18 +94,11 @@ constexpr int params_of_stage(int stage) { return 2 * 9 + (stage == 0 ? 1 : 2); 
 // a fresh trainer of each stage exactly its parameters.
 template <class Tr, class One>
 void exports_like_one_process(host::Communicator& c, const SharedDir& dir, const Tr& t, const One& one) {
-  const io::Consolidated<Tr> full(t);  // every process
-  static_assert(io::Consolidated<Tr>::param_count == One::param_count);
-  if (c.rank() == 0) {
-    io::save_pretrained(full, dir.path / "stages.safetensors");
-    io::save_pretrained(one, dir.path / "one.safetensors");
-    CHECK(file_difference(dir.path / "stages.safetensors", dir.path / "one.safetensors") < 1e-6);
-  }
-  c.barrier();
+  headroom::test::saves_like_one_process(c, dir, t, one);  // every process
   host::TrainOptions other = options(3);
   Tr fresh(other, *t.world());
   io::Consolidated<Tr> loading(fresh);
-  io::load_pretrained(loading, dir.path / "stages.safetensors");
+  io::load_pretrained(loading, dir.path / "parallel.safetensors");
   loading.write_back(fresh);
   for (std::size_t k = 0; k < Tr::param_count; ++k) {
     const ParamSlot& p = Tr::param(k);

@@ -33,8 +33,8 @@
 using namespace headroom;
 
 namespace {
-using headroom::test::file_difference;
 using headroom::test::ids;
+using headroom::test::saves_like_one_process;
 using headroom::test::SharedDir;
 
 constexpr std::int64_t batch = 2, seq = 12, vocab = 48, dim = 64;
@@ -155,14 +155,7 @@ void trains_like_one_process(host::Communicator& c) {
       }
     }
     // one wte.weight in the consolidated file, which is the one process's
-    const io::Consolidated<Tr> full(t);
-    static_assert(io::Consolidated<Tr>::param_count == One::param_count);
-    if (c.rank() == 0) {
-      io::save_pretrained(full, dir.path / "stages.safetensors");
-      io::save_pretrained(one, dir.path / "one.safetensors");
-      CHECK(file_difference(dir.path / "stages.safetensors", dir.path / "one.safetensors") < 1e-6);
-    }
-    c.barrier();
+    saves_like_one_process(c, dir, t, one);
   });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// What several MPI tests share: a directory every rank names the same, and
-// the largest difference between two safetensors files.
+// What several MPI tests share: a directory every rank names the same, the
+// largest difference between two safetensors files, and the check that a
+// consolidated export equals the one-process file.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,8 @@
 #include <catch2/catch.hpp>
 
 #include <headroom/host/communicator.hpp>
+#include <headroom/io/consolidated.hpp>
+#include <headroom/io/hf_names.hpp>
 #include <headroom/io/safetensors.hpp>
 
 #include "../../runtime/support/fixtures.hpp"
@@ -52,6 +55,20 @@ inline double file_difference(const std::filesystem::path& x, const std::filesys
     for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(va[i] - vb[i])));
   }
   return worst;
+}
+
+// io::Consolidated of a parallel trainer (every process calls it): the file
+// its save_pretrained writes equals the one-process trainer's.
+template <class Tr, class One>
+void saves_like_one_process(host::Communicator& c, const SharedDir& dir, const Tr& t, const One& one) {
+  const io::Consolidated<Tr> full(t);
+  static_assert(io::Consolidated<Tr>::param_count == One::param_count);
+  if (c.rank() == 0) {
+    io::save_pretrained(full, dir.path / "parallel.safetensors");
+    io::save_pretrained(one, dir.path / "one.safetensors");
+    CHECK(file_difference(dir.path / "parallel.safetensors", dir.path / "one.safetensors") < 1e-6);
+  }
+  c.barrier();
 }
 
 }  // namespace headroom::test
