@@ -10,13 +10,44 @@
 #
 # The settings file names the compiler, its family (HEADROOM_CF_FAMILY: gcc or
 # clang) and its flags. A file with no expectation for the family is an error.
+#
+# The settings may name a header that includes <headroom/headroom.hpp>
+# (HEADROOM_CF_PCH), precompiled next to it by the build: a SOURCE whose first
+# preprocessor directive is #include <headroom/headroom.hpp> is compiled with
+# -include of that header, which is the same translation unit (the umbrella
+# header is included once) without parsing it again. Where the precompiled
+# file is missing or stale the check runs again without it.
+#
+#   cmake -DSETTINGS=<file> -DPRECOMPILE=<HEADROOM_CF_PCH>.gch|.pch -P compile_fail.cmake
+# precompiles HEADROOM_CF_PCH with the same flags (the build does).
 cmake_minimum_required(VERSION 3.25)
-foreach(var SETTINGS SOURCE)
-  if(NOT DEFINED ${var})
-    message(FATAL_ERROR "compile_fail.cmake: -D${var}=... is required")
+if(NOT DEFINED SETTINGS OR (NOT DEFINED SOURCE AND NOT DEFINED PRECOMPILE))
+  message(FATAL_ERROR "compile_fail.cmake: -DSETTINGS=... and -DSOURCE=... (or -DPRECOMPILE=...) are required")
+endif()
+include(${SETTINGS})
+
+# The compiler and its flags, as every check calls it.
+set(base ${HEADROOM_CF_CXX} -std=c++20 ${HEADROOM_CF_FLAGS})
+foreach(dir IN LISTS HEADROOM_CF_INCLUDES)
+  if(NOT dir IN_LIST HEADROOM_CF_IMPLICIT_INCLUDES)
+    list(APPEND base -I${dir})
   endif()
 endforeach()
-include(${SETTINGS})
+foreach(def IN LISTS HEADROOM_CF_DEFINITIONS)
+  list(APPEND base -D${def})
+endforeach()
+
+if(DEFINED PRECOMPILE)
+  set(ENV{LC_ALL} C)
+  execute_process(COMMAND ${base} -x c++-header ${HEADROOM_CF_PCH} -o ${PRECOMPILE}.tmp
+                          -MD -MT ${PRECOMPILE} -MF ${PRECOMPILE}.d
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "compile_fail.cmake: precompiling ${HEADROOM_CF_PCH} failed:\n${out}")
+  endif()
+  file(RENAME ${PRECOMPILE}.tmp ${PRECOMPILE})
+  return()
+endif()
 get_filename_component(name ${SOURCE} NAME)
 
 # Collect the expectations. The file is split into lines by hand so that ';',
@@ -44,23 +75,44 @@ if(NOT expects)
     "say which error message the file must produce")
 endif()
 
-# Build the command line.
-set(cmd ${HEADROOM_CF_CXX} -std=c++20 -fsyntax-only ${HEADROOM_CF_FLAGS})
-foreach(dir IN LISTS HEADROOM_CF_INCLUDES)
-  if(NOT dir IN_LIST HEADROOM_CF_IMPLICIT_INCLUDES)
-    list(APPEND cmd -I${dir})
+# Build the command line: with the precompiled umbrella header when the
+# file's first directive includes it.
+set(cmd ${base} -fsyntax-only ${SOURCE})
+set(pch_cmd "")
+if(HEADROOM_CF_PCH)
+  if(HEADROOM_CF_FAMILY STREQUAL "gcc")
+    set(pch_file ${HEADROOM_CF_PCH}.gch)
+  else()
+    set(pch_file ${HEADROOM_CF_PCH}.pch)
   endif()
-endforeach()
-foreach(def IN LISTS HEADROOM_CF_DEFINITIONS)
-  list(APPEND cmd -D${def})
-endforeach()
-list(APPEND cmd ${SOURCE})
+  set(first_directive "")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^[ \t]*#")
+      set(first_directive "${line}")
+      break()
+    endif()
+  endforeach()
+  if(first_directive MATCHES "^[ \t]*#[ \t]*include[ \t]*<headroom/headroom\\.hpp>[ \t]*$" AND EXISTS ${pch_file})
+    set(pch_cmd ${base} -fsyntax-only -include ${HEADROOM_CF_PCH} ${SOURCE})
+  endif()
+endif()
 
 set(ENV{LC_ALL} C)  # plain ASCII quotes in GCC's messages
-execute_process(COMMAND ${cmd}
-  RESULT_VARIABLE rc
-  OUTPUT_VARIABLE out
-  ERROR_VARIABLE out)
+set(out "")
+if(pch_cmd)
+  execute_process(COMMAND ${pch_cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(out MATCHES "precompiled|\\.pch|\\.gch")  # stale or unreadable: check without it
+    set(pch_cmd "")
+  else()
+    set(cmd ${pch_cmd})
+  endif()
+endif()
+if(NOT pch_cmd)
+  execute_process(COMMAND ${cmd}
+    RESULT_VARIABLE rc
+    OUTPUT_VARIABLE out
+    ERROR_VARIABLE out)
+endif()
 
 list(JOIN cmd " " cmd_text)
 function(show_output)
