@@ -316,15 +316,15 @@ TEMPLATE_TEST_CASE("finish_loss: the step's loss, and a non-finite loss skips ev
   std::vector<float> maps(512);
   math::make_dynamic_map(true, maps.data());
   math::make_dynamic_map(false, maps.data() + 256);
-  Buffer<float> device_maps(maps);
+  cuda_test::Buffer<float> device_maps(maps);
   for (const float summed : {12.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     INFO("summed loss = " << summed);
     std::deque<Param<S>> params = make_params<S>(lengths, 80, [](i64 n, std::size_t k) { return adamw_state(n, 90 + k); });
     const std::vector<cuda::ParamRef> list = refs(params);
     cuda::UpdateControl c = control_for(math::adamw_step(math::AdamWHyper<float>{}, 1));
     c.sgd_lr = 0.1f;
-    Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
-    Buffer<float> loss(std::vector<float>{summed});
+    cuda_test::Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
+    cuda_test::Buffer<float> loss(std::vector<float>{summed});
     cuda::finish_loss(loss.get(), 0.25f, control.get(), nullptr);
     cuda::finish_loss(loss.get(), 0.25f, control.get(), nullptr);  // a second micro-batch
     const cuda::UpdateControl got = control.download()[0];

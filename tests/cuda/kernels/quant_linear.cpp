@@ -180,9 +180,9 @@ TEMPLATE_TEST_CASE("cuda.quant_linear: forward y = x deq(W)^T (+ bias) matches t
         const std::vector<float> bias = with_bias ? cuda_test::rounded<S>(cuda_test::pattern(s.out, 13, 0.5f))
                                                   : std::vector<float>{};
 
-        Buffer<S> dx(cuda_test::to_storage<S>(x));
-        Buffer<S> dbias(with_bias ? cuda_test::to_storage<S>(bias) : std::vector<S>(1));
-        Buffer<S> dy(cuda_test::to_storage<S>(cuda_test::pattern(s.n * s.out, 14, 100.0f)));  // overwritten
+        cuda_test::Buffer<S> dx(cuda_test::to_storage<S>(x));
+        cuda_test::Buffer<S> dbias(with_bias ? cuda_test::to_storage<S>(bias) : std::vector<S>(1));
+        cuda_test::Buffer<S> dy(cuda_test::to_storage<S>(cuda_test::pattern(s.n * s.out, 14, 100.0f)));  // overwritten
         cuda::quant_linear_forward<S>(dx.get(), w.device, with_bias ? dbias.get() : nullptr, dy.get(), s.n, nullptr);
         const std::vector<float> y = cuda_test::to_floats(dy.download());
 
@@ -210,8 +210,8 @@ TEMPLATE_TEST_CASE("cuda.quant_linear: backward dx (+)= dy deq(W), overwritten a
         // first: garbage that must be overwritten; else: the gradient so far
         const std::vector<float> old = cuda_test::rounded<S>(cuda_test::pattern(s.n * s.in, 23, first ? 100.0f : 2.0f));
 
-        Buffer<S> ddy(cuda_test::to_storage<S>(dy));
-        Buffer<S> ddx(cuda_test::to_storage<S>(old));
+        cuda_test::Buffer<S> ddy(cuda_test::to_storage<S>(dy));
+        cuda_test::Buffer<S> ddx(cuda_test::to_storage<S>(old));
         cuda::quant_linear_backward_input<S>(ddy.get(), w.device, ddx.get(), first, s.n, nullptr);
         const std::vector<float> dx = cuda_test::to_floats(ddx.download());
 
