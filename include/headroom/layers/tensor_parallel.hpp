@@ -73,7 +73,7 @@ template <class L>
 constexpr Issue issue(int ranks);
 
 template <class... Ls>
-constexpr Issue first_issue(type_list<Ls...>, int ranks) {
+constexpr Issue first_issue(type_list<Ls...>, [[maybe_unused]] int ranks) {
   Issue found{};
   ((found.kind == Issue::none ? (found = issue<Ls>(ranks), 0) : 0), ...);
   return found;
