@@ -24,17 +24,23 @@
 #include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
 
+#include "compare.hpp"
 #include "ranks.hpp"
 
 namespace {
 
 using namespace headroom;
 using Llama = models::Llama<models::LlamaConfig{48, 64, 128, 4, 4, 2, 64, false}>;  // vocab, d, mlp, layers, heads, kv heads, positions
+using cuda_test::compare_ranks;
+using cuda_test::options;
 using cuda_test::RankReport;
 using cuda_test::run_ranks;
 using cuda_test::use_device;
-constexpr std::int64_t vocab = 48, seq = 12, batch = 2, width = 64;
-constexpr int micro = 4, steps = 4;
+constexpr std::int64_t batch = 2, width = 64;
+constexpr int micro = 4;
+// each step's micro-batches: 4 of 2 sequences of 12 tokens of a vocabulary of 48; a data-parallel rank takes one row of each
+constexpr cuda_test::Batches batches{.vocab = 48, .seq = 12, .rows = batch, .micro = micro};
+constexpr std::int64_t seq = batches.seq;
 
 template <class Model>
 using OneProcess = cuda::Trainer<Train<Model, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda>>;
@@ -52,128 +58,19 @@ using Gpt2 = models::GPT2<models::GPT2Config{48, 64, 4, 4, 32}>;  // vocab, d, l
 template <int Stages>
 using Gpt2Pipelined = Train<Gpt2, Batch<batch>, Seq<seq>, Accumulate<micro>, SGD<>, OnCuda, PipelineParallel<Stages>>;
 
-TrainOptions options(bool graph = false) {
-  return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0, .cuda_graph = graph};
-}
-
-// Step s's micro-batches, (micro, batch, seq) token ids or targets (a linear congruential stream).
-std::vector<std::int32_t> ids(int s, bool targets) {
-  std::vector<std::int32_t> v(static_cast<std::size_t>(micro * batch * seq));
-  std::uint64_t x = 0x9e3779b9u * static_cast<std::uint64_t>(2 * s + (targets ? 1 : 0) + 1);
-  for (auto& t : v) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(vocab));
-  }
-  return v;
-}
-// Data-parallel rank d of `data`: its rows of every micro-batch.
-std::vector<std::int32_t> share(const std::vector<std::int32_t>& all, int data, int d) {
-  if (data == 1) return all;
-  const std::size_t row = static_cast<std::size_t>(seq), rows = static_cast<std::size_t>(batch / data);
-  std::vector<std::int32_t> mine;
-  for (std::size_t m = 0; m < static_cast<std::size_t>(micro); ++m) {
-    const auto from = all.begin() + static_cast<std::ptrdiff_t>((m * batch + d * rows) * row);
-    mine.insert(mine.end(), from, from + static_cast<std::ptrdiff_t>(rows * row));
-  }
-  return mine;
-}
-
-// Where a parameter of the one-process run starts among all its parameters' elements.
-template <class Reference>
-std::size_t reference_offset(const std::string& path) {
-  std::size_t at = 0;
-  for (std::size_t k = 0; k < Reference::param_count; ++k) {
-    if (Reference::path_of(Reference::param(k)) == path) return at;
-    at += static_cast<std::size_t>(Reference::param(k).elements());
-  }
-  throw std::logic_error("the one-process run has no parameter " + path);
-}
-template <class Reference>
-constexpr std::size_t all_values() {
-  std::size_t n = 0;
-  for (std::size_t k = 0; k < Reference::param_count; ++k) n += static_cast<std::size_t>(Reference::param(k).elements());
-  return n;
-}
-static_assert(all_values<OneProcess<Llama>>() <= RankReport::max_values && all_values<OneProcess<Gpt2>>() <= RankReport::max_values);
-
-// Trains `steps` steps, then writes losses, norms, the evaluation, the bytes
-// each step sent and received point to point (the emulator's count: loss[4 +
-// s] and norm[4 + s]) and every weight it holds at the place of the same
-// element of the one-process run's parameters (Reference's; NaN where it holds none).
-template <class Reference, class Trainer>
-void train(Trainer& t, int data, int d, RankReport& out) {
-  for (int s = 1; s <= steps; ++s) {
-#if !defined(__CUDACC__)
-    cuda_emulator::p2p_bytes() = {};
-#endif
-    const StepStats st = t.step(share(ids(s, false), data, d), share(ids(s, true), data, d));
-    out.loss[out.steps] = st.loss;
-    out.norm[out.steps] = st.grad_norm;
-#if !defined(__CUDACC__)
-    out.loss[steps + out.steps] = static_cast<double>(cuda_emulator::p2p_bytes().sent);
-    out.norm[steps + out.steps] = static_cast<double>(cuda_emulator::p2p_bytes().received);
-#endif
-    ++out.steps;
-  }
-  const std::vector<std::int32_t> tokens = share(ids(steps + 1, false), data, d), targets = share(ids(steps + 1, true), data, d);
-  const std::size_t one = tokens.size() / micro;  // the first micro-batch
-  out.evaluated = t.evaluate(std::span(tokens).first(one), std::span(targets).first(one));
-  std::fill(out.value, out.value + RankReport::max_values, std::numeric_limits<float>::quiet_NaN());
-  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
-    const ParamSlot& p = Trainer::param(k);
-    const std::vector<float> w = t.download_weight(p);  // with ZeRO 3 its shard: elements [begin, begin + size) of the rank's block
-    const std::int64_t begin = Trainer::config.sharded(3) ? t.shard_of(p).begin : 0;
-    const std::size_t at = reference_offset<Reference>(Trainer::path_of(p));
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(w.size()); ++i)
-      out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), begin + i))] =
-          w[static_cast<std::size_t>(i)];
-  }
-  out.values = all_values<Reference>();
-}
-
 template <class Model = Llama>
 RankReport reference_run() {
-  return run_ranks(1, [](int, RankReport& out) {
-    use_device(0);
-    OneProcess<Model> t(options());
-    train<OneProcess<Model>>(t, 1, 0, out);
-  })[0];
+  return cuda_test::reference_run<OneProcess<Model>>(batches);
 }
 
-// Every process trains its stage (cuda::with_pipeline_stage); `sent` holds
-// what each step of stage s must send and receive, by the plan.
-template <class Run>
-std::vector<RankReport> pipelined_run(bool graph, std::vector<std::int64_t>& sent, std::vector<std::int64_t>& received) {
-  constexpr RunConfig c = Run::config();
-  [&]<int... S>(std::integer_sequence<int, S...>) {
-    sent = {plan<pipeline_stage<Run, S>>().communication.pipeline_sent...};
-    received = {plan<pipeline_stage<Run, S>>().communication.pipeline_received...};
-  }(std::make_integer_sequence<int, c.pp>{});
-  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
-  return run_ranks(c.world(), [&](int w, RankReport& out) {
-    use_device(w);
-    cuda::NcclCommunicator world(id, w, Run::config().world(), std::chrono::seconds(60));
-    cuda::with_pipeline_stage<Run>(world, [&]<class Stage>() {
-      cuda::Trainer<Stage> t(options(graph), world);
-      constexpr int dp = Run::config().dp, tp = Run::config().tp;
-      if (cuda::Trainer<Stage>::stage() != w / (dp * tp) || t.tensor_rank() != w % tp)
-        throw std::logic_error("process " + std::to_string(w) + " is stage " + std::to_string(cuda::Trainer<Stage>::stage()));
-      train<OneProcess<typename Run::model>>(t, dp, (w / tp) % dp, out);
-      if (graph && !t.graph_captured()) throw std::logic_error("the steps were not captured into a CUDA graph");
-    });
-  });
-}
-
-// Losses, norms and the evaluation within 1e-5 relative on every process;
-// every element of every weight held by some process, each within 1e-6 of
-// the one-process run's; each step's bytes sent and received as the plan says.
+// Every process trains its stage against one process given the same
+// micro-batches (compare.hpp: losses, norms, the evaluation, every weight,
+// each step's bytes sent and received as the plan says), and the plan's
+// bytes are those counted by hand.
 template <class Run>
 void compare(const RankReport& one, bool graph = false) {
-  REQUIRE(one.error == std::string());
-  REQUIRE(one.done);
   constexpr RunConfig c = Run::config();
-  std::vector<std::int64_t> sent, received;
-  const std::vector<RankReport> ranks = pipelined_run<Run>(graph, sent, received);
+  const auto [sent, received] = cuda_test::planned_pipeline_bytes<Run>();
   // a stage sends each micro-batch's (rows, seq, width) f32 activation to the next, its gradient to the one
   // before, and receives the same: 4 x 2 x 12 x 64 x 4 B = 24,576 B per neighbour and step (12,288 B with 2
   // data-parallel ranks), once on the first and the last stage, twice on a stage between
@@ -183,36 +80,7 @@ void compare(const RankReport& one, bool graph = false) {
     CHECK(sent[static_cast<std::size_t>(stage)] == neighbours * by_hand);
     CHECK(received[static_cast<std::size_t>(stage)] == neighbours * by_hand);
   }
-  double worst = 0;
-  std::size_t held = 0;
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    const int stage = static_cast<int>(r) / (c.dp * c.tp);
-    INFO("process " << r << " (stage " << stage << "): " << ranks[r].error);
-    REQUIRE(ranks[r].done);
-    REQUIRE(ranks[r].values == one.values);
-    for (int s = 0; s < one.steps; ++s) {
-      INFO("step " << s + 1 << ": loss " << ranks[r].loss[s] << " against " << one.loss[s] << ", norm " << ranks[r].norm[s] << " against "
-                   << one.norm[s]);
-      CHECK(std::abs(ranks[r].loss[s] - one.loss[s]) <= 1e-5 * std::abs(one.loss[s]));
-      CHECK(std::abs(ranks[r].norm[s] - one.norm[s]) <= 1e-5 * std::abs(one.norm[s]));
-#if !defined(__CUDACC__)
-      CHECK(ranks[r].loss[steps + s] == static_cast<double>(sent[static_cast<std::size_t>(stage)]));
-      CHECK(ranks[r].norm[steps + s] == static_cast<double>(received[static_cast<std::size_t>(stage)]));
-#endif
-    }
-    CHECK(std::abs(ranks[r].evaluated - one.evaluated) <= 1e-5 * std::abs(one.evaluated));
-  }
-  for (std::size_t i = 0; i < one.values; ++i) {
-    bool someone = false;
-    for (const RankReport& r : ranks)
-      if (!std::isnan(r.value[i])) {
-        someone = true;
-        worst = std::max(worst, static_cast<double>(std::abs(r.value[i] - one.value[i])));
-      }
-    held += someone;
-  }
-  CHECK(held == one.values);
-  CHECK(worst < 1e-6);
+  compare_ranks<Run>(one, cuda_test::parallel_run<OneProcess<typename Run::model>, Run>(batches, graph));
 }
 
 // ---- the order of the sends and receives, by enumeration ------------------------------------------------------

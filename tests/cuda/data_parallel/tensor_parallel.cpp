@@ -22,6 +22,7 @@
 #include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
 
+#include "compare.hpp"
 #include "ranks.hpp"
 
 namespace {
@@ -29,135 +30,35 @@ namespace {
 using namespace headroom;
 using Llama = models::Llama<models::LlamaConfig{48, 64, 128, 2, 4, 2, 64, false}>;  // vocab, d, mlp, layers, heads, kv heads, positions
 using Gpt2 = models::GPT2<models::GPT2Config{48, 64, 2, 4, 32}>;                     // vocab, d, layers, heads, positions
+using cuda_test::compare_ranks;
+using cuda_test::options;
+using cuda_test::parallel_run;
 using cuda_test::RankReport;
 using cuda_test::run_ranks;
 using cuda_test::use_device;
-constexpr std::int64_t vocab = 48, seq = 12, global_batch = 4;
-constexpr int steps = 4;
+constexpr std::int64_t global_batch = 4;
+// each step's global batch: 4 sequences of 12 tokens of a vocabulary of 48; a data-parallel rank takes its half of them
+constexpr cuda_test::Batches batches{.vocab = 48, .seq = 12, .rows = global_batch};
 
 template <class Model>
-using OneRank = cuda::Trainer<Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda>>;
+using OneRank = cuda::Trainer<Train<Model, Batch<global_batch>, Seq<batches.seq>, SGD<>, OnCuda>>;
 template <class Model>
-using Tensor2 = Train<Model, Batch<global_batch>, Seq<seq>, SGD<>, OnCuda, TensorParallel<2>>;
-using Data2Tensor2 = Train<Llama, Batch<global_batch / 2>, Seq<seq>, SGD<>, OnCuda, DataParallel<2>, ZeRO<1>, TensorParallel<2>>;
+using Tensor2 = Train<Model, Batch<global_batch>, Seq<batches.seq>, SGD<>, OnCuda, TensorParallel<2>>;
+using Data2Tensor2 = Train<Llama, Batch<global_batch / 2>, Seq<batches.seq>, SGD<>, OnCuda, DataParallel<2>, ZeRO<1>, TensorParallel<2>>;
 
-TrainOptions options(bool graph = false) {
-  return {.seed = 11, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0, .cuda_graph = graph};
-}
-
-// Step s's global batch: global_batch sequences of token ids and targets (a linear congruential stream).
-std::vector<std::int32_t> global_ids(int s, bool targets) {
-  std::vector<std::int32_t> v(static_cast<std::size_t>(global_batch * seq));
-  std::uint64_t x = 0x9e3779b9u * static_cast<std::uint64_t>(2 * s + (targets ? 1 : 0) + 1);
-  for (auto& t : v) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(vocab));
-  }
-  return v;
-}
-// Data-parallel rank d of `data` ranks: its share of the sequences.
-std::vector<std::int32_t> share(const std::vector<std::int32_t>& all, int data, int d) {
-  const std::size_t per = all.size() / static_cast<std::size_t>(data);
-  return {all.begin() + static_cast<std::ptrdiff_t>(per * d), all.begin() + static_cast<std::ptrdiff_t>(per * (d + 1))};
-}
-
-// Where a parameter of the one-rank run starts among all its parameters' elements.
-template <class Reference>
-std::size_t reference_offset(const std::string& path) {
-  std::size_t at = 0;
-  for (std::size_t k = 0; k < Reference::param_count; ++k) {
-    if (Reference::path_of(Reference::param(k)) == path) return at;
-    at += static_cast<std::size_t>(Reference::param(k).elements());
-  }
-  throw std::logic_error("the one-rank run has no parameter " + path);
-}
-
-// Trains, then writes losses, norms, the evaluation and every weight it
-// holds at the place of the same element of the one-rank run's parameters
-// (ParamSlot::split.whole_index; NaN where it holds none).
-template <class Reference, class Trainer>
-void train(Trainer& t, int data, int d, RankReport& out) {
-  for (int s = 1; s <= steps; ++s) {
-    const StepStats st = t.step(share(global_ids(s, false), data, d), share(global_ids(s, true), data, d));
-    out.loss[out.steps] = st.loss;
-    out.norm[out.steps++] = st.grad_norm;
-  }
-  out.evaluated = t.evaluate(share(global_ids(steps + 1, false), data, d), share(global_ids(steps + 1, true), data, d));
-  std::fill(out.value, out.value + RankReport::max_values, std::numeric_limits<float>::quiet_NaN());
-  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
-    const ParamSlot& p = Trainer::param(k);
-    const std::vector<float> w = t.download_weight(p);
-    const std::size_t at = reference_offset<Reference>(Trainer::path_of(p));
-    for (std::int64_t i = 0; i < p.elements(); ++i)
-      out.value[at + static_cast<std::size_t>(p.split.whole_index(p.rows, p.cols, t.tensor_rank(), i))] = w[static_cast<std::size_t>(i)];
-  }
-  out.values = reference_offset<Reference>(Reference::path_of(Reference::param(Reference::param_count - 1))) +
-               static_cast<std::size_t>(Reference::param(Reference::param_count - 1).elements());
-}
-
-template <class Model>
-RankReport reference_run() {
-  return run_ranks(1, [](int, RankReport& out) {
-    use_device(0);
-    OneRank<Model> t(options());
-    train<OneRank<Model>>(t, 1, 0, out);
-  })[0];
-}
-
-// graph: steps from the second on replay a captured CUDA graph (the tensor-parallel sums captured with the kernels)
+// Run's ranks against one rank given the same global batch (compare.hpp); graph: the tensor-parallel sums captured with the kernels
 template <class Model, class Run>
-std::vector<RankReport> parallel_run(bool graph = false) {
-  constexpr RunConfig c = Run::config();
-  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
-  return run_ranks(c.world(), [&](int w, RankReport& out) {
-    use_device(w);
-    cuda::NcclCommunicator world(id, w, c.world(), std::chrono::seconds(60));
-    cuda::Trainer<Run> t(options(graph), world);
-    if (t.tensor_rank() != w % c.tp) throw std::logic_error("process " + std::to_string(w) + " is tensor-parallel rank " + std::to_string(t.tensor_rank()));
-    train<OneRank<Model>>(t, c.dp, w / c.tp, out);
-    if (graph && !t.graph_captured()) throw std::logic_error("the steps were not captured into a CUDA graph");
-  });
-}
-
-// Losses, norms and the evaluation within 1e-5 relative on every rank;
-// every element of every weight held by some rank, each copy within 1e-6.
-void compare(const RankReport& one, const std::vector<RankReport>& ranks) {
-  REQUIRE(one.error == std::string());
-  REQUIRE(one.done);
-  double worst = 0;
-  std::size_t held = 0;
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    INFO("rank " << r << ": " << ranks[r].error);
-    REQUIRE(ranks[r].done);
-    REQUIRE(ranks[r].values == one.values);
-    for (int s = 0; s < one.steps; ++s) {
-      INFO("step " << s + 1 << ": loss " << ranks[r].loss[s] << " against " << one.loss[s] << ", norm " << ranks[r].norm[s] << " against "
-                   << one.norm[s]);
-      CHECK(std::abs(ranks[r].loss[s] - one.loss[s]) <= 1e-5 * std::abs(one.loss[s]));
-      CHECK(std::abs(ranks[r].norm[s] - one.norm[s]) <= 1e-5 * std::abs(one.norm[s]));
-    }
-    CHECK(std::abs(ranks[r].evaluated - one.evaluated) <= 1e-5 * std::abs(one.evaluated));
-  }
-  for (std::size_t i = 0; i < one.values; ++i) {
-    bool someone = false;
-    for (const RankReport& r : ranks)
-      if (!std::isnan(r.value[i])) {
-        someone = true;
-        worst = std::max(worst, static_cast<double>(std::abs(r.value[i] - one.value[i])));
-      }
-    held += someone;
-  }
-  CHECK(held == one.values);
-  CHECK(worst < 1e-6);
+void compare(const RankReport& one, bool graph = false) {
+  compare_ranks<Run>(one, parallel_run<OneRank<Model>, Run>(batches, graph));
 }
 
 }  // namespace
 
 TEST_CASE("cuda::Trainer tensor-parallel: TensorParallel<2> and DataParallel<2> x TensorParallel<2> train like one rank",
           "[tensor_parallel]") {
-  const RankReport one = reference_run<Llama>();
-  SECTION("TensorParallel<2>") { compare(one, parallel_run<Llama, Tensor2<Llama>>()); }
-  SECTION("DataParallel<2> x TensorParallel<2>, ZeRO 1, CUDA graph") { compare(one, parallel_run<Llama, Data2Tensor2>(true)); }
+  const RankReport one = cuda_test::reference_run<OneRank<Llama>>(batches);
+  SECTION("TensorParallel<2>") { compare<Llama, Tensor2<Llama>>(one); }
+  SECTION("DataParallel<2> x TensorParallel<2>, ZeRO 1, CUDA graph") { compare<Llama, Data2Tensor2>(one, true); }
 }
 
 TEST_CASE("cuda::Trainer tensor-parallel: a communicator of another size is refused, naming the layout", "[tensor_parallel]") {
@@ -172,7 +73,7 @@ TEST_CASE("cuda::Trainer tensor-parallel: a communicator of another size is refu
 }
 
 TEST_CASE("cuda::Trainer tensor-parallel: a TensorParallel<2> GPT-2 (biases, tied embedding) trains like one rank", "[tensor_parallel]") {
-  compare(reference_run<Gpt2>(), parallel_run<Gpt2, Tensor2<Gpt2>>());
+  compare<Gpt2, Tensor2<Gpt2>>(cuda_test::reference_run<OneRank<Gpt2>>(batches));
 }
 
 TEST_CASE("NcclCommunicator::split: groups of the world, each with its own sums", "[tensor_parallel]") {
