@@ -315,7 +315,9 @@ TEST_CASE("cuda::Trainer data-parallel: a rank that stops answering is a communi
       CHECK(r[0].evaluated >= 2.0);
       CHECK(r[0].evaluated < 10.0);
     }
-    CHECK(e.find("all_reduce_sum of ") != std::string::npos);  // the collective it was stuck in
+    // the collective it was stuck in: the step's first all-reduce, or, when rank 1 left while step 1's
+    // all-gather of the updated weights was still queued on its stream (a loaded machine), that one
+    CHECK((e.find("all_reduce_sum of ") != std::string::npos || e.find("all_gather of ") != std::string::npos));
     CHECK(r[0].loss[0] == 1.0);
   }
 #if !defined(__CUDACC__)
