@@ -76,7 +76,7 @@ TEMPLATE_TEST_CASE("embedding_forward copies the tokens' rows", "[pointwise]", f
   using S = TestType;
   const i64 n = 37, vocab = 50;
   // the whole table, and a vocabulary-parallel block of rows [20, 45) (zero rows for the other tokens)
-  for (const auto [first, rows] : {std::pair<i64, i64>{0, vocab}, std::pair<i64, i64>{20, 25}})
+  for (const auto& [first, rows] : {std::pair<i64, i64>{0, vocab}, std::pair<i64, i64>{20, 25}})
     for (const i64 d : {96, 130}) {
       INFO("d = " << d << ", rows [" << first << ", " << first + rows << ")");
       const std::vector<std::int32_t> tokens = token_ids(n, vocab);
