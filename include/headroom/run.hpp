@@ -34,6 +34,13 @@
 //                       S x DataParallel x TensorParallel processes in all.
 //                       plan<Run>() is the plan of the stage with the
 //                       largest peak; plan<pipeline_stage<Run, s>>() stage s's
+//   OffloadOptimizer    ZeRO-Offload (Ren et al. 2021): optimizer state,
+//                       master weights and gradients live in the offload
+//                       tier; each gradient is streamed there when it is
+//                       complete, and the host's threads update the weights
+//                       (overlapping the backward of earlier layers when the
+//                       gradients are not clipped); the device keeps the
+//                       weights and only the gradients in flight
 #include <type_traits>
 
 #include "layers/layer.hpp"
@@ -76,6 +83,7 @@ struct LossChunk {
 };
 struct UpdateInBackward {};
 struct OnCuda {};
+struct OffloadOptimizer {};
 template <int N>
 struct DataParallel {
   static constexpr std::string_view kind = "DataParallel";
@@ -155,7 +163,7 @@ inline constexpr bool known_option =
     is_instance<O, Accumulate>::value || is_instance<O, Workers>::value || is_instance<O, LossChunk>::value ||
     is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value || is_instance<O, TensorParallel>::value ||
     is_instance<O, PipelineParallel>::value || is_instance<O, PipelineStage>::value || std::is_same_v<O, UpdateInBackward> ||
-    std::is_same_v<O, OnCuda> || Optimizer<O>;
+    std::is_same_v<O, OnCuda> || std::is_same_v<O, OffloadOptimizer> || Optimizer<O>;
 }  // namespace detail
 
 template <class M, class... Options>
@@ -163,7 +171,8 @@ struct Train {
   static_assert(Layer<M>, "Train<Model, ...>: Model must satisfy the Layer concept (see layers/layer.hpp)");
   static_assert((detail::known_option<Options> && ...),
                 "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, "
-                "UpdateInBackward, OnCuda, DataParallel, ZeRO, TensorParallel, PipelineParallel or an optimizer");
+                "UpdateInBackward, OnCuda, OffloadOptimizer, DataParallel, ZeRO, TensorParallel, PipelineParallel or an "
+                "optimizer");
   static_assert(detail::option_count<Seq, Options...> == 1, "Train<Model, ...>: give the sequence length exactly once, as Seq<T>");
   static_assert(detail::option_count<Batch, Options...> <= 1 && detail::option_count<Precision, Options...> <= 1 &&
                     detail::option_count<Accumulate, Options...> <= 1 && detail::option_count<DataParallel, Options...> <= 1 &&
@@ -182,6 +191,7 @@ struct Train {
   static constexpr std::int64_t loss_chunk = detail::option_value<LossChunk, std::int64_t{256}, Options...>();
   static constexpr bool update_in_backward = (std::is_same_v<Options, UpdateInBackward> || ...);
   static constexpr Engine engine = (std::is_same_v<Options, OnCuda> || ...) ? Engine::cuda : Engine::host;
+  static constexpr bool offload_optimizer = (std::is_same_v<Options, OffloadOptimizer> || ...);
   static constexpr int data_parallel = detail::option_value<DataParallel, 1, Options...>();
   static constexpr int zero = detail::option_value<ZeRO, 0, Options...>();
   static constexpr int tensor_parallel = detail::option_value<TensorParallel, 1, Options...>();
@@ -236,6 +246,13 @@ struct Train {
                    "Train<Model, ...>: UpdateInBackward updates each parameter inside its backward, but a pipeline stage runs the "
                    "backward of {} micro-batches before it may update; drop one of them",
                    accumulate);
+  HEADROOM_REQUIRE(!offload_optimizer || !update_in_backward,
+                   "Train<Model, OffloadOptimizer>: the host already updates each parameter as soon as its gradient reaches the "
+                   "offload tier, so UpdateInBackward (the device's update inside backward) has nothing to do; drop it");
+  HEADROOM_REQUIRE(!offload_optimizer || (data_parallel == 1 && tensor_parallel == 1 && pipeline_parallel == 1),
+                   "Train<Model, OffloadOptimizer>: the offloaded update runs on one process for now, but this run has {} "
+                   "processes (PipelineParallel x DataParallel x TensorParallel); drop OffloadOptimizer or the parallel layout",
+                   pipeline_parallel * data_parallel * tensor_parallel);
   HEADROOM_REQUIRE(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T ({}) exceeds the context length of the model ({})",
                    seq, detail::context_length<M>());
 
@@ -247,6 +264,7 @@ struct Train {
     c.optim = optimizer::desc;
     c.accumulate = accumulate;
     c.update_in_backward = update_in_backward;
+    c.offload_optimizer = offload_optimizer;
     c.workers = workers;
     c.loss_chunk = loss_chunk;
     c.engine = engine;

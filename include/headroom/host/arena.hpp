@@ -8,7 +8,9 @@
 //                  offload copy the pages are released from the process
 //                  (written back to the file by the kernel); the plan's
 //                  prefetch copies them back one block ahead of their backward.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +23,29 @@
 
 namespace headroom::host {
 
+// The offload folder can hold the planned tier: it exists, is a directory
+// this process may write, and its file system has `bytes` free for it.
+inline void check_offload_dir(const std::filesystem::path& dir, std::int64_t bytes) {
+  const std::string tier = "the planned offload tier of " + std::to_string(bytes) + " B";
+  std::error_code ec;
+  const auto st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st))
+    throw std::runtime_error("headroom: the offload folder '" + dir.string() + "' does not exist; create it, or choose another " +
+                             "for " + tier + " (TrainOptions::offload_dir)");
+  if (!std::filesystem::is_directory(st))
+    throw std::runtime_error("headroom: the offload folder '" + dir.string() + "' is not a directory; it must hold " + tier);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error("headroom: the offload folder '" + dir.string() + "' is not writable (" + std::strerror(errno) +
+                             "); it must hold " + tier);
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) {
+    const std::int64_t free = static_cast<std::int64_t>(fs.f_bavail) * static_cast<std::int64_t>(fs.f_frsize);
+    if (free < bytes)
+      throw std::runtime_error("headroom: the offload folder '" + dir.string() + "' has " + std::to_string(free) +
+                               " B free, less than " + tier + " (" + std::to_string(bytes - free) + " B short)");
+  }
+}
+
 class Arena {
  public:
   Arena() = default;
@@ -32,19 +57,24 @@ class Arena {
       throw std::runtime_error("headroom: could not allocate the " + std::to_string(bytes) + " B arena: " + std::strerror(errno));
     data_ = static_cast<std::byte*>(p);
   }
-  // A file-backed mapping of `bytes` in directory `dir`.
+  // A file-backed mapping of `bytes` in directory `dir`. The directory is
+  // checked first (it exists, is a directory, is writable, has `bytes`
+  // free), and the file's blocks are reserved (posix_fallocate), so a full
+  // disk is refused here, with the bytes needed, rather than found by a
+  // write into the mapping in the middle of a step (which the kernel
+  // answers with SIGBUS).
   Arena(std::int64_t bytes, const std::filesystem::path& dir) : bytes_(bytes), file_backed_(true) {
     if (bytes <= 0) return;
+    check_offload_dir(dir, bytes);
     std::string tmpl = (dir / "headroom-offload-XXXXXX").string();
     const int fd = ::mkstemp(tmpl.data());
     if (fd < 0)
       throw std::runtime_error("headroom: cannot create the offload file in '" + dir.string() + "': " + std::strerror(errno));
     ::unlink(tmpl.c_str());
-    if (::ftruncate(fd, bytes) != 0) {
-      const std::string why = std::strerror(errno);
+    if (const int err = ::posix_fallocate(fd, 0, bytes); err != 0) {
       ::close(fd);
-      throw std::runtime_error("headroom: cannot size the offload file in '" + dir.string() + "' to " + std::to_string(bytes) +
-                               " B: " + why);
+      throw std::runtime_error("headroom: cannot reserve the planned offload tier of " + std::to_string(bytes) +
+                               " B in the offload folder '" + dir.string() + "': " + std::strerror(err));
     }
     void* p = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);

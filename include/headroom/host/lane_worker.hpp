@@ -57,6 +57,13 @@ class LaneWorker {
     }
   }
   void wait_all() { wait(submitted_); }
+  // Waits for every task and forgets an error one of them threw (the
+  // caller is already leaving with another).
+  void settle() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [&] { return done_ >= submitted_; });
+    error_ = nullptr;
+  }
   std::uint64_t submitted() const { return submitted_; }
 
  private:

@@ -207,6 +207,14 @@ class Trainer {
     const int step_no = step_ + 1;
     if (config.accumulate > 1) zero_grads();
     checked_ = GradientCheck{};
+    updating_ = true;
+    struct Done {  // on every way out of the step
+      Trainer& t;
+      ~Done() {
+        t.updating_ = false;
+        if (t.updater_) t.updater_->settle();  // no update thread runs past the step
+      }
+    } done{*this};
     double loss = 0;
     if constexpr (config.pp > 1) {
       loss = pipeline_micro_batches(tokens, targets, step_no);
@@ -225,6 +233,8 @@ class Trainer {
     if constexpr (config.update_in_backward) {
       if (checked_.first >= 0) throw_skipped_updates(step_no);
       s.grad_norm = std::sqrt(checked_.squares);
+    } else if constexpr (config.offload_optimizer) {
+      s.grad_norm = offloaded_update(step_no);
     } else {
       s.grad_norm = update(step_no);
     }
@@ -340,8 +350,17 @@ class Trainer {
   static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
   // A dense parameter's values (row-major rows x cols), or null for a quantized one.
   T* weight(const ParamSlot& p) const { return p.quant.kind == QuantKind::none ? device_.at<T>(p.weight) : nullptr; }
-  T* grad(const ParamSlot& p) const { return p.grad >= 0 ? device_.at<T>(p.grad) : nullptr; }
-  std::byte* state(const ParamSlot& p) const { return p.state >= 0 ? device_.at<std::byte>(p.state) : nullptr; }
+  // The gradient as the update reads it: with OffloadOptimizer its copy in
+  // the offload tier (the device's lives only until that copy).
+  T* grad(const ParamSlot& p) const {
+    if (p.host_grad >= 0) return offload_.at<T>(p.host_grad);
+    return p.grad >= 0 ? device_.at<T>(p.grad) : nullptr;
+  }
+  // Where the optimizer state and master weights live: the offload tier
+  // with OffloadOptimizer, else the device tier.
+  static constexpr Tier states_tier = config.offload_optimizer ? Tier::offload : Tier::device;
+  const Arena& states_arena() const { return arena(states_tier); }
+  std::byte* state(const ParamSlot& p) const { return p.state >= 0 ? states_arena().template at<std::byte>(p.state) : nullptr; }
   // The model's shared code tables (NF4 values, the dynamic map), or null.
   float* quant_table() const { return sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr; }
   QuantView quant(const ParamSlot& p) const {
@@ -361,7 +380,7 @@ class Trainer {
   void reset_optimizer() {
     for (const ParamSlot& p : sched.params)
       if (p.state >= 0)  // ZeRO 1-3: the state of this rank's shard
-        std::memset(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements())));
+        std::memset(state(p), 0, static_cast<std::size_t>(config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements())));
     step_ = 0;
   }
 
@@ -398,6 +417,7 @@ class Trainer {
   Communicator* shared_comm_ = nullptr;  // the first and the last stage, with a tied LM head (null without)
   std::unique_ptr<Communicator> shared_group_;
   int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
+  bool updating_ = false;         // in step(): the last micro-batch's gradients go on to the update
   Arena device_, offload_;
   GemmPanels<T> panels_{};
   int workers_ = 1;
@@ -520,6 +540,7 @@ class Trainer {
       const Step& st = sched.steps[g];
       join_before(g);
       issue_hoisted(g);
+      if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
       if (st.kind == EventKind::loss) {
         loss = mean_over_ranks(loss_step(st, true) / tokens_per_micro_batch);
         if (!std::isfinite(loss)) {
@@ -534,6 +555,10 @@ class Trainer {
       if constexpr (config.update_in_backward) {
         if (st.update_end > st.update_begin) join_all();  // gradients a lane op writes are complete
         update_in_backward(st, step_no);
+      }
+      if constexpr (config.offload_optimizer) {
+        if (st.update_end > st.update_begin) join_all();
+        stream_gradients(st, step_no);
       }
     }
     join_all();
@@ -762,6 +787,7 @@ class Trainer {
   Owned owned(const ParamSlot& p) const { return trainers::owned(config, p, rank()); }
   // The averaged gradient the update reads: from its first owned element.
   T* update_grad(const ParamSlot& p) const {
+    if constexpr (config.offload_optimizer) return offload_.at<T>(p.host_grad) + owned(p).grad_at;
     return device_.at<T>(config.sharded(2) ? p.grad_shard : p.grad) + owned(p).grad_at;
   }
 
@@ -804,6 +830,120 @@ class Trainer {
       }
       if (flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
       ++checked_.skipped;
+    }
+  }
+
+  // ---- OffloadOptimizer (ZeRO-Offload) ----------------------------------------------------------------------
+  // At the end of the step that completes a gradient (Step::update_begin ..
+  // update_end) the compute thread copies it from its device buffer to the
+  // offload tier (the first micro-batch) or adds it there (the later ones of
+  // Accumulate<K>), and lets the kernel write its pages back to the file. In
+  // step()'s last micro-batch it then hands the parameter to the update
+  // thread, which sums its squares and, when gradients are not clipped,
+  // updates it at once from the offload tier: the host's update of the later
+  // layers overlaps the backward of the earlier ones. With clipping the norm
+  // needs every gradient first, so the update runs after the backward, on the
+  // step's threads. Either way a parameter is updated in ranges of
+  // update_chunk elements, each range's gradient and state pages released
+  // when it is done: the process holds the device tier and about two ranges
+  // of the offload tier (2 x update_chunk x (e + state bytes per element)).
+  static constexpr std::int64_t update_chunk = std::int64_t{1} << 16;  // a multiple of AdamW8bit's block
+  struct UpdateTask {
+    Trainer* trainer = nullptr;
+    int param = -1;
+    int step_no = 0;
+  };
+  static void run_update_task(const UpdateTask& u) { u.trainer->gradient_offloaded(u.param, u.step_no); }
+  std::unique_ptr<LaneWorker<UpdateTask>> updater_ =
+      config.offload_optimizer ? std::make_unique<LaneWorker<UpdateTask>>() : nullptr;
+  std::array<double, param_count> squares_{};  // per parameter: its gradient's squares, summed in schedule order
+
+  // Accumulate<K>: the device gradient a step writes first in the
+  // micro-batch starts from the offload tier's sum (Step::grad_load).
+  void load_gradients(const Step& st) {
+    for (int q = 0; q < graph::max_weights; ++q) {
+      if (!st.grad_load[q]) continue;
+      const ParamSlot& p = sched.params[st.param[q]];
+      const auto bytes = static_cast<std::size_t>(p.elements()) * sizeof(T);
+      if (micro_ == 0) std::memset(device_.at<std::byte>(p.grad), 0, bytes);
+      else std::memcpy(device_.at<std::byte>(p.grad), offload_.at<std::byte>(p.host_grad), bytes);
+    }
+  }
+
+  void stream_gradients(const Step& st, int step_no) {
+    for (int u = st.update_begin; u < st.update_end; ++u) {
+      const int k = sched.updates[u];
+      const ParamSlot& p = sched.params[k];
+      const std::int64_t n = p.elements();
+      const T* from = device_.at<T>(p.grad);
+      T* to = offload_.at<T>(p.host_grad);
+      std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(T));  // the sum so far (Step::grad_load)
+      offload_.release(p.host_grad, n * static_cast<std::int64_t>(sizeof(T)));
+      if (updating_ && micro_ == config.accumulate - 1) updater_->submit(&run_update_task, UpdateTask{this, k, step_no});
+    }
+  }
+
+  // On the update thread: parameter k's gradient is in the offload tier.
+  void gradient_offloaded(int k, int step_no) {
+    const ParamSlot& p = sched.params[k];
+    const double sq = squared_norm(update_grad(p), owned(p).count);
+    squares_[static_cast<std::size_t>(k)] = sq;
+    if (opt_.clip_norm <= 0) {
+      if (checked_.first < 0 && sq <= max_squares) {
+        update_offloaded(p, step_no, T(1), 1);
+        ++checked_.updated;
+        return;
+      }
+      if (flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
+      ++checked_.skipped;
+    }
+    release_offloaded(p, 0, owned(p).count);
+  }
+
+  // After the micro-batches: the norm from the squares in schedule order
+  // (the same sum as update()'s), then, with clipping, every update.
+  double offloaded_update(int step_no) {
+    updater_->wait_all();
+    double sq = 0;
+    for (std::size_t k = 0; k < sched.params.size(); ++k)
+      if (sched.params[k].trainable) sq += squares_[k];
+    const double norm = std::sqrt(sq);
+    if (opt_.clip_norm <= 0) {
+      if (checked_.first >= 0) throw_skipped_updates(step_no);
+      return norm;
+    }
+    if (!(sq <= max_squares)) stop_before_update(step_no, sq);
+    T scale = T(1);
+    if (norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable) update_offloaded(p, step_no, scale, workers_);
+    return norm;
+  }
+
+  void update_offloaded(const ParamSlot& p, int step_no, T grad_scale, int workers) {
+    const std::int64_t n = owned(p).count;
+    for (std::int64_t from = 0; from < n; from += update_chunk) {
+      const std::int64_t len = std::min(update_chunk, n - from);
+      update_range(p, from, len, step_no, grad_scale, workers);
+      release_offloaded(p, from, len);
+    }
+  }
+
+  // Takes the offload tier's pages of elements [from, from + n) of p's
+  // gradient and optimizer state out of the process (written back to the file).
+  void release_offloaded(const ParamSlot& p, std::int64_t from, std::int64_t n) const {
+    const std::int64_t e = sizeof(T), count = owned(p).count;
+    offload_.release(p.host_grad + (owned(p).grad_at + from) * e, n * e);
+    if (p.state < 0) return;
+    using O = typename R::optimizer;
+    if constexpr (O::desc.kind == OptimKind::adamw8bit) {
+      const std::int64_t blocks = adam8bit_blocks(count), b = from / math::adam8bit_block;
+      offload_.release(p.state + b * 4, adam8bit_blocks(n) * 4);
+      offload_.release(p.state + (blocks + b) * 4, adam8bit_blocks(n) * 4);
+      offload_.release(p.state + blocks * 8 + from, n);
+      offload_.release(p.state + blocks * 8 + count + from, n);
+    } else {
+      for (std::int64_t moment = 0; moment < O::desc.states; ++moment) offload_.release(p.state + (moment * count + from) * 4, n * 4);
     }
   }
 
@@ -855,25 +995,34 @@ class Trainer {
   }
 
   void update_param(const ParamSlot& p, int step_no, T grad_scale) {
+    const Owned own = owned(p);
+    if (own.count == 0) return;  // a rank whose shard lies past the parameter's end
+    update_range(p, 0, own.count, step_no, grad_scale, workers_);
+  }
+
+  // The update of elements [from, from + n) of what this rank updates of
+  // parameter p (every element is updated on its own, so a parameter may be
+  // updated range by range; AdamW8bit's ranges start on a 256-element block).
+  void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, T grad_scale, int workers) const {
     using O = typename R::optimizer;
     const Owned own = owned(p);
-    T* w = device_.at<T>(p.weight) + own.weight_at;
-    const T* g = update_grad(p);
-    const std::int64_t n = own.count;
-    if (n == 0) return;  // a rank whose shard lies past the parameter's end
+    T* w = device_.at<T>(p.weight) + own.weight_at + from;
+    const T* g = update_grad(p) + from;
+    const Arena& a = states_arena();
     const double lr = lr_at(step_no);
     if constexpr (O::desc.kind == OptimKind::sgd) {
       const T mu = static_cast<T>(O::momentum::value), wd = static_cast<T>(O::weight_decay::value);
-      sgd_pass(w, g, p.state >= 0 ? device_.at<float>(p.state) : nullptr, n, static_cast<T>(lr), mu, wd, grad_scale, workers_);
+      sgd_pass(w, g, p.state >= 0 ? a.template at<float>(p.state) + from : nullptr, n, static_cast<T>(lr), mu, wd, grad_scale, workers);
     } else if constexpr (O::desc.kind == OptimKind::adamw) {
       math::AdamWHyper<T> h{static_cast<T>(lr), static_cast<T>(O::beta1::value), static_cast<T>(O::beta2::value), T(1e-8),
                             static_cast<T>(O::weight_decay::value)};
-      adamw_pass(w, g, device_.at<float>(p.state), n, math::adamw_step(h, step_no), grad_scale, workers_);
+      float* m = a.template at<float>(p.state);
+      adamw_pass(w, g, m + from, m + own.count + from, n, math::adamw_step(h, step_no), grad_scale, workers);
     } else {
       math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
                                 1e-8f, static_cast<float>(O::weight_decay::value)};
-      adamw8bit_pass(w, g, device_.at<std::uint8_t>(p.state), n, device_.at<float>(sched.optim_table), math::adamw_step(h, step_no),
-                     grad_scale, workers_);
+      adamw8bit_pass(w, g, Adam8bitState::of(a.template at<std::uint8_t>(p.state), own.count, from), n, a.template at<float>(sched.optim_table),
+                     math::adamw_step(h, step_no), grad_scale, workers);
     }
   }
 
@@ -885,8 +1034,8 @@ class Trainer {
       fill_quant_table(device_.at<float>(sched.quant_table), dq);
     }
     if (sched.optim_table >= 0) {
-      math::make_dynamic_map(true, device_.at<float>(sched.optim_table));
-      math::make_dynamic_map(false, device_.at<float>(sched.optim_table) + 256);
+      math::make_dynamic_map(true, states_arena().template at<float>(sched.optim_table));
+      math::make_dynamic_map(false, states_arena().template at<float>(sched.optim_table) + 256);
     }
   }
 

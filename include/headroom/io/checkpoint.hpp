@@ -293,7 +293,7 @@ std::vector<TensorView> model_tensors(const Trainer& t) {
       v.push_back(TensorView{path + ".scales", DType::U8, {p.quant.scale_bytes(p.elements())}, q.scales});
     }
     if (p.master >= 0)
-      v.push_back(TensorView{path + ".master", DType::F32, {p.rows, p.cols}, t.arena(Tier::device).template at<float>(p.master)});
+      v.push_back(TensorView{path + ".master", DType::F32, {p.rows, p.cols}, t.states_arena().template at<float>(p.master)});
   }
   return v;
 }
@@ -315,7 +315,7 @@ std::vector<TensorView> optimizer_tensors(const Trainer& t, Elements elements) {
     v.push_back(TensorView{"__quant_table__", DType::U8, {quant_table_bytes<Trainer>()}, a.template at<std::byte>(Trainer::sched.quant_table)});
   if (Trainer::sched.optim_table >= 0)
     v.push_back(TensorView{"__optim_table__", DType::U8, {Trainer::config.optim.table_bytes()},
-                           a.template at<std::byte>(Trainer::sched.optim_table)});
+                           t.states_arena().template at<std::byte>(Trainer::sched.optim_table)});
   return v;
 }
 template <class Trainer>

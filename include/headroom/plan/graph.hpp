@@ -66,6 +66,9 @@ struct RunConfig {
   OptimDesc optim{};              // optimizer state per trainable element
   int accumulate = 1;             // micro-batches per optimizer step
   bool update_in_backward = false;
+  // ZeRO-Offload (OffloadOptimizer): optimizer state, master weights and
+  // gradients in the offload tier, updated by the host
+  bool offload_optimizer = false;
   int workers = 1;                // threads / CTAs that own a private scratch tile
   std::int64_t loss_chunk = 256;  // tokens per LM-head + cross-entropy chunk
   std::int64_t alignment = 256;   // every buffer starts on this boundary
@@ -198,6 +201,10 @@ struct Param {
   int group = none;
   int weight = none, scales = none, master = none, grad = none, state = none;
   int grad_shard = none;  // ZeRO 2 and 3: this rank's shard of the averaged gradient (grad is then the bucket)
+  // OffloadOptimizer: the gradient in the offload tier, written when the
+  // device's (grad) is complete and read by the update; grad then lives
+  // only from its first writer to that copy
+  int host_grad = none;
   TensorSplit split{};    // tensor parallelism: which block of the whole this rank holds (rows, cols: its own)
   // pipeline parallelism: held by the first and the last stage (an LM head
   // tied to the embedding table); the engines sum its gradient over the two
@@ -444,8 +451,8 @@ class Builder {
     tensors.push_back(t);
     return static_cast<int>(tensors.size()) - 1;
   }
-  constexpr int persistent(std::string_view name, Role role, std::int64_t bytes, int group) {
-    int t = new_tensor(name, role, bytes, group);
+  constexpr int persistent(std::string_view name, Role role, std::int64_t bytes, int group, Tier tier = Tier::device) {
+    int t = new_tensor(name, role, bytes, group, tier);
     tensors[t].persistent = true;
     return t;
   }
@@ -591,8 +598,9 @@ class Builder {
     const int upd = push_event(EventKind::update, 0, none);
     for (auto& p : params) {
       if (p.grad == none) continue;
-      // what the update reads: the gradient, or this rank's shard of it
-      const int g = p.grad_shard != none ? p.grad_shard : p.grad;
+      // what the update reads: the gradient, or this rank's shard of it, or
+      // its copy in the offload tier
+      const int g = p.host_grad != none ? p.host_grad : p.grad_shard != none ? p.grad_shard : p.grad;
       if (cfg.accumulate > 1) {
         tensors[g].persistent = true;
       } else if (!cfg.update_in_backward) {
@@ -654,7 +662,12 @@ class Builder {
     }
     if (trainable) {
       const std::int64_t owned = cfg.sharded(1) ? shard : n;  // the elements this rank updates
-      if (is_half(cfg.dtype)) p.master = persistent("master", Role::master_weights, owned * 4, p.group);
+      // OffloadOptimizer: what the update reads and writes lives in the
+      // offload tier; an f32 master copy also where the device's weights
+      // are out of the host's reach (the CUDA engine)
+      const Tier states = cfg.offload_optimizer ? Tier::offload : Tier::device;
+      if (is_half(cfg.dtype) || (cfg.offload_optimizer && cfg.cuda()))
+        p.master = persistent("master", Role::master_weights, owned * 4, p.group, states);
       if (cfg.sharded(2)) {
         // backward fills the whole gradient (the bucket); the reduce-scatter leaves this rank its shard
         p.grad = new_tensor("grad bucket", Role::communication, padded * cfg.act_bytes(), p.group);
@@ -662,10 +675,11 @@ class Builder {
       } else {
         p.grad = new_tensor("grad", Role::grads, n * cfg.act_bytes(), p.group);
       }
+      if (cfg.offload_optimizer) p.host_grad = new_tensor("offloaded grad", Role::grads, n * cfg.act_bytes(), p.group, Tier::offload);
       if (cfg.optim.states > 0)
-        p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(owned), p.group);
+        p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(owned), p.group, states);
       if (cfg.optim.table_bytes() > 0 && optim_table == none)
-        optim_table = persistent("dynamic maps", Role::optimizer_state, cfg.optim.table_bytes(), none);
+        optim_table = persistent("dynamic maps", Role::optimizer_state, cfg.optim.table_bytes(), none, states);
       if (optim_table != none) tensors[optim_table].node = 0;  // shared by the model
     }
     params.push_back(p);
@@ -917,7 +931,8 @@ class Builder {
       use(Ref{op.grads[q], none}, e);
     }
     if (op.scratch_bwd > 0) scratch("scratch", op.scratch_bwd, e);
-    reduce_grads(i);
+    const int reduced = reduce_grads(i);
+    stream_grads(i, reduced != none ? reduced : e);
     // leaving segments that start at this op
     for (int k = static_cast<int>(active_seg_.size()) - 1; k >= 0; --k) {
       if (segments[active_seg_[k]].first_op == i) {
@@ -1011,9 +1026,9 @@ class Builder {
   // an all-reduce in place (ZeRO 0 and 1), or a reduce-scatter of the bucket
   // into this rank's gradient shard (ZeRO 2 and 3). in[q] / out[q]: the
   // bucket / shard of parameter q; dim[2q], dim[2q+1]: its elements and
-  // shard elements.
-  constexpr void reduce_grads(int i) {
-    if (cfg.dp <= 1) return;
+  // shard elements. Returns the collective's event, or none.
+  constexpr int reduce_grads(int i) {
+    if (cfg.dp <= 1) return none;
     const Op op = ops[i];
     Op c{};
     c.kind = cfg.sharded(2) ? collective::reduce_scatter_grads : collective::all_reduce_grads;
@@ -1030,7 +1045,7 @@ class Builder {
       c.in[q] = Ref{params[p].grad, none};
       if (params[p].grad_shard != none) c.out[q] = Ref{params[p].grad_shard, none};
     }
-    if (!any) return;
+    if (!any) return none;
     const int e = push_collective(c);
     for (int q = 0; q < max_weights; ++q) {
       if (c.in[q].valid()) use(bindings[e].in[q] = c.in[q], e);
@@ -1039,6 +1054,23 @@ class Builder {
       // accumulated over micro-batches: the shard lives the whole step
       if (cfg.accumulate > 1) use(c.out[q], e);
       else born(c.out[q], e);
+    }
+    return e;
+  }
+
+  // OffloadOptimizer: the gradients op i completes (its parameters' first
+  // user in forward order) are copied to the offload tier at the last event
+  // that writes them (this backward, or the collective after it), where the
+  // device's buffer dies; with Accumulate<K> each micro-batch's is added to
+  // the offload tier's, which lives the whole step.
+  constexpr void stream_grads(int i, int e) {
+    if (!cfg.offload_optimizer) return;
+    for (int q = 0; q < max_weights; ++q) {
+      const int p = ops[i].param[q];
+      if (p == none || first_user_[p] != i || params[p].host_grad == none) continue;
+      use(Ref{params[p].grad_shard != none ? params[p].grad_shard : params[p].grad, none}, e);
+      if (cfg.accumulate > 1) use(Ref{params[p].host_grad, none}, e);
+      else born(Ref{params[p].host_grad, none}, e);
     }
   }
 

@@ -544,7 +544,7 @@ constexpr Expanded expand_graph(const graph::Builder& b) {
     const auto& pr = b.params[p];
     const int inst = pr.group == graph::none ? 1 : b.groups[pr.group].count;
     x.params.push_back(ParamInfo{pr.name, pr.node, pr.rows, pr.cols, inst, pr.trainable, pr.quant});
-    for (int t : {pr.weight, pr.scales, pr.master, pr.grad, pr.state, pr.grad_shard})
+    for (int t : {pr.weight, pr.scales, pr.master, pr.grad, pr.state, pr.grad_shard, pr.host_grad})
       if (t != graph::none) param_of[t] = p;
   }
 

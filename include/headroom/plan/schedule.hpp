@@ -39,7 +39,8 @@ struct Slot {
   constexpr std::int64_t extent() const { return stride > 0 ? stride * copies : bytes; }
 };
 
-// One instance of one parameter, and where its buffers live (device tier).
+// One instance of one parameter, and where its buffers live (device tier;
+// with OffloadOptimizer master, state and host_grad in the offload tier).
 struct ParamSlot {
   std::string_view name;  // "weight", "lora_A", ...
   int param = -1;         // index into plan.params / graph params
@@ -54,6 +55,9 @@ struct ParamSlot {
   // then the bucket backward fills).
   std::int64_t shard = 0;
   std::int64_t grad_shard = -1;
+  // OffloadOptimizer: the gradient's copy in the offload tier, which the
+  // update reads; master and state are then offsets in that tier too.
+  std::int64_t host_grad = -1;
   // Tensor parallelism: the block of the whole this rank holds (rows, cols are the block's).
   TensorSplit split{};
   // Pipeline parallelism: also held by the first or the last stage, whose
@@ -97,8 +101,17 @@ struct Step {
   // not touch meanwhile (a gradient bucket's bytes are reused once reduced).
   Slot param_grad[graph::max_weights]{};
   bool grad_first[graph::max_weights] = {false, false}; // this event writes that parameter's gradient first
+  // OffloadOptimizer with Accumulate<K>: before this event, the first to
+  // write that parameter's device gradient in a micro-batch, the engine
+  // fills it with the offload tier's sum so far (zeros in the first
+  // micro-batch), and the event adds to it (grad_first is false): the sum
+  // is formed in the same order as on the device alone.
+  bool grad_load[graph::max_weights] = {false, false};
   int copy_begin = 0, copy_end = 0;    // offload / prefetch: its CopySteps
-  int update_begin = 0, update_end = 0;  // UpdateInBackward: parameters whose gradients are complete after this step
+  // UpdateInBackward: parameters whose gradients are complete after this
+  // step; OffloadOptimizer: whose gradients this step's end copies to the
+  // offload tier (sched.updates[update_begin, update_end))
+  int update_begin = 0, update_end = 0;
   // Fusion: an op whose output the next step reads right away, where that
   // step's op declares it can run in this op's epilogue (graph::Op::
   // epilogue_of), computes it there (fuse_next); the next step's own kernel
@@ -243,6 +256,7 @@ constexpr auto schedule() {
         ps.grad = index.slot_of_tensor(pr.grad, j, -1).offset;
         ps.state = index.slot_of_tensor(pr.state, j, -1).offset;
         ps.grad_shard = index.slot_of_tensor(pr.grad_shard, j, -1).offset;
+        ps.host_grad = index.slot_of_tensor(pr.host_grad, j, -1).offset;
         ps.shard = b.cfg.dp > 1 ? b.cfg.shard(pr.elements()) : pr.elements();
         ps.split = pr.split;
         ps.stage_shared = pr.stage_shared;
@@ -284,6 +298,10 @@ constexpr auto schedule() {
               ev.kind != EventKind::collective) {
             st.param_grad[q] = index.slot_of_tensor(pr.grad, inst, g);
             st.grad_first[q] = st.param_grad[q].first;
+            if (b.cfg.offload_optimizer && b.cfg.accumulate > 1 && st.grad_first[q]) {
+              st.grad_first[q] = false;
+              st.grad_load[q] = true;
+            }
           }
         }
       }
@@ -370,8 +388,9 @@ constexpr auto schedule() {
   s.optim_table = index.slot_of_tensor(b.optim_table, 0, -1).offset;
 
   // UpdateInBackward: each parameter's update runs right after the step
-  // where its gradient buffer is last used
-  if (b.cfg.update_in_backward) {
+  // where its gradient buffer is last used; OffloadOptimizer: there the
+  // gradient goes to the offload tier
+  if (b.cfg.update_in_backward || b.cfg.offload_optimizer) {
     int at = 0;
     for (int g = 0; g < static_cast<int>(s.steps.size()); ++g) {
       s.steps[g].update_begin = at;
@@ -400,7 +419,8 @@ struct Fnv {
   constexpr void mix_config(const RunConfig& c) {
     for (std::int64_t v : {c.batch, c.seq, std::int64_t(c.dtype), std::int64_t(c.optim.kind), std::int64_t(c.accumulate),
                            std::int64_t(c.update_in_backward), std::int64_t(c.workers), c.loss_chunk, std::int64_t(c.engine),
-                           std::int64_t(c.dp), std::int64_t(c.zero), std::int64_t(c.tp), std::int64_t(c.pp), std::int64_t(c.stage)})
+                           std::int64_t(c.dp), std::int64_t(c.zero), std::int64_t(c.tp), std::int64_t(c.pp), std::int64_t(c.stage),
+                           std::int64_t(c.offload_optimizer)})
       mix(v);
   }
 };
@@ -450,7 +470,8 @@ constexpr std::uint64_t fingerprint(const S& s) {
   }
   for (const ParamSlot& p : s.params) {
     text(p.name);
-    for (std::int64_t v : {p.rows, p.cols, p.weight, p.scales, p.master, p.grad, p.state, p.grad_shard, p.shard}) mix(v);
+    for (std::int64_t v : {p.rows, p.cols, p.weight, p.scales, p.master, p.grad, p.state, p.grad_shard, p.shard, p.host_grad})
+      mix(v);
   }
   for (std::int64_t v : s.peak) mix(v);
   return f.h;

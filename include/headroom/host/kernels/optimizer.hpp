@@ -74,10 +74,10 @@ inline std::int64_t adamw_avx2(float* p, const float* g, float* m, float* v, std
 }
 }  // namespace detail
 
+// m, v: the moments of these n elements (AdamW's state is [m x n][v x n]
+// of the whole parameter; a range of it passes m + i, v + i).
 template <class T>
-void adamw_pass(T* p, const T* g, float* state, std::int64_t n, const math::AdamWStep<T>& s, T grad_scale, int workers) {
-  float* m = state;
-  float* v = state + n;
+void adamw_pass(T* p, const T* g, float* m, float* v, std::int64_t n, const math::AdamWStep<T>& s, T grad_scale, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(n, c, w);
     std::int64_t begin = r.begin;
@@ -91,17 +91,34 @@ void adamw_pass(T* p, const T* g, float* state, std::int64_t n, const math::Adam
   });
 }
 
+template <class T>
+void adamw_pass(T* p, const T* g, float* state, std::int64_t n, const math::AdamWStep<T>& s, T grad_scale, int workers) {
+  adamw_pass(p, g, state, state + n, n, s, grad_scale, workers);
+}
+
 inline std::int64_t adam8bit_blocks(std::int64_t n) { return (n + math::adam8bit_block - 1) / math::adam8bit_block; }
 
+// AdamW8bit's state of an n-element parameter, seen from element `from`
+// (a multiple of the 256-element block): its blocks' absmaxes and its codes.
+struct Adam8bitState {
+  float* m_absmax;
+  float* v_absmax;
+  std::uint8_t* m_codes;
+  std::uint8_t* v_codes;
+  static Adam8bitState of(std::uint8_t* state, std::int64_t n, std::int64_t from = 0) {
+    const std::int64_t blocks = adam8bit_blocks(n), b = from / math::adam8bit_block;
+    float* m_absmax = reinterpret_cast<float*>(state);
+    float* v_absmax = m_absmax + blocks;
+    std::uint8_t* m_codes = reinterpret_cast<std::uint8_t*>(v_absmax + blocks);
+    return Adam8bitState{m_absmax + b, v_absmax + b, m_codes + from, m_codes + n + from};
+  }
+};
+
+// n elements from a block boundary, their state as Adam8bitState::of gives it.
 template <class T>
-void adamw8bit_pass(T* p, const T* g, std::uint8_t* state, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
+void adamw8bit_pass(T* p, const T* g, Adam8bitState st, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
                     T grad_scale, int workers) {
-  const std::int64_t blocks = adam8bit_blocks(n);
-  float* m_absmax = reinterpret_cast<float*>(state);
-  float* v_absmax = m_absmax + blocks;
-  std::uint8_t* m_codes = reinterpret_cast<std::uint8_t*>(v_absmax + blocks);
-  std::uint8_t* v_codes = m_codes + n;
-  parallel_for(blocks, workers, [&](std::int64_t b, int) {
+  parallel_for(adam8bit_blocks(n), workers, [&](std::int64_t b, int) {
     const std::int64_t start = b * math::adam8bit_block;
     const int len = static_cast<int>(start + math::adam8bit_block < n ? math::adam8bit_block : n - start);
     float pf[math::adam8bit_block], gf[math::adam8bit_block];
@@ -109,9 +126,17 @@ void adamw8bit_pass(T* p, const T* g, std::uint8_t* state, std::int64_t n, const
       pf[i] = static_cast<float>(p[start + i]);
       gf[i] = static_cast<float>(g[start + i] * grad_scale);
     }
-    math::adamw8bit_update_block(pf, gf, len, m_codes + start, v_codes + start, m_absmax + b, v_absmax + b, maps, maps + 256, s);
+    math::adamw8bit_update_block(pf, gf, len, st.m_codes + start, st.v_codes + start, st.m_absmax + b, st.v_absmax + b, maps,
+                                 maps + 256, s);
     for (int i = 0; i < len; ++i) p[start + i] = static_cast<T>(pf[i]);
   });
+}
+
+// The whole parameter: its state as one buffer (the layout above).
+template <class T>
+void adamw8bit_pass(T* p, const T* g, std::uint8_t* state, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
+                    T grad_scale, int workers) {
+  adamw8bit_pass(p, g, Adam8bitState::of(state, n), n, maps, s, grad_scale, workers);
 }
 
 template <class T>
