@@ -28,6 +28,8 @@
 // update checks its own gradient first; from the first that fails no update
 // runs, and the error comes when the backward has finished.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -208,6 +210,9 @@ class Trainer {
     if (config.accumulate > 1) zero_grads();
     checked_ = GradientCheck{};
     updating_ = true;
+    traffic_ = TierTraffic{};
+    traced_ = 0;
+    step_began_ = std::chrono::steady_clock::now();
     struct Done {  // on every way out of the step
       Trainer& t;
       ~Done() {
@@ -336,6 +341,24 @@ class Trainer {
     const std::int64_t begin = rank() * p.shard;
     return Shard{begin, std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard)};
   }
+  // OffloadOptimizer: bytes copied between the tiers in the last step
+  // (gradients to the offload tier, and with Accumulate<K> their sums back).
+  struct TierTraffic {
+    std::int64_t to_offload = 0, to_device = 0;
+  };
+  TierTraffic tier_traffic() const { return traffic_; }
+  // A step's timeline, for tools that draw it (bench/offload.cpp): when
+  // given a buffer, each step records the compute thread's schedule steps
+  // and the update thread's work into it, as spans of seconds since the
+  // step began, until the buffer is full. The buffer is the caller's: a
+  // traced step allocates nothing.
+  struct Span {
+    enum Kind : std::uint8_t { step, update_in_flight, update_after } kind = step;
+    int index = -1;  // the schedule step, or the parameter (sched.params)
+    double begin = 0, end = 0;
+  };
+  void trace_into(std::span<Span> spans) { trace_ = spans; }
+  std::size_t traced() const { return std::min(traced_.load(), trace_.size()); }
   int steps_done() const { return step_; }
   void set_steps_done(int s) { step_ = s; }
   int threads() const { return workers_; }
@@ -541,6 +564,7 @@ class Trainer {
       join_before(g);
       issue_hoisted(g);
       if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
+      const double began = trace_.empty() ? 0 : since_step_began();
       if (st.kind == EventKind::loss) {
         loss = mean_over_ranks(loss_step(st, true) / tokens_per_micro_batch);
         if (!std::isfinite(loss)) {
@@ -560,6 +584,7 @@ class Trainer {
         if (st.update_end > st.update_begin) join_all();
         stream_gradients(st, step_no);
       }
+      record(Span::step, g, began);
     }
     join_all();
     return loss;
@@ -857,6 +882,16 @@ class Trainer {
   std::unique_ptr<LaneWorker<UpdateTask>> updater_ =
       config.offload_optimizer ? std::make_unique<LaneWorker<UpdateTask>>() : nullptr;
   std::array<double, param_count> squares_{};  // per parameter: its gradient's squares, summed in schedule order
+  TierTraffic traffic_{};
+  std::span<Span> trace_{};
+  std::atomic<std::size_t> traced_{0};
+  std::chrono::steady_clock::time_point step_began_{};
+  double since_step_began() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count(); }
+  void record(typename Span::Kind kind, int index, double begin) {
+    if (trace_.empty()) return;
+    const std::size_t at = traced_.fetch_add(1);
+    if (at < trace_.size()) trace_[at] = Span{kind, index, begin, since_step_began()};
+  }
 
   // Accumulate<K>: the device gradient a step writes first in the
   // micro-batch starts from the offload tier's sum (Step::grad_load).
@@ -865,8 +900,12 @@ class Trainer {
       if (!st.grad_load[q]) continue;
       const ParamSlot& p = sched.params[st.param[q]];
       const auto bytes = static_cast<std::size_t>(p.elements()) * sizeof(T);
-      if (micro_ == 0) std::memset(device_.at<std::byte>(p.grad), 0, bytes);
-      else std::memcpy(device_.at<std::byte>(p.grad), offload_.at<std::byte>(p.host_grad), bytes);
+      if (micro_ == 0) {
+        std::memset(device_.at<std::byte>(p.grad), 0, bytes);
+      } else {
+        std::memcpy(device_.at<std::byte>(p.grad), offload_.at<std::byte>(p.host_grad), bytes);
+        traffic_.to_device += static_cast<std::int64_t>(bytes);
+      }
     }
   }
 
@@ -878,6 +917,7 @@ class Trainer {
       const T* from = device_.at<T>(p.grad);
       T* to = offload_.at<T>(p.host_grad);
       std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(T));  // the sum so far (Step::grad_load)
+      traffic_.to_offload += n * static_cast<std::int64_t>(sizeof(T));
       offload_.release(p.host_grad, n * static_cast<std::int64_t>(sizeof(T)));
       if (updating_ && micro_ == config.accumulate - 1) updater_->submit(&run_update_task, UpdateTask{this, k, step_no});
     }
@@ -885,6 +925,13 @@ class Trainer {
 
   // On the update thread: parameter k's gradient is in the offload tier.
   void gradient_offloaded(int k, int step_no) {
+    const double began = trace_.empty() ? 0 : since_step_began();
+    struct Record {
+      Trainer& t;
+      int k;
+      double began;
+      ~Record() { t.record(Span::update_in_flight, k, began); }
+    } rec{*this, k, began};
     const ParamSlot& p = sched.params[k];
     const double sq = squared_norm(update_grad(p), owned(p).count);
     squares_[static_cast<std::size_t>(k)] = sq;
@@ -915,8 +962,12 @@ class Trainer {
     if (!(sq <= max_squares)) stop_before_update(step_no, sq);
     T scale = T(1);
     if (norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable) update_offloaded(p, step_no, scale, workers_);
+    for (std::size_t k = 0; k < sched.params.size(); ++k) {
+      if (!sched.params[k].trainable) continue;
+      const double began = trace_.empty() ? 0 : since_step_began();
+      update_offloaded(sched.params[k], step_no, scale, workers_);
+      record(Span::update_after, static_cast<int>(k), began);
+    }
     return norm;
   }
 
