@@ -282,10 +282,16 @@ void print(std::ostream& os, const P& p) {
   if (c.accumulate > 1) os << ", accumulate " << c.accumulate << " (" << with_commas(c.tokens() * c.accumulate) << " tokens per step)";
   else os << ", accumulate 1";
   os << '\n';
-  os << "               dtype " << name_of(c.dtype) << (is_half(c.dtype) ? " (f32 master weights)" : "") << ", optimizer "
+  // f32 master weights: a 16-bit run's, or an offloaded optimizer's planned for the CUDA engine (graph.hpp make_param)
+  const bool master = is_half(c.dtype) || (c.offload_optimizer && c.cuda());
+  os << "               dtype " << name_of(c.dtype) << (master ? " (f32 master weights)" : "") << ", optimizer "
      << name_of(c.optim.kind) << " (" << c.optim.states << " state" << (c.optim.states == 1 ? "" : "s")
      << (c.optim.blockwise8 ? ", 8-bit block-wise" : (c.optim.states > 0 ? ", f32" : "")) << ")"
-     << (c.update_in_backward ? ", update in backward" : "") << ", loss chunk " << c.loss_chunk << ", workers "
+     << (c.update_in_backward ? ", update in backward" : "")
+     << (!c.offload_optimizer ? ""
+         : master ? ", optimizer offloaded (its state, the master weights and the gradients in the offload tier)"
+                  : ", optimizer offloaded (its state and the gradients in the offload tier)")
+     << ", loss chunk " << c.loss_chunk << ", workers "
      << c.workers << '\n';
   if (c.pp > 1)
     os << "  pipeline     stage " << c.stage << " of " << c.pp << " (1F1B; " << c.in_flight() << " of " << c.accumulate
