@@ -59,6 +59,7 @@ using GPT2Acc = Train<models::GPT2<models::GPT2Config{256, 128, 2, 4, 128}, Appl
                       Accumulate<2>, SGD<>, Workers<2>>;
 using UIB = Train<Tiny, Batch<2>, Seq<64>, UpdateInBackward, Workers<2>>;
 using OneWorker = Train<Tiny, Batch<2>, Seq<64>>;  // Workers<1>: every kernel on the calling thread
+using OffloadOpt = Train<Tiny, Batch<2>, Seq<64>, Accumulate<2>, Workers<2>, OffloadOptimizer>;
 
 template <class R>
 void no_allocation_in_steps(host::TrainOptions o = {}) {
@@ -92,6 +93,12 @@ TEST_CASE("a step allocates nothing: QLoRA, checkpointing, AdamW8bit", "[host][m
 TEST_CASE("a step allocates nothing: offloaded blocks (file-backed tier)", "[host][memory]") { no_allocation_in_steps<Offload>(); }
 TEST_CASE("a step allocates nothing: GPT-2 LoRA, Accumulate<2>, SGD", "[host][memory]") { no_allocation_in_steps<GPT2Acc>(); }
 TEST_CASE("a step allocates nothing: one worker", "[host][memory]") { no_allocation_in_steps<OneWorker>(); }
+TEST_CASE("a step allocates nothing: OffloadOptimizer, the update overlapping backward", "[host][memory]") {
+  no_allocation_in_steps<OffloadOpt>({.clip_norm = 0});
+}
+TEST_CASE("a step allocates nothing: OffloadOptimizer, clipped", "[host][memory]") {
+  no_allocation_in_steps<OffloadOpt>({.clip_norm = 1.0});
+}
 TEST_CASE("a step allocates nothing: UpdateInBackward", "[host][memory]") {
   no_allocation_in_steps<UIB>({.clip_norm = 0});
 }
@@ -143,5 +150,38 @@ TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the ti
   }
   std::filesystem::remove_all(dir);
   REQUIRE_THROWS_WITH(Tr({.offload_dir = "/nonexistent/headroom"}),
-                      Catch::Contains("cannot create the offload file in '/nonexistent/headroom'"));
+                      Catch::Contains("the offload folder '/nonexistent/headroom' does not exist"));
+}
+
+// OffloadOptimizer: the optimizer state and the gradients stay in the
+// file; the process holds the device tier, plus the constant above and the
+// update's ranges in flight (host::Trainer::update_chunk elements of
+// gradient and state, one range on the update thread and one on the
+// compute thread: 2 x 65,536 x (4 + 8) B = 1.5 MiB with AdamW). The offload
+// tier is larger than the allowance, so the check fails if it is resident.
+TEST_CASE("OffloadOptimizer: peak resident memory = the device plan + a constant; the tier stays in its file", "[host][memory]") {
+  using Run = Train<Tiny, Batch<8>, Seq<128>, Workers<2>, OffloadOptimizer>;
+  using Tr = host::Trainer<Run>;
+  constexpr std::int64_t allowance = (16ll << 20) + 2 * Tr::update_chunk * (4 + 8);
+  static_assert(Tr::plan.peak_bytes(Tier::offload) > allowance);
+  host::team(2, [](int, int) {});
+  for (const double clip : {0.0, 1.0}) {
+    host::reset_peak_resident();
+    const std::int64_t before = host::resident_bytes();
+    {
+      Tr t({.lr = 1e-3, .clip_norm = clip});
+      const auto tok = pattern(Tr::tokens_per_step, 256, 0), tgt = pattern(Tr::tokens_per_step, 256, 1);
+      for (int s = 0; s < 4; ++s) t.step(tok, tgt);
+    }
+    const std::int64_t peak = host::peak_resident_bytes();
+    const std::int64_t planned = Tr::plan.peak_bytes(Tier::device);
+    const std::int64_t overhead = peak - before - planned;
+    INFO("clip_norm " << clip << ": VmRSS before " << before << " B, VmHWM " << peak << " B, device plan " << planned
+                      << " B, offload plan " << Tr::plan.peak_bytes(Tier::offload) << " B, overhead " << overhead << " B");
+    CHECK(peak - before >= planned * 9 / 10);
+    CHECK(overhead <= allowance);
+    std::printf("VmHWM over a run of %s, OffloadOptimizer, clip_norm %g: device plan %lld B + %lld B overhead (offload tier %lld B)\n",
+                "tiny_llama B8 T128", clip, static_cast<long long>(planned), static_cast<long long>(overhead),
+                static_cast<long long>(Tr::plan.peak_bytes(Tier::offload)));
+  }
 }

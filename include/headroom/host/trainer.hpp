@@ -347,6 +347,12 @@ class Trainer {
     std::int64_t to_offload = 0, to_device = 0;
   };
   TierTraffic tier_traffic() const { return traffic_; }
+  // OffloadOptimizer: a parameter is updated in ranges of so many elements,
+  // each range's gradient and state pages released when it is done, so the
+  // process holds the device tier and about two ranges of the offload tier
+  // (one on the update thread, one on the compute thread: 2 x update_chunk x
+  // (e + optimizer state bytes per element)).
+  static constexpr std::int64_t update_chunk = std::int64_t{1} << 16;  // a multiple of AdamW8bit's block
   // A step's timeline, for tools that draw it (bench/offload.cpp): when
   // given a buffer, each step records the compute thread's schedule steps
   // and the update thread's work into it, as spans of seconds since the
@@ -869,10 +875,7 @@ class Trainer {
   // layers overlaps the backward of the earlier ones. With clipping the norm
   // needs every gradient first, so the update runs after the backward, on the
   // step's threads. Either way a parameter is updated in ranges of
-  // update_chunk elements, each range's gradient and state pages released
-  // when it is done: the process holds the device tier and about two ranges
-  // of the offload tier (2 x update_chunk x (e + state bytes per element)).
-  static constexpr std::int64_t update_chunk = std::int64_t{1} << 16;  // a multiple of AdamW8bit's block
+  // update_chunk elements (public, above).
   struct UpdateTask {
     Trainer* trainer = nullptr;
     int param = -1;
