@@ -166,6 +166,9 @@ class Trainer {
                 "cuBLASLt workspace and the CUDA kernels' scratch");
   static_assert(config.dtype == DType::F32 || config.dtype == DType::BF16 || config.dtype == DType::F16,
                 "cuda::Trainer<Run>: the CUDA engine runs Precision<F32>, <BF16> or <F16>");
+  static_assert(!config.offload_optimizer,
+                "cuda::Trainer<Run>: OffloadOptimizer is planned for the CUDA engine (plan<Run>() holds its pinned offload tier) "
+                "but runs on the host engine only so far; drop OffloadOptimizer to train on the GPU");
   using S = storage_t<config.dtype>;
   static constexpr bool half = is_half(config.dtype);
   static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;

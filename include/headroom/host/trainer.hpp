@@ -1041,7 +1041,8 @@ class Trainer {
     const GradientCheck& c = checked_;
     throw non_finite_gradient(
         step_no, path_of(sched.params[c.first]),
-        describe(c) + "; UpdateInBackward: the " + std::to_string(c.updated) +
+        describe(c) + (config.offload_optimizer ? "; OffloadOptimizer without clipping: the " : "; UpdateInBackward: the ") +
+            std::to_string(c.updated) +
             " parameters whose gradients were complete and checked before the first that failed in backward order (" +
             path_of(sched.params[c.first_in_backward]) + ") keep their update, the other " + std::to_string(c.skipped) +
             " were not updated; no non-finite gradient reached a weight or an optimizer state, and the step count stays " +
