@@ -41,6 +41,12 @@
 //                       (overlapping the backward of earlier layers when the
 //                       gradients are not clipped); the device keeps the
 //                       weights and only the gradients in flight
+//   OffloadParameters   ZeRO-Infinity's parameter offload (Rajbhandari et
+//                       al. 2021), with OffloadOptimizer: the parameters
+//                       too live in the offload tier; before each event
+//                       that reads them a fetch copies them into a device
+//                       buffer, planned from the compute event before (so
+//                       an engine may stream them one op ahead)
 #include <type_traits>
 
 #include "layers/layer.hpp"
@@ -84,6 +90,7 @@ struct LossChunk {
 struct UpdateInBackward {};
 struct OnCuda {};
 struct OffloadOptimizer {};
+struct OffloadParameters {};
 template <int N>
 struct DataParallel {
   static constexpr std::string_view kind = "DataParallel";
@@ -163,7 +170,8 @@ inline constexpr bool known_option =
     is_instance<O, Accumulate>::value || is_instance<O, Workers>::value || is_instance<O, LossChunk>::value ||
     is_instance<O, DataParallel>::value || is_instance<O, ZeRO>::value || is_instance<O, TensorParallel>::value ||
     is_instance<O, PipelineParallel>::value || is_instance<O, PipelineStage>::value || std::is_same_v<O, UpdateInBackward> ||
-    std::is_same_v<O, OnCuda> || std::is_same_v<O, OffloadOptimizer> || Optimizer<O>;
+    std::is_same_v<O, OnCuda> || std::is_same_v<O, OffloadOptimizer> ||
+    std::is_same_v<O, OffloadParameters> || Optimizer<O>;
 }  // namespace detail
 
 template <class M, class... Options>
@@ -171,8 +179,8 @@ struct Train {
   static_assert(Layer<M>, "Train<Model, ...>: Model must satisfy the Layer concept (see layers/layer.hpp)");
   static_assert((detail::known_option<Options> && ...),
                 "Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, "
-                "UpdateInBackward, OnCuda, OffloadOptimizer, DataParallel, ZeRO, TensorParallel, PipelineParallel or an "
-                "optimizer");
+                "UpdateInBackward, OnCuda, OffloadOptimizer, OffloadParameters, DataParallel, ZeRO, TensorParallel, "
+                "PipelineParallel or an optimizer");
   static_assert(detail::option_count<Seq, Options...> == 1, "Train<Model, ...>: give the sequence length exactly once, as Seq<T>");
   static_assert(detail::option_count<Batch, Options...> <= 1 && detail::option_count<Precision, Options...> <= 1 &&
                     detail::option_count<Accumulate, Options...> <= 1 && detail::option_count<DataParallel, Options...> <= 1 &&
@@ -192,6 +200,7 @@ struct Train {
   static constexpr bool update_in_backward = (std::is_same_v<Options, UpdateInBackward> || ...);
   static constexpr Engine engine = (std::is_same_v<Options, OnCuda> || ...) ? Engine::cuda : Engine::host;
   static constexpr bool offload_optimizer = (std::is_same_v<Options, OffloadOptimizer> || ...);
+  static constexpr bool offload_params = (std::is_same_v<Options, OffloadParameters> || ...);
   static constexpr int data_parallel = detail::option_value<DataParallel, 1, Options...>();
   static constexpr int zero = detail::option_value<ZeRO, 0, Options...>();
   static constexpr int tensor_parallel = detail::option_value<TensorParallel, 1, Options...>();
@@ -253,6 +262,9 @@ struct Train {
                    "Train<Model, OffloadOptimizer>: the offloaded update runs on one process for now, but this run has {} "
                    "processes (PipelineParallel x DataParallel x TensorParallel); drop OffloadOptimizer or the parallel layout",
                    pipeline_parallel * data_parallel * tensor_parallel);
+  HEADROOM_REQUIRE(!offload_params || offload_optimizer,
+                   "Train<Model, OffloadParameters>: the parameters in the offload tier are updated there by the host, which "
+                   "needs the optimizer there too; add OffloadOptimizer");
   HEADROOM_REQUIRE(detail::fits_context<M>(seq), "Train<Model, Seq<T>>: T ({}) exceeds the context length of the model ({})",
                    seq, detail::context_length<M>());
 
@@ -265,6 +277,7 @@ struct Train {
     c.accumulate = accumulate;
     c.update_in_backward = update_in_backward;
     c.offload_optimizer = offload_optimizer;
+    c.offload_params = offload_params;
     c.workers = workers;
     c.loss_chunk = loss_chunk;
     c.engine = engine;

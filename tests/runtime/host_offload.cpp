@@ -72,11 +72,20 @@ void check_same_model(const A& a, const B& b) {
   }
 }
 
-// 20 steps of the run on the device and with OffloadOptimizer, same seed and batches.
+// 20 steps of the run on the device and with OffloadOptimizer (and
+// `Also`: OffloadParameters), same seed and batches.
+template <class Also, class Model, class... Options>
+struct offloaded {
+  using type = Train<Model, Options..., OffloadOptimizer, Also>;
+};
 template <class Model, class... Options>
+struct offloaded<void, Model, Options...> {
+  using type = Train<Model, Options..., OffloadOptimizer>;
+};
+template <class Model, class Also, class... Options>
 void same_as_on_device(double clip) {
   using A = host::Trainer<Train<Model, Options...>>;
-  using B = host::Trainer<Train<Model, Options..., OffloadOptimizer>>;
+  using B = host::Trainer<typename offloaded<Also, Model, Options...>::type>;
   static_assert(B::config.offload_optimizer && !A::config.offload_optimizer);
   // the model states really moved: no optimizer state on B's device tier, its gradients in the offload tier
   static_assert(B::plan.bytes(Role::optimizer_state, Tier::device) == 0 && B::plan.bytes(Role::optimizer_state, Tier::offload) > 0);
@@ -97,7 +106,18 @@ void same_as_on_device(double clip) {
     for (std::size_t k = 0; k < B::param_count; ++k)
       if (B::param(k).trainable) grads += B::param(k).elements() * static_cast<std::int64_t>(sizeof(float));
     CHECK(b.tier_traffic().to_offload == grads * B::config.accumulate);
-    CHECK(b.tier_traffic().to_device == grads * (B::config.accumulate - 1));
+    if constexpr (!B::config.offload_params) {
+      CHECK(b.tier_traffic().to_device == grads * (B::config.accumulate - 1));
+    } else {
+      // and every parameter came to the device at least once per micro-batch, for its forward
+      std::int64_t stored = 0;
+      for (std::size_t k = 0; k < B::param_count; ++k) {
+        const ParamSlot& p = B::param(k);
+        stored += p.quant.kind == QuantKind::none ? p.elements() * static_cast<std::int64_t>(sizeof(float))
+                                                  : p.quant.code_bytes(p.elements()) + p.quant.scale_bytes(p.elements());
+      }
+      CHECK(b.tier_traffic().to_device >= grads * (B::config.accumulate - 1) + stored * B::config.accumulate);
+    }
   }
   check_same_model(a, b);
 }
@@ -107,23 +127,39 @@ TEST_CASE("OffloadOptimizer trains bit-identically to the device: AdamW, full fi
   // 0: each update overlaps the backward; 0.05: every step clipped, so an
   // update begun before the norm was complete (with a scale of 1) would differ
   const double clip = GENERATE(0.0, 1.0, 0.05);
-  same_as_on_device<Llama, Batch<4>, Seq<32>, Workers<2>>(clip);
+  same_as_on_device<Llama, void, Batch<4>, Seq<32>, Workers<2>>(clip);
 }
 
 TEST_CASE("OffloadOptimizer trains bit-identically to the device: AdamW8bit, QLoRA, checkpointing, Accumulate<2>",
           "[host][offload]") {
   const double clip = GENERATE(0.0, 0.5);
-  same_as_on_device<QLoRAModel, Batch<2>, Seq<32>, Accumulate<2>, AdamW8bit, Workers<2>>(clip);
+  same_as_on_device<QLoRAModel, void, Batch<2>, Seq<32>, Accumulate<2>, AdamW8bit, Workers<2>>(clip);
 }
 
 TEST_CASE("OffloadOptimizer trains bit-identically to the device: SGD, LoRA, checkpointing, Accumulate<3>", "[host][offload]") {
   const double clip = GENERATE(0.0, 0.5);
-  same_as_on_device<LoRAModel, Batch<2>, Seq<32>, Accumulate<3>, SGD<>>(clip);
+  same_as_on_device<LoRAModel, void, Batch<2>, Seq<32>, Accumulate<3>, SGD<>>(clip);
 }
 
 TEST_CASE("OffloadOptimizer trains bit-identically to the device: GPT-2, tied LM head, AdamW8bit", "[host][offload]") {
   const double clip = GENERATE(0.0, 1.0);
-  same_as_on_device<GPT2, Batch<2>, Seq<32>, AdamW8bit, Workers<2>>(clip);
+  same_as_on_device<GPT2, void, Batch<2>, Seq<32>, AdamW8bit, Workers<2>>(clip);
+}
+
+TEST_CASE("OffloadParameters trains bit-identically to the device: AdamW, full fine-tuning", "[host][offload]") {
+  // the parameters too live in the file; each event reads its fetched copy
+  using B = host::Trainer<Train<Llama, Batch<4>, Seq<32>, Workers<2>, OffloadOptimizer, OffloadParameters>>;
+  static_assert(B::plan.bytes(Role::weights, Tier::offload) > 0);
+  const double clip = GENERATE(0.0, 0.05);
+  same_as_on_device<Llama, OffloadParameters, Batch<4>, Seq<32>, Workers<2>>(clip);
+}
+
+TEST_CASE("OffloadParameters trains bit-identically to the device: AdamW8bit, QLoRA (NF4 codes fetched), checkpointing, "
+          "Accumulate<2>; GPT-2's tied head",
+          "[host][offload]") {
+  const double clip = GENERATE(0.0, 0.5);
+  same_as_on_device<QLoRAModel, OffloadParameters, Batch<2>, Seq<32>, Accumulate<2>, AdamW8bit, Workers<2>>(clip);
+  same_as_on_device<GPT2, OffloadParameters, Batch<2>, Seq<32>, SGD<>>(clip);
 }
 
 TEST_CASE("OffloadOptimizer with clipping: the norm is complete before any update", "[host][offload][non_finite]") {

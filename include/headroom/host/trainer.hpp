@@ -197,6 +197,12 @@ class Trainer {
     }
     fill_tables();
     initialize(o.seed);
+    if constexpr (config.offload_params)  // the parameters written to the file need not stay in RAM
+      for (const ParamSlot& p : sched.params) {
+        offload_.release(p.weight, p.quant.kind == QuantKind::none ? p.elements() * static_cast<std::int64_t>(sizeof(T))
+                                                                   : p.quant.code_bytes(p.elements()));
+        if (p.scales >= 0) offload_.release(p.scales, p.quant.scale_bytes(p.elements()));
+      }
   }
 
  public:
@@ -342,7 +348,8 @@ class Trainer {
     return Shard{begin, std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard)};
   }
   // OffloadOptimizer: bytes copied between the tiers in the last step
-  // (gradients to the offload tier, and with Accumulate<K> their sums back).
+  // (gradients to the offload tier, and with Accumulate<K> their sums back;
+  // with OffloadParameters the parameters fetched to the device too).
   struct TierTraffic {
     std::int64_t to_offload = 0, to_device = 0;
   };
@@ -378,7 +385,13 @@ class Trainer {
 
   static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
   // A dense parameter's values (row-major rows x cols), or null for a quantized one.
-  T* weight(const ParamSlot& p) const { return p.quant.kind == QuantKind::none ? device_.at<T>(p.weight) : nullptr; }
+  // Where the parameters are stored: the offload tier with OffloadParameters
+  // (each event that reads them reads its fetched device copy), else the device tier.
+  static constexpr Tier params_tier = config.offload_params ? Tier::offload : Tier::device;
+  const Arena& params_arena() const { return arena(params_tier); }
+  T* weight(const ParamSlot& p) const {
+    return p.quant.kind == QuantKind::none ? params_arena().template at<T>(p.weight) : nullptr;
+  }
   // The gradient as the update reads it: with OffloadOptimizer its copy in
   // the offload tier (the device's lives only until that copy).
   T* grad(const ParamSlot& p) const {
@@ -393,7 +406,7 @@ class Trainer {
   // The model's shared code tables (NF4 values, the dynamic map), or null.
   float* quant_table() const { return sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr; }
   QuantView quant(const ParamSlot& p) const {
-    return QuantView{p.quant, device_.at<std::uint8_t>(p.weight), device_.at<std::uint8_t>(p.scales),
+    return QuantView{p.quant, params_arena().template at<std::uint8_t>(p.weight), params_arena().template at<std::uint8_t>(p.scales),
                      sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
   }
   // The parameter's dotted path in the model: "layers.3.self_attn.q_proj.lora_A".
@@ -679,10 +692,17 @@ class Trainer {
         break;
       case EventKind::update: break;  // run by step() after the micro-batches
       case EventKind::collective: forward(st); break;
+      case EventKind::fetch:  // OffloadParameters: the next event's parameters
+        for (int c = st.copy_begin; c < st.copy_end; ++c) {
+          const CopyStep& cp = sched.copies[c];
+          std::memcpy(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
+          offload_.release(cp.from, cp.bytes);
+          traffic_.to_device += cp.bytes;
+        }
+        break;
     }
   }
 
-  T* param_weight(int k) const { return k >= 0 ? device_.at<T>(sched.params[k].weight) : nullptr; }
   T* param_grad(int k) const {
     return k >= 0 && sched.params[k].trainable && sched.params[k].grad >= 0 ? device_.at<T>(sched.params[k].grad) : nullptr;
   }
@@ -988,6 +1008,7 @@ class Trainer {
   void release_offloaded(const ParamSlot& p, std::int64_t from, std::int64_t n) const {
     const std::int64_t e = sizeof(T), count = owned(p).count;
     offload_.release(p.host_grad + (owned(p).grad_at + from) * e, n * e);
+    if constexpr (config.offload_params) offload_.release(p.weight + (owned(p).weight_at + from) * e, n * e);
     if (p.state < 0) return;
     using O = typename R::optimizer;
     if constexpr (O::desc.kind == OptimKind::adamw8bit) {
@@ -1061,7 +1082,7 @@ class Trainer {
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, T grad_scale, int workers) const {
     using O = typename R::optimizer;
     const Owned own = owned(p);
-    T* w = device_.at<T>(p.weight) + own.weight_at + from;
+    T* w = params_arena().template at<T>(p.weight) + own.weight_at + from;
     const T* g = update_grad(p) + from;
     const Arena& a = states_arena();
     const double lr = lr_at(step_no);
@@ -1104,7 +1125,7 @@ class Trainer {
       const std::int64_t begin = config.sharded(3) ? rank() * p.shard : 0;
       const std::int64_t count = config.sharded(3) ? std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard) : p.elements();
       if (p.quant.kind == QuantKind::none) {
-        T* w = device_.at<T>(p.weight);
+        T* w = weight(p);
         for (std::int64_t i = 0; i < count; ++i) w[i] = static_cast<T>(value(begin + i));
       } else {
         std::vector<float> dense(static_cast<std::size_t>(p.elements()));

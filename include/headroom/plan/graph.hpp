@@ -69,6 +69,9 @@ struct RunConfig {
   // ZeRO-Offload (OffloadOptimizer): optimizer state, master weights and
   // gradients in the offload tier, updated by the host
   bool offload_optimizer = false;
+  // ZeRO-Infinity's parameter offload (OffloadParameters): the parameters
+  // too, fetched into device buffers for each event that reads them
+  bool offload_params = false;
   int workers = 1;                // threads / CTAs that own a private scratch tile
   std::int64_t loss_chunk = 256;  // tokens per LM-head + cross-entropy chunk
   std::int64_t alignment = 256;   // every buffer starts on this boundary
@@ -646,10 +649,11 @@ class Builder {
     // elements) of what its stage shards; the full tensors a collective
     // fills are padded to dp shards.
     const std::int64_t shard = cfg.shard(n), padded = shard * cfg.dp;
+    const Tier stored_in = cfg.offload_params ? Tier::offload : Tier::device;
     if (q.kind != QuantKind::none) {
       const std::int64_t codes = q.code_bytes(n), scales = q.scale_bytes(n);
-      p.weight = persistent(name, Role::weights, cfg.sharded(3) ? cfg.shard_bytes(codes) : codes, p.group);
-      p.scales = persistent("absmax", Role::quant_scales, cfg.sharded(3) ? cfg.shard_bytes(scales) : scales, p.group);
+      p.weight = persistent(name, Role::weights, cfg.sharded(3) ? cfg.shard_bytes(codes) : codes, p.group, stored_in);
+      p.scales = persistent("absmax", Role::quant_scales, cfg.sharded(3) ? cfg.shard_bytes(scales) : scales, p.group, stored_in);
       if (q.table_bytes() > 0 && quant_table == none)
         quant_table = persistent("code tables", Role::quant_scales, q.table_bytes(), none);
       // the table grows to the largest format's (NF4 and NF4DQ in one model: with the dynamic map)
@@ -658,7 +662,7 @@ class Builder {
     } else {
       // ZeRO 3: the shard; ZeRO 1 and 2: the whole, padded for the all-gather after the update
       const std::int64_t stored = cfg.sharded(3) ? shard : trainable && cfg.sharded(1) ? padded : n;
-      p.weight = persistent(name, Role::weights, stored * cfg.act_bytes(), p.group);
+      p.weight = persistent(name, Role::weights, stored * cfg.act_bytes(), p.group, stored_in);
     }
     if (trainable) {
       const std::int64_t owned = cfg.sharded(1) ? shard : n;  // the elements this rank updates
@@ -965,6 +969,7 @@ class Builder {
   // may then issue the gather before that event and overlap it (a prefetch
   // one op ahead). Returns the collective's event, or none.
   constexpr int gather_params(const Op& op) {
+    if (cfg.offload_params) return fetch_params(op);
     if (!cfg.sharded(3) || (op.param[0] == none && op.param[1] == none)) return none;
     int ahead = static_cast<int>(events.size()) - 1;  // the compute event before, skipping collectives
     while (ahead >= 0 && events[ahead].kind == EventKind::collective) --ahead;
@@ -1009,15 +1014,57 @@ class Builder {
     grow(t);
     return t;
   }
-  // Event e reads the parameters collective event `gather` gathered.
+  // Event e reads the parameters event `gather` gathered (a collective) or
+  // fetched (from the offload tier): its out[q], and out[2] the scales of a
+  // quantized parameter 0.
   constexpr void read_gathered(int gather, int e) {
     if (gather == none) return;
-    const Op& g = collectives[events[gather].collective];
+    const Binding g = bindings[gather];
     for (int q = 0; q < max_weights; ++q) {
       if (!g.out[q].valid()) continue;
       use(bindings[e].weight[q] = g.out[q], e);
       if (q == 0 && g.out[2].valid()) use(bindings[e].scales[0] = g.out[2], e);
     }
+  }
+
+  // OffloadParameters: before an event of op `op` that reads parameters, a
+  // fetch event copies them (values or codes, and scales) from the offload
+  // tier into device buffers (role weights) that live until that event:
+  // in[q] / out[q] the parameter q's stored tensor and its device copy,
+  // in[2] / out[2] the scales of a quantized parameter 0. As ZeRO 3's
+  // gathers, the copies are born one compute event earlier where that event
+  // is of the same group, so an engine may stream them one op ahead.
+  // Returns the fetch's event, or none.
+  constexpr int fetch_params(const Op& op) {
+    if (op.param[0] == none && op.param[1] == none) return none;
+    int ahead = static_cast<int>(events.size()) - 1;  // the compute event before, skipping fetches
+    while (ahead >= 0 && (events[ahead].kind == EventKind::fetch || events[ahead].kind == EventKind::collective)) --ahead;
+    if (ahead < 0 || events[ahead].group != op.group || events[ahead].op == none) ahead = none;
+    const int e = push_event(EventKind::fetch, op.node, op.group);
+    Binding& bd = bindings[e];
+    auto fetch = [&](int slot, int stored, int node) {
+      const int t = new_tensor("fetched", Role::weights, tensors[stored].bytes, op.group);
+      tensors[t].node = node;
+      grow(t);
+      use(bd.in[slot] = Ref{stored, none}, e);
+      bd.out[slot] = Ref{t, none};
+      if (ahead != none) {
+        born(bd.out[slot], ahead);
+        use(bd.out[slot], e);
+      } else {
+        born(bd.out[slot], e);
+      }
+    };
+    for (int q = 0; q < max_weights; ++q) {
+      const int p = op.param[q];
+      if (p == none) continue;
+      const Param pr = params[p];
+      if (pr.quant.kind != QuantKind::none && q > 0)
+        throw "OffloadParameters: an op may read one quantized parameter, as its first (Weight<0>)";
+      fetch(q, pr.weight, pr.node);
+      if (pr.quant.kind != QuantKind::none) fetch(2, pr.scales, pr.node);
+    }
+    return e;
   }
 
   // After the backward of op i: the gradients of the parameters whose last

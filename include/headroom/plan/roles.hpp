@@ -52,7 +52,9 @@ constexpr std::string_view name_of(Tier t) { return t == Tier::device ? "device"
 // collective: a communication between ranks (a gradient bucket reduced, a
 // layer's parameters gathered from their shards), run by an op on the
 // communication lane.
-enum class EventKind : std::uint8_t { load_batch, forward, loss, backward, recompute, offload, prefetch, update, collective };
+// fetch: parameters kept in the offload tier (OffloadParameters) copied
+// into device buffers for the compute event after it.
+enum class EventKind : std::uint8_t { load_batch, forward, loss, backward, recompute, offload, prefetch, update, collective, fetch };
 
 constexpr std::string_view name_of(EventKind k) {
   switch (k) {
@@ -65,6 +67,7 @@ constexpr std::string_view name_of(EventKind k) {
     case EventKind::prefetch: return "prefetch";
     case EventKind::update: return "update";
     case EventKind::collective: return "collective";
+    case EventKind::fetch: return "fetch";
   }
   return "?";
 }

@@ -69,8 +69,8 @@ struct ParamSlot {
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
-// A copy between tiers made by an offload (device -> offload) or a
-// prefetch (offload -> device) step.
+// A copy between tiers made by an offload (device -> offload), a prefetch
+// (offload -> device) or a fetch (parameters, offload -> device) step.
 struct CopyStep {
   std::int64_t from = -1, to = -1, bytes = 0;
   // Pipeline parallelism: bytes between the offload tier's copies of the
@@ -107,7 +107,7 @@ struct Step {
   // micro-batch), and the event adds to it (grad_first is false): the sum
   // is formed in the same order as on the device alone.
   bool grad_load[graph::max_weights] = {false, false};
-  int copy_begin = 0, copy_end = 0;    // offload / prefetch: its CopySteps
+  int copy_begin = 0, copy_end = 0;    // offload / prefetch / fetch: its CopySteps
   // UpdateInBackward: parameters whose gradients are complete after this
   // step; OffloadOptimizer: whose gradients this step's end copies to the
   // offload tier (sched.updates[update_begin, update_end))
@@ -160,6 +160,13 @@ constexpr ScheduleSizes schedule_sizes() {
   for (const auto& c : b.copies) {
     const int g = b.tensors[c.src].group;
     copies += 2 * static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
+  }
+  // OffloadParameters: each fetch copies its parameters once per instance
+  for (std::size_t e = 0; e < b.events.size(); ++e) {
+    if (b.events[e].kind != EventKind::fetch) continue;
+    const int g = b.events[e].group;
+    for (const graph::Ref& r : b.bindings[e].out)
+      if (r.valid()) copies += static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
   }
   for (const auto& p : b.params) params += p.group == graph::none ? 1 : static_cast<std::size_t>(b.groups[p.group].count);
   return ScheduleSizes{static_cast<std::size_t>(expand_events(b).total), copies, params};
@@ -344,6 +351,14 @@ constexpr auto schedule() {
         }
         st.copy_end = copy_at;
       }
+      if (ev.kind == EventKind::fetch) {  // the parameters, from the offload tier to their device copies
+        for (int q = 0; q < graph::max_out; ++q) {
+          if (!bd.out[q].valid()) continue;
+          const Slot from = index.slot(bd.in[q], j, g), to = index.slot(bd.out[q], j, g);
+          s.copies[copy_at++] = CopyStep{from.offset, to.offset, from.bytes, 0};
+        }
+        st.copy_end = copy_at;
+      }
     }
   }
 
@@ -420,7 +435,7 @@ struct Fnv {
     for (std::int64_t v : {c.batch, c.seq, std::int64_t(c.dtype), std::int64_t(c.optim.kind), std::int64_t(c.accumulate),
                            std::int64_t(c.update_in_backward), std::int64_t(c.workers), c.loss_chunk, std::int64_t(c.engine),
                            std::int64_t(c.dp), std::int64_t(c.zero), std::int64_t(c.tp), std::int64_t(c.pp), std::int64_t(c.stage),
-                           std::int64_t(c.offload_optimizer)})
+                           std::int64_t(c.offload_optimizer), std::int64_t(c.offload_params)})
       mix(v);
   }
 };
