@@ -1,5 +1,5 @@
 // `int` is not an option of Train.
-// expect: Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, UpdateInBackward, OnCuda, OffloadOptimizer, DataParallel, ZeRO, TensorParallel, PipelineParallel or an optimizer
+// expect: Train<Model, Options...>: an option is not one of Batch, Seq, Precision, Accumulate, Workers, LossChunk, UpdateInBackward, OnCuda, OffloadOptimizer, OffloadParameters, DataParallel, ZeRO, TensorParallel, PipelineParallel or an optimizer
 #include <headroom/headroom.hpp>
 using namespace headroom;
 
