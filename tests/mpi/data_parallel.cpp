@@ -165,7 +165,53 @@ void resumes_bit_identically(host::Communicator& c) {
   c.barrier();
 }
 
+// OffloadOptimizer (and OffloadParameters) on the data-parallel ranks: the
+// same ranks' run without it, bit for bit (each rank streams what it
+// updates, its shard with ZeRO 2 and 3, and updates after the backward).
+template <int N, int Stage, class Opt, class... Also>
+void offloaded_trains_like_the_device(host::Communicator& c) {
+  using Dp = host::Trainer<DataParallelRun<N, Stage, Model, Opt>>;
+  using Off = host::Trainer<Train<Model, Batch<batch>, Seq<seq>, Accumulate<micro_batches<N>>, Opt, DataParallel<N>, ZeRO<Stage>,
+                                  OffloadOptimizer, Also...>>;
+  static_assert(Off::plan.bytes(Role::optimizer_state, Tier::device) == 0);
+  INFO("ZeRO " << Stage << " on " << N << " ranks, rank " << c.rank() << (sizeof...(Also) > 0 ? ", parameters offloaded" : ""));
+  for (const double clip : {0.0, 0.5}) {
+    host::TrainOptions o = options();
+    o.clip_norm = clip;
+    Dp dp(o, c);
+    Off off(o, c);
+    for (int s = 1; s <= 10; ++s) {
+      const Batches b = batches(s, N, c.rank(), micro_batches<N>);
+      const StepStats x = dp.step(b.mine_tokens, b.mine_targets), y = off.step(b.mine_tokens, b.mine_targets);
+      CHECK(x.loss == y.loss);
+      CHECK(x.grad_norm == y.grad_norm);
+    }
+    for (std::size_t k = 0; k < Dp::param_count; ++k) {
+      const ParamSlot &p = Dp::param(k), &q = Off::param(k);
+      INFO(Dp::path_of(p));
+      const auto n = static_cast<std::size_t>(dp.shard_of(p).count);
+      CHECK(std::memcmp(dp.weight(p), off.weight(q), (Dp::config.sharded(3) ? n : static_cast<std::size_t>(p.elements())) * 4) == 0);
+      if (p.state >= 0) CHECK(std::memcmp(dp.state(p), off.state(q), static_cast<std::size_t>(Dp::config.optim.state_bytes(n))) == 0);
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("data parallel: OffloadOptimizer trains bit-identically to the same ranks on the device", "[mpi][data_parallel][offload]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  if (c.size() == 2) {
+    offloaded_trains_like_the_device<2, 0, AdamW>(c);
+    offloaded_trains_like_the_device<2, 2, AdamW8bit>(c);
+    offloaded_trains_like_the_device<2, 3, SGD<>>(c);
+    offloaded_trains_like_the_device<2, 1, AdamW, OffloadParameters>(c);
+  } else {
+    REQUIRE(c.size() == 4);  // two micro-batches a step: the shards' sums come back from the offload tier
+    offloaded_trains_like_the_device<4, 2, AdamW>(c);
+    offloaded_trains_like_the_device<4, 1, AdamW8bit>(c);
+    offloaded_trains_like_the_device<4, 2, SGD<>, OffloadParameters>(c);
+  }
+}
 
 TEST_CASE("data parallel: every ZeRO stage trains like one process on the same global batch", "[mpi][data_parallel]") {
   host::MpiCommunicator c(std::chrono::seconds(60));

@@ -213,7 +213,7 @@ class Trainer {
   StepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_step);
     const int step_no = step_ + 1;
-    if (config.accumulate > 1) zero_grads();
+    if (config.accumulate > 1 && !config.offload_optimizer) zero_grads();  // offloaded: Step::grad_load
     checked_ = GradientCheck{};
     updating_ = true;
     traffic_ = TierTraffic{};
@@ -813,9 +813,11 @@ class Trainer {
     // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
     if constexpr (config.sharded(1) && !config.sharded(3))
       for (const ParamSlot& p : sched.params)
-        if (p.trainable) comm_->all_gather(device_.at<T>(p.weight), p.shard * static_cast<std::int64_t>(sizeof(T)));
+        if (p.trainable) comm_->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
     return norm;
   }
+  // A dense parameter's stored values, in the tier that stores them.
+  T* weight_storage(const ParamSlot& p) const { return params_arena().template at<T>(p.weight); }
 
   // Gradients whose parts several processes hold, summed on each before
   // the norm: with a tied LM head over pipeline stages, the table's of the
@@ -922,22 +924,28 @@ class Trainer {
     for (int q = 0; q < graph::max_weights; ++q) {
       if (!st.grad_load[q]) continue;
       const ParamSlot& p = sched.params[st.param[q]];
-      const auto bytes = static_cast<std::size_t>(p.elements()) * sizeof(T);
+      const auto [device, n] = streamed_gradient(p);
+      const auto bytes = static_cast<std::size_t>(n) * sizeof(T);
       if (micro_ == 0) {
-        std::memset(device_.at<std::byte>(p.grad), 0, bytes);
+        std::memset(device, 0, bytes);
       } else {
-        std::memcpy(device_.at<std::byte>(p.grad), offload_.at<std::byte>(p.host_grad), bytes);
+        std::memcpy(device, offload_.at<std::byte>(p.host_grad), bytes);
         traffic_.to_device += static_cast<std::int64_t>(bytes);
       }
     }
+  }
+  // The device gradient that goes to the offload tier: the whole one, or
+  // with ZeRO 2 and 3 this rank's shard (what the update reads); and its elements.
+  std::pair<T*, std::int64_t> streamed_gradient(const ParamSlot& p) const {
+    if (config.sharded(2)) return {device_.at<T>(p.grad_shard), p.shard};
+    return {device_.at<T>(p.grad), p.elements()};
   }
 
   void stream_gradients(const Step& st, int step_no) {
     for (int u = st.update_begin; u < st.update_end; ++u) {
       const int k = sched.updates[u];
       const ParamSlot& p = sched.params[k];
-      const std::int64_t n = p.elements();
-      const T* from = device_.at<T>(p.grad);
+      const auto [from, n] = streamed_gradient(p);
       T* to = offload_.at<T>(p.host_grad);
       std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(T));  // the sum so far (Step::grad_load)
       traffic_.to_offload += n * static_cast<std::int64_t>(sizeof(T));
@@ -958,7 +966,7 @@ class Trainer {
     const ParamSlot& p = sched.params[k];
     const double sq = squared_norm(update_grad(p), owned(p).count);
     squares_[static_cast<std::size_t>(k)] = sq;
-    if (opt_.clip_norm <= 0) {
+    if (updates_in_flight()) {
       if (checked_.first < 0 && sq <= max_squares) {
         update_offloaded(p, step_no, T(1), 1);
         ++checked_.updated;
@@ -970,27 +978,39 @@ class Trainer {
     release_offloaded(p, 0, owned(p).count);
   }
 
+  // Whether each update runs as soon as its gradient is offloaded: without
+  // clipping, on one process. With data parallelism the updates wait for
+  // the backward, so that every rank knows whether every gradient was
+  // finite before any rank updates (the check is over the ranks' shards).
+  bool updates_in_flight() const { return opt_.clip_norm <= 0 && comm_ == nullptr; }
+
   // After the micro-batches: the norm from the squares in schedule order
-  // (the same sum as update()'s), then, with clipping, every update.
+  // (the same sum as update()'s, and over the ranks' shards as there), then,
+  // unless they ran during the backward, every update; ZeRO 1 and 2 then
+  // gather the weights as update() does.
   double offloaded_update(int step_no) {
     updater_->wait_all();
     double sq = 0;
     for (std::size_t k = 0; k < sched.params.size(); ++k)
       if (sched.params[k].trainable) sq += squares_[k];
-    const double norm = std::sqrt(sq);
-    if (opt_.clip_norm <= 0) {
+    if (updates_in_flight()) {
       if (checked_.first >= 0) throw_skipped_updates(step_no);
-      return norm;
+      return std::sqrt(sq);
     }
+    if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
     if (!(sq <= max_squares)) stop_before_update(step_no, sq);
+    const double norm = std::sqrt(sq);
     T scale = T(1);
-    if (norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
+    if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       if (!sched.params[k].trainable) continue;
       const double began = trace_.empty() ? 0 : since_step_began();
       update_offloaded(sched.params[k], step_no, scale, workers_);
       record(Span::update_after, static_cast<int>(k), began);
     }
+    if constexpr (config.sharded(1) && !config.sharded(3))
+      for (const ParamSlot& p : sched.params)
+        if (p.trainable) comm_->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
     return norm;
   }
 

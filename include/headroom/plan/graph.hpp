@@ -679,7 +679,9 @@ class Builder {
       } else {
         p.grad = new_tensor("grad", Role::grads, n * cfg.act_bytes(), p.group);
       }
-      if (cfg.offload_optimizer) p.host_grad = new_tensor("offloaded grad", Role::grads, n * cfg.act_bytes(), p.group, Tier::offload);
+      // what the update reads (ZeRO 2 and 3: this rank's shard), in the offload tier
+      if (cfg.offload_optimizer)
+        p.host_grad = new_tensor("offloaded grad", Role::grads, (cfg.sharded(2) ? shard : n) * cfg.act_bytes(), p.group, Tier::offload);
       if (cfg.optim.states > 0)
         p.state = persistent("state", Role::optimizer_state, cfg.optim.state_bytes(owned), p.group, states);
       if (cfg.optim.table_bytes() > 0 && optim_table == none)
@@ -1099,7 +1101,9 @@ class Builder {
       if (!c.out[q].valid()) continue;
       bindings[e].out[q] = c.out[q];
       // accumulated over micro-batches: the shard lives the whole step
-      if (cfg.accumulate > 1) use(c.out[q], e);
+      // (OffloadOptimizer: in the offload tier; the shard here lives one
+      // event, filled with the sum so far first: Step::grad_load)
+      if (cfg.accumulate > 1 && !cfg.offload_optimizer) use(c.out[q], e);
       else born(c.out[q], e);
     }
     return e;

@@ -102,10 +102,11 @@ struct Step {
   Slot param_grad[graph::max_weights]{};
   bool grad_first[graph::max_weights] = {false, false}; // this event writes that parameter's gradient first
   // OffloadOptimizer with Accumulate<K>: before this event, the first to
-  // write that parameter's device gradient in a micro-batch, the engine
-  // fills it with the offload tier's sum so far (zeros in the first
-  // micro-batch), and the event adds to it (grad_first is false): the sum
-  // is formed in the same order as on the device alone.
+  // write that parameter's device gradient in a micro-batch (with ZeRO 2
+  // and 3: its reduce-scatter, writing this rank's shard), the engine fills
+  // it with the offload tier's sum so far (zeros in the first micro-batch),
+  // and the event adds to it (grad_first / the shard's slot's first is
+  // false): the sum is formed in the same order as on the device alone.
   bool grad_load[graph::max_weights] = {false, false};
   int copy_begin = 0, copy_end = 0;    // offload / prefetch / fetch: its CopySteps
   // UpdateInBackward: parameters whose gradients are complete after this
@@ -305,7 +306,8 @@ constexpr auto schedule() {
               ev.kind != EventKind::collective) {
             st.param_grad[q] = index.slot_of_tensor(pr.grad, inst, g);
             st.grad_first[q] = st.param_grad[q].first;
-            if (b.cfg.offload_optimizer && b.cfg.accumulate > 1 && st.grad_first[q]) {
+            // (ZeRO 2 and 3: the shard the reduce-scatter writes, below; the bucket starts anew)
+            if (b.cfg.offload_optimizer && b.cfg.accumulate > 1 && !b.cfg.sharded(2) && st.grad_first[q]) {
               st.grad_first[q] = false;
               st.grad_load[q] = true;
             }
@@ -331,6 +333,16 @@ constexpr auto schedule() {
           if (bd.out[q].valid()) earliest = std::min(earliest, x.buffers[index.buffer(bd.out[q], j)].first);
         if (earliest < g) st.issue_before = earliest;
       }
+      // OffloadOptimizer with ZeRO 2 and 3 and Accumulate<K>: this rank's
+      // gradient shard starts from the offload tier's sum, and the
+      // reduce-scatter adds to it (its running sum joins its block)
+      if (b.cfg.offload_optimizer && b.cfg.accumulate > 1 && ev.kind == EventKind::collective &&
+          st.op == graph::collective::reduce_scatter_grads)
+        for (int q = 0; q < graph::max_weights; ++q)
+          if (st.out[q].bound() && st.out[q].first) {
+            st.out[q].first = false;
+            st.grad_load[q] = true;
+          }
       st.inout = index.slot(bd.inout, j, g);
       st.d_inout = index.slot(bd.d_inout, j, g);
       st.scratch = index.slot_of_tensor(bd.scratch, j, g);
