@@ -260,7 +260,7 @@ struct Train {
                    "offload tier, so UpdateInBackward (the device's update inside backward) has nothing to do; drop it");
   HEADROOM_REQUIRE(!offload_optimizer || (tensor_parallel == 1 && pipeline_parallel == 1),
                    "Train<Model, OffloadOptimizer>: the offloaded update runs with DataParallel<N> ranks only for now, but this "
-                   "run has {} tensor-parallel ranks and {} pipeline stages; drop OffloadOptimizer or them",
+                   "run has TensorParallel<{}> and PipelineParallel<{}>; drop OffloadOptimizer or them",
                    tensor_parallel, pipeline_parallel);
   HEADROOM_REQUIRE(!offload_params || zero < 3,
                    "Train<Model, OffloadParameters>: ZeRO<3> gathers each layer's parameters from the ranks' shards on the "
