@@ -9,6 +9,14 @@
 //   device tier   the weights (e B / element) and each gradient only from its
 //                 first backward writer to the event that completes it.
 // e is the run's element size. Every buffer is reserved at align_up(bytes, 256).
+// OffloadParameters (with OffloadOptimizer) moves the weights too: each
+// parameter's stored tensor (values, or quantized codes and their absmax
+// scales) is in the offload tier for the whole step, and a fetch event before
+// each forward, recompute and backward event of an op that reads parameters
+// (a fused loss: its loss event only) copies them into device buffers
+// "fetched", born at the compute event before when it is of the same group
+// (a Repeat's block, or outside every block), else at the fetch, and dead
+// after the event that reads them (sections 5 and 6).
 #include <headroom/headroom.hpp>
 
 namespace {
@@ -49,6 +57,36 @@ constexpr int64_t most_alive(const P& p, Role r, Tier t) {
   int64_t m = 0;
   for (int e = 0; e < static_cast<int>(p.event_count()); ++e) m = std::max(m, p.bytes_at(r, e, t));
   return m;
+}
+template <class P>
+constexpr int count_events(const P& p, EventKind k) {
+  int n = 0;
+  for (int e = 0; e < static_cast<int>(p.event_count()); ++e) n += p.events[e].kind == k;
+  return n;
+}
+// The first event of a kind at the first node named `name`.
+template <class P>
+constexpr int event_at(const P& p, EventKind k, std::string_view name) {
+  for (int e = 0; e < static_cast<int>(p.event_count()); ++e)
+    if (p.events[e].kind == k && p.events[e].node >= 0 && p.nodes[p.events[e].node].name == name) return e;
+  return -1;
+}
+// Every device buffer of role weights is a fetched copy that lives inside
+// the step (none at the load or the update), and each fetch is followed by
+// the event of the same op instance that reads what it fetched.
+template <class P>
+constexpr bool device_weights_fetched(const P& p) {
+  const int last = static_cast<int>(p.event_count()) - 1;
+  for (const auto& b : p.buffers)
+    if (b.role == Role::weights && b.tier == Tier::device && (b.name != "fetched" || b.first == 0 || b.last == last)) return false;
+  for (int e = 0; e < last; ++e) {
+    if (p.events[e].kind != EventKind::fetch) continue;
+    const auto& x = p.events[e + 1];
+    const bool reads = x.kind == EventKind::forward || x.kind == EventKind::loss || x.kind == EventKind::recompute ||
+                       x.kind == EventKind::backward;
+    if (!reads || x.node != p.events[e].node || x.instance != p.events[e].instance) return false;
+  }
+  return true;
 }
 template <class P>
 constexpr int64_t model_states(const P& p, Tier t) {
@@ -238,5 +276,131 @@ static_assert(big.bytes(Role::weights, Tier::device) == 2 * P8);
 static_assert(big.bytes(Role::master_weights, Tier::device) == 0 && big.bytes(Role::optimizer_state, Tier::device) == 0);
 static_assert(big.peak_bytes(Tier::offload) == 14 * P8 + 16'640);
 static_assert(big.peak_bytes() <= 24_GiB);
+
+// ============================================================================
+// 5. OffloadParameters on the Llama of section 1 (bf16, AdamW)
+// ============================================================================
+constexpr auto l_par = plan<LRun<AdamW, OffloadOptimizer, OffloadParameters>>();
+static_assert(l_par.valid());
+// The offload tier holds every parameter's bf16 values, reserved per tensor
+// as the device held them (l_w2), beside what OffloadOptimizer keeps there;
+// all of it is alive at the update.
+static_assert(l_par.bytes(Role::weights, Tier::offload) == l_w2);
+static_assert(l_par.bytes(Role::grads, Tier::offload) == l_w2);
+static_assert(l_par.bytes(Role::master_weights, Tier::offload) == l_w4);
+static_assert(l_par.bytes(Role::optimizer_state, Tier::offload) == l_w8);
+static_assert(l_par.peak_bytes(Tier::offload) == 2 * l_w2 + l_w4 + l_w8);
+static_assert(l_par.peak_bytes(Tier::offload) == 3'351'296);
+// The device holds no weights of its own, only fetched copies (and the gradients in flight).
+static_assert(device_weights_fetched(l_par));
+static_assert(l_par.bytes(Role::master_weights, Tier::device) == 0 && l_par.bytes(Role::optimizer_state, Tier::device) == 0);
+static_assert(l_par.bytes(Role::grads, Tier::device) == l_w2);
+
+// The ops that read parameters: embed_tokens, per block the 2 norms and the
+// 7 projections, the final norm and the LM head. Forward fetches for all 21
+// (the LM head's at its fused loss event), backward for the 20 others: 41.
+// Without the option the step is load, 28 forward, loss, 28 backward, update.
+static_assert(l_off.event_count() == 1 + 28 + 1 + 28 + 1);
+static_assert(count_events(l_par, EventKind::fetch) == 21 + 20);
+static_assert(l_par.event_count() == l_off.event_count() + 41);
+static_assert(event_of(l_par, EventKind::loss) == l_loss + 21);
+// Every parameter is copied once for its forward and once for its backward,
+// but lm_head's once: the device's fetched bytes sum to 2 l_w2 - 61,440.
+static_assert(l_par.bytes(Role::weights, Tier::device) == 2 * l_w2 - 2 * 30'720);
+
+// At one event: the fetched copies of the op it runs, and of the op of the
+// next compute event when that one is in the same group, born one event
+// ahead. Events 0 load, 1-2 fetch and forward embed_tokens, 3-4
+// layers.0.input_layernorm, 5-6 layers.0.self_attn.q_proj, ..., 9-10 v_proj.
+constexpr int l_q = event_at(l_par, EventKind::forward, "q_proj");
+constexpr int l_v = event_at(l_par, EventKind::forward, "v_proj");
+static_assert(l_q == 6 && l_v == 10);
+// q_proj's forward: its copy (96 x 96) and k_proj's (48 x 96), born here
+static_assert(l_par.bytes_at(Role::weights, l_q, Tier::device) == 2 * 9'216 + 2 * 4'608);
+// q_proj's fetch: its copy alone (born at input_layernorm's forward, which
+// read its own copy for the last time)
+static_assert(l_par.bytes_at(Role::weights, l_q - 1, Tier::device) == 2 * 9'216);
+// v_proj's forward: its copy alone; the attention core after it reads none
+static_assert(l_par.bytes_at(Role::weights, l_v, Tier::device) == 2 * 4'608);
+// embed_tokens' forward: its copy alone; input_layernorm is in the block's
+// group, so its copy is born at its own fetch
+static_assert(l_par.bytes_at(Role::weights, 2, Tier::device) == 2 * 30'720);
+// The most at once: the final norm's (192 -> 256 B) and lm_head's copies, at
+// the norm's forward and at the loss event (lm_head's, and the norm's for its
+// backward). gate + up and embed_tokens alone come to 61,440.
+static_assert(most_alive(l_par, Role::weights, Tier::device) == 256 + 2 * 30'720);
+static_assert(l_par.bytes_at(Role::weights, event_of(l_par, EventKind::loss), Tier::device) == 256 + 2 * 30'720);
+// The other device buffers live as with OffloadOptimizer alone, where l_w2
+// of weights were alive at every event; now at most 61,696 B are. The
+// liveness bound falls by at least the difference, and the arena with it.
+static_assert(l_off.lower_bound() - l_par.lower_bound() >= l_w2 - (256 + 2 * 30'720));
+static_assert(l_par.peak_bytes() < l_off.peak_bytes());
+
+// Checkpointed blocks: each block's recompute re-runs 11 of its 13 ops
+// (not down_proj nor residual_2), 8 of which read parameters: 16 more
+// fetches, and 2 x (2 norms + q, k, v, o + gate, up) more fetched bytes.
+using LCk = models::Llama<lc, Apply<Checkpointed<>, EveryBlock>>;
+constexpr auto l_ck = plan<Train<LCk, Batch<1>, Seq<32>, Precision<BF16>, AdamW, OffloadOptimizer, OffloadParameters>>();
+static_assert(l_ck.valid() && device_weights_fetched(l_ck));
+static_assert(count_events(l_ck, EventKind::recompute) == 2 * 11);
+static_assert(count_events(l_ck, EventKind::fetch) == 41 + 2 * 8);
+static_assert(l_ck.bytes(Role::weights, Tier::device) ==
+              l_par.bytes(Role::weights, Tier::device) + 2 * (2 * 256 + 2 * (2 * 9'216 + 2 * 4'608) + 2 * 2 * 15'360));
+static_assert(l_ck.bytes(Role::weights, Tier::offload) == l_w2);
+
+// ============================================================================
+// 6. OffloadParameters with QLoRA: a Llama of vocab 256, D 128, F 192, one
+//    block, 2 heads of 64, 1 KV head; NF4 + LoRA r8 on the 7 projections,
+//    AdamW8bit, bf16
+// ============================================================================
+constexpr models::LlamaConfig qc{256, 128, 192, 1, 2, 1, 64, false};
+using Projections = On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>;
+using Q = models::Llama<qc, Apply<Quantized<NF4, LoRA<8>>, Projections>>;
+template <class... O>
+using QRun = Train<Q, Batch<1>, Seq<32>, Precision<BF16>, AdamW8bit, OffloadOptimizer, O...>;
+constexpr auto q_off = plan<QRun<>>();
+constexpr auto q_par = plan<QRun<OffloadParameters>>();
+static_assert(q_off.valid() && q_par.valid());
+//   dense, bf16: embed_tokens and lm_head (256 x 128), 3 norms (128), and the
+//   adapters A (8 x In), B (Out x 8): q, o 1,024 + 1,024; k, v 1,024 + 512;
+//   gate, up 1,024 + 1,536; down 1,536 + 1,024 elements
+//   NF4, 4 bits per element and a 4-byte absmax per 64: q, o (128 x 128),
+//   k, v (64 x 128), gate, up, down (192 x 128 and 128 x 192)
+constexpr Tensor q_dense[] = {{32'768, 2}, {128, 3}, {1'024, 9}, {512, 2}, {1'536, 3}};
+constexpr Tensor q_nf4[] = {{16'384, 2}, {8'192, 2}, {24'576, 3}};
+constexpr Tensor q_adapters[] = {{1'024, 9}, {512, 2}, {1'536, 3}};
+constexpr int64_t q_w = reserved(q_dense, [](int64_t n) { return 2 * n; }) + reserved(q_nf4, [](int64_t n) { return n / 2; });
+constexpr int64_t q_s = reserved(q_nf4, [](int64_t n) { return n / 64 * 4; });
+static_assert(q_w == 131'072 + 768 + 29'696 + 61'440 && q_s == 7'680);
+// Without the option: on the device (and the NF4 code table, 64 -> 256 B).
+static_assert(q_off.bytes(Role::weights, Tier::device) == q_w && q_off.bytes(Role::quant_scales, Tier::device) == q_s + 256);
+static_assert(q_off.bytes(Role::weights, Tier::offload) == 0 && q_off.bytes(Role::quant_scales, Tier::offload) == 0);
+// With it: codes, scales and the dense tensors in the offload tier; the code
+// table stays on the device, the only quant-scales buffer there.
+static_assert(q_par.bytes(Role::weights, Tier::offload) == q_w);
+static_assert(q_par.bytes(Role::quant_scales, Tier::offload) == q_s);
+static_assert(q_par.bytes(Role::quant_scales, Tier::device) == 256);
+static_assert(device_weights_fetched(q_par));
+// The offload tier adds them to OffloadOptimizer's: the adapters' f32
+// master weights, bf16 gradients and AdamW8bit state (+ the 2 KiB maps).
+constexpr int64_t q_optimizer = reserved(q_adapters, [](int64_t n) { return 4 * n; }) +
+                                reserved(q_adapters, [](int64_t n) { return 2 * n; }) + reserved(q_adapters, adamw8bit) + 2'048;
+static_assert(q_off.peak_bytes(Tier::offload) == q_optimizer);
+static_assert(q_par.peak_bytes(Tier::offload) == q_optimizer + q_w + q_s);
+static_assert(q_par.peak_bytes(Tier::offload) == 355'072);
+// Fetches: embed_tokens, 2 norms, 7 base projections, 7 adapters, the final
+// norm and the LM head forward (19), the same less the LM head backward (18).
+// Each copies values, or codes and scales (a fetched copy of scales has the
+// role weights on the device): every stored byte twice, lm_head's once.
+static_assert(count_events(q_par, EventKind::fetch) == 19 + 18);
+static_assert(q_par.bytes(Role::weights, Tier::device) == 2 * (q_w + q_s) - 65'536);
+// q_proj's base forward (event 6): its codes and scales, and its adapter's A
+// and B, born there for the adapter op that follows.
+constexpr int q_q = event_at(q_par, EventKind::forward, "q_proj");
+static_assert(q_q == 6);
+static_assert(q_par.bytes_at(Role::weights, q_q, Tier::device) == 8'192 + 1'024 + 2'048 + 2'048);
+static_assert(most_alive(q_par, Role::weights, Tier::device) == 256 + 65'536);  // the final norm and lm_head
+static_assert(q_off.lower_bound() - q_par.lower_bound() >= q_w + q_s - (256 + 65'536));
+static_assert(q_par.peak_bytes() < q_off.peak_bytes());
 
 }  // namespace
