@@ -258,10 +258,6 @@ struct Train {
   HEADROOM_REQUIRE(!offload_optimizer || !update_in_backward,
                    "Train<Model, OffloadOptimizer>: the host already updates each parameter as soon as its gradient reaches the "
                    "offload tier, so UpdateInBackward (the device's update inside backward) has nothing to do; drop it");
-  HEADROOM_REQUIRE(!offload_optimizer || (tensor_parallel == 1 && pipeline_parallel == 1),
-                   "Train<Model, OffloadOptimizer>: the offloaded update runs with DataParallel<N> ranks only for now, but this "
-                   "run has TensorParallel<{}> and PipelineParallel<{}>; drop OffloadOptimizer or them",
-                   tensor_parallel, pipeline_parallel);
   HEADROOM_REQUIRE(!offload_params || zero < 3,
                    "Train<Model, OffloadParameters>: ZeRO<3> gathers each layer's parameters from the ranks' shards on the "
                    "device, and stored in the offload tier they are not fetched there yet; use ZeRO<2> or less");

@@ -186,13 +186,7 @@ void offloaded_trains_like_the_device(host::Communicator& c) {
       CHECK(x.loss == y.loss);
       CHECK(x.grad_norm == y.grad_norm);
     }
-    for (std::size_t k = 0; k < Dp::param_count; ++k) {
-      const ParamSlot &p = Dp::param(k), &q = Off::param(k);
-      INFO(Dp::path_of(p));
-      const auto n = static_cast<std::size_t>(dp.shard_of(p).count);
-      CHECK(std::memcmp(dp.weight(p), off.weight(q), (Dp::config.sharded(3) ? n : static_cast<std::size_t>(p.elements())) * 4) == 0);
-      if (p.state >= 0) CHECK(std::memcmp(dp.state(p), off.state(q), static_cast<std::size_t>(Dp::config.optim.state_bytes(n))) == 0);
-    }
+    headroom::test::check_same_parameters(dp, off);
   }
 }
 

@@ -166,6 +166,32 @@ void resumes_bit_identically(host::Communicator& c) {
   c.barrier();
 }
 
+// OffloadOptimizer on each stage: the same stages without it, bit for bit
+// (each micro-batch's gradients go to the offload tier and their sums come
+// back under 1F1B; the tied table aside, each stage's own norm and updates).
+template <class... Also>
+void offloaded_like_the_device(host::Communicator& c) {
+  host::with_pipeline_stage<Pipelined<OffloadOptimizer, Also...>>(c, [&]<class Stage>() {
+    using Off = host::Trainer<Stage>;
+    using Dev = host::Trainer<pipeline_stage<Pipelined<>, Stage::config().stage>>;
+    static_assert(Off::plan.bytes(Role::optimizer_state, Tier::device) == 0);
+    for (const double clip : {0.0, 1.0}) {
+      host::TrainOptions o = options();
+      o.clip_norm = clip;
+      Dev dev(o, c);
+      Off off(o, c);
+      for (int s = 1; s <= 10; ++s) {
+        const Batch_ b = batch_of(s);
+        const StepStats x = dev.step(b.tokens, b.targets), y = off.step(b.tokens, b.targets);
+        INFO("step " << s << ", clip_norm " << clip << ", stage " << Off::stage());
+        CHECK(x.loss == y.loss);
+        CHECK(x.grad_norm == y.grad_norm);
+      }
+      headroom::test::check_same_parameters(dev, off);
+    }
+  });
+}
+
 }  // namespace
 
 // [np2] runs under mpirun -np 2, [np4] under -np 4 (tests/mpi/CMakeLists.txt).
@@ -187,6 +213,14 @@ TEST_CASE("pipeline parallel: Offloaded blocks keep a host copy per micro-batch 
   CHECK(First::plan.bytes(Role::saved_activation, Tier::offload) == 2 * host_bytes);
   CHECK(Last::plan.bytes(Role::saved_activation, Tier::offload) == host_bytes);
   trains_like_one_process<PipelinedOffloaded>(c);
+}
+
+TEST_CASE("pipeline parallel: OffloadOptimizer (and OffloadParameters) on each stage train bit-identically to the device",
+          "[mpi][pipeline_parallel][offload][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  offloaded_like_the_device<>(c);
+  offloaded_like_the_device<OffloadParameters>(c);
 }
 
 TEST_CASE("pipeline parallel: a checkpoint of the stages resumes bit-identically", "[mpi][pipeline_parallel][checkpoint][np2]") {

@@ -192,6 +192,30 @@ void data_and_tensor_parallel(host::Communicator& c) {
   CHECK(weight_difference(both, one, split_params<M>) < 1e-6);
 }
 
+// OffloadOptimizer on the tensor-parallel ranks (and data-parallel ones):
+// the same layout without it, bit for bit; a LoRA matrix's partial
+// gradients are summed over the group in the offload tier, before the norm.
+template <class Run, class Offloaded>
+void offloaded_like_the_device(host::Communicator& c, int data_ranks) {
+  using Dev = host::Trainer<Run>;
+  using Off = host::Trainer<Offloaded>;
+  static_assert(Off::plan.bytes(Role::optimizer_state, Tier::device) == 0);
+  for (const double clip : {0.0, 1.0}) {
+    host::TrainOptions o = options();
+    o.clip_norm = clip;
+    Dev dev(o, c);
+    Off off(o, c);
+    for (int s = 1; s <= 10; ++s) {
+      const Batch_ mine = batch_of(s, static_cast<std::size_t>(data_ranks) * batch, dev.rank(), data_ranks);
+      const StepStats x = dev.step(mine.tokens, mine.targets), y = off.step(mine.tokens, mine.targets);
+      INFO("step " << s << ", clip_norm " << clip << ", rank " << c.rank());
+      CHECK(x.loss == y.loss);
+      CHECK(x.grad_norm == y.grad_norm);
+    }
+    headroom::test::check_same_parameters(dev, off);
+  }
+}
+
 // Saves after 3 steps, runs 3 more; a trainer with other initial weights
 // loads the checkpoint and runs the same 3 steps to the same losses, with
 // the same bytes in every weight and optimizer state.
@@ -293,11 +317,26 @@ TEST_CASE("tensor parallel: LoRA beside the split projections trains like one pr
   exports_like_one_process<Gpt2Lora>(c);
 }
 
+TEST_CASE("tensor parallel: OffloadOptimizer trains bit-identically to the device", "[mpi][tensor_parallel][offload][np2]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 2);
+  offloaded_like_the_device<TensorParallelRun<LlamaLora, AdamW>, TensorParallelRun<LlamaLora, AdamW, OffloadOptimizer>>(c, 1);
+  offloaded_like_the_device<TensorParallelRun<Gpt2, AdamW8bit>, TensorParallelRun<Gpt2, AdamW8bit, OffloadOptimizer, OffloadParameters>>(c, 1);
+}
+
 TEST_CASE("tensor parallel: a step exchanges exactly what the plan counts", "[mpi][tensor_parallel][communication][np2]") {
   host::MpiCommunicator c(std::chrono::seconds(60));
   REQUIRE(c.size() == 2);
   exchanges_what_the_plan_says<Llama>(c);
   exchanges_what_the_plan_says<Gpt2>(c);
+}
+
+TEST_CASE("tensor parallel: 2 data-parallel x 2 tensor-parallel ranks with OffloadOptimizer train bit-identically to the device",
+          "[mpi][tensor_parallel][offload][np4]") {
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  REQUIRE(c.size() == 4);
+  offloaded_like_the_device<TensorParallelRun<LlamaLora, AdamW, DataParallel<2>, ZeRO<2>>,
+                            TensorParallelRun<LlamaLora, AdamW, DataParallel<2>, ZeRO<2>, OffloadOptimizer>>(c, 2);
 }
 
 TEST_CASE("tensor parallel: 2 data-parallel x 2 tensor-parallel ranks train like one process", "[mpi][tensor_parallel][np4]") {

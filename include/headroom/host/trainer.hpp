@@ -599,10 +599,7 @@ class Trainer {
         if (st.update_end > st.update_begin) join_all();  // gradients a lane op writes are complete
         update_in_backward(st, step_no);
       }
-      if constexpr (config.offload_optimizer) {
-        if (st.update_end > st.update_begin) join_all();
-        stream_gradients(st, step_no);
-      }
+      if constexpr (config.offload_optimizer) offload_completed(st, step_no);
       record(Span::step, g, began);
     }
     join_all();
@@ -629,6 +626,7 @@ class Trainer {
         const Step& st = sched.steps[g];
         join_before(g);
         issue_hoisted(g);
+        if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
         if (st.kind == EventKind::loss) {
           const double l = loss_step(st, true) / tokens_per_micro_batch;
           *ptr(sched.loss) = static_cast<T>(l);
@@ -636,15 +634,19 @@ class Trainer {
         } else {
           run_step(st);
         }
+        if constexpr (config.offload_optimizer) offload_completed(st, step_no);
       }
     };
     auto backward_one = [&](int m) {
       micro_ = m;
       copy_ = m % copies;
       for (int g = forward_end; g < micro_batch_end; ++g) {
+        const Step& st = sched.steps[g];
         join_before(g);
         issue_hoisted(g);
-        run_step(sched.steps[g]);
+        if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
+        run_step(st);
+        if constexpr (config.offload_optimizer) offload_completed(st, step_no);
       }
       join_all();
     };
@@ -797,9 +799,11 @@ class Trainer {
   double update(int step_no) {
     sum_partial_gradients();
     double sq = 0, split_sq = 0;  // split_sq: of the tensor-parallel ranks' blocks (each holds its own)
-    for (const ParamSlot& p : sched.params)
+    for (std::size_t k = 0; k < sched.params.size(); ++k) {
+      const ParamSlot& p = sched.params[k];
       if (p.trainable && !(p.stage_shared && !config.first_stage()))  // a table both end stages hold: counted on the first
-        (p.split.split() ? split_sq : sq) += squared_norm(update_grad(p), owned(p).count);
+        (p.split.split() ? split_sq : sq) += squares_of(k);
+    }
     if constexpr (config.tp > 1) tensor_comm_->all_reduce_sum(&split_sq, 1, DType::F64);
     sq += split_sq;
     if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
@@ -808,8 +812,17 @@ class Trainer {
     const double norm = std::sqrt(sq);
     T scale = T(1);
     if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable) update_param(p, step_no, scale);
+    for (std::size_t k = 0; k < sched.params.size(); ++k) {
+      const ParamSlot& p = sched.params[k];
+      if (!p.trainable) continue;
+      if constexpr (config.offload_optimizer) {
+        const double began = trace_.empty() ? 0 : since_step_began();
+        update_offloaded(p, step_no, scale, workers_);
+        record(Span::update_after, static_cast<int>(k), began);
+      } else {
+        update_param(p, step_no, scale);
+      }
+    }
     // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
     if constexpr (config.sharded(1) && !config.sharded(3))
       for (const ParamSlot& p : sched.params)
@@ -826,7 +839,9 @@ class Trainer {
   void sum_partial_gradients() {
     for (const ParamSlot& p : sched.params) {
       if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
-      const auto [g, n] = trainers::gradient_to_sum<T>(config, device_, p);
+      // OffloadOptimizer: the offload tier's copy (the whole one, or this rank's shard, as on the device)
+      const auto [g, n] = config.offload_optimizer ? std::pair<T*, std::int64_t>{offload_.at<T>(p.host_grad), streamed_gradient(p).second}
+                                                   : trainers::gradient_to_sum<T>(config, device_, p);
       if constexpr (tied_stages)
         if (p.stage_shared) shared_comm_->all_reduce_sum(g, n, dtype_of<T>);
       if constexpr (config.tp > 1)
@@ -941,6 +956,14 @@ class Trainer {
     return {device_.at<T>(p.grad), p.elements()};
   }
 
+  // After step st: the gradients it completed go to the offload tier (a
+  // lane op that writes one has finished first).
+  void offload_completed(const Step& st, int step_no) {
+    if (st.update_end == st.update_begin) return;
+    join_all();
+    stream_gradients(st, step_no);
+  }
+
   void stream_gradients(const Step& st, int step_no) {
     for (int u = st.update_begin; u < st.update_end; ++u) {
       const int k = sched.updates[u];
@@ -979,39 +1002,30 @@ class Trainer {
   }
 
   // Whether each update runs as soon as its gradient is offloaded: without
-  // clipping, on one process. With data parallelism the updates wait for
-  // the backward, so that every rank knows whether every gradient was
-  // finite before any rank updates (the check is over the ranks' shards).
-  bool updates_in_flight() const { return opt_.clip_norm <= 0 && comm_ == nullptr; }
+  // clipping, on one process. With several processes the updates wait for
+  // the backward, so that every process knows whether every gradient was
+  // finite before any updates (the check is over all of them), and the
+  // gradients that several processes hold parts of are summed first.
+  bool updates_in_flight() const { return opt_.clip_norm <= 0 && world_ == nullptr; }
 
-  // After the micro-batches: the norm from the squares in schedule order
-  // (the same sum as update()'s, and over the ranks' shards as there), then,
-  // unless they ran during the backward, every update; ZeRO 1 and 2 then
-  // gather the weights as update() does.
+  // After the micro-batches: the updates ran during the backward, or
+  // update() runs them now (reading the offload tier's gradients, with the
+  // squares the update thread summed where no other process adds to them).
   double offloaded_update(int step_no) {
     updater_->wait_all();
+    if (!updates_in_flight()) return update(step_no);
     double sq = 0;
     for (std::size_t k = 0; k < sched.params.size(); ++k)
       if (sched.params[k].trainable) sq += squares_[k];
-    if (updates_in_flight()) {
-      if (checked_.first >= 0) throw_skipped_updates(step_no);
-      return std::sqrt(sq);
-    }
-    if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
-    if (!(sq <= max_squares)) stop_before_update(step_no, sq);
-    const double norm = std::sqrt(sq);
-    T scale = T(1);
-    if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
-    for (std::size_t k = 0; k < sched.params.size(); ++k) {
-      if (!sched.params[k].trainable) continue;
-      const double began = trace_.empty() ? 0 : since_step_began();
-      update_offloaded(sched.params[k], step_no, scale, workers_);
-      record(Span::update_after, static_cast<int>(k), began);
-    }
-    if constexpr (config.sharded(1) && !config.sharded(3))
-      for (const ParamSlot& p : sched.params)
-        if (p.trainable) comm_->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
-    return norm;
+    if (checked_.first >= 0) throw_skipped_updates(step_no);
+    return std::sqrt(sq);
+  }
+  // Parameter k's gradient's squares, over the elements this process updates.
+  double squares_of(std::size_t k) const {
+    const ParamSlot& p = sched.params[k];
+    if constexpr (config.offload_optimizer)
+      if (!(p.stage_shared || p.tensor_partial)) return squares_[k];  // summed on the update thread
+    return squared_norm(update_grad(p), owned(p).count);
   }
 
   void update_offloaded(const ParamSlot& p, int step_no, T grad_scale, int workers) {

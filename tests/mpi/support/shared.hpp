@@ -71,4 +71,21 @@ void saves_like_one_process(host::Communicator& c, const SharedDir& dir, const T
   c.barrier();
 }
 
+// Every parameter this process stores, and its optimizer state, bit-identical
+// in two trainers of the same layout (one of them with its model states
+// offloaded): dense values (with ZeRO 3 this rank's shard) or quantized codes.
+template <class A, class B>
+void check_same_parameters(const A& a, const B& b) {
+  static_assert(A::param_count == B::param_count);
+  for (std::size_t k = 0; k < A::param_count; ++k) {
+    const ParamSlot &p = A::param(k), &q = B::param(k);
+    INFO(A::path_of(p));
+    REQUIRE(A::path_of(p) == B::path_of(q));
+    const auto n = static_cast<std::size_t>(a.shard_of(p).count);
+    if (p.quant.kind == QuantKind::none)
+      CHECK(std::memcmp(a.weight(p), b.weight(q), (A::config.sharded(3) ? n : static_cast<std::size_t>(p.elements())) * 4) == 0);
+    if (p.state >= 0) CHECK(std::memcmp(a.state(p), b.state(q), static_cast<std::size_t>(A::config.optim.state_bytes(n))) == 0);
+  }
+}
+
 }  // namespace headroom::test
