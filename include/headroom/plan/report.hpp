@@ -136,7 +136,9 @@ std::string node_path(const P& p, int node, int instance = -1) {
   return s;
 }
 
-// "backward layers.31.mlp.down_proj"
+// "backward layers.31.mlp.down_proj"; a fetch (OffloadParameters) names the
+// op whose parameters it copies to the device and the event that reads them:
+// "fetch layers.31.mlp.down_proj (for backward)"
 template <class P>
   requires detail::reporting::is_plan<P>::value
 std::string describe_event(const P& p, int e) {
@@ -151,13 +153,20 @@ std::string describe_event(const P& p, int e) {
     s += ' ';
     s += node_path(p, ev.node, ev.instance);
   }
+  if (ev.kind == EventKind::fetch && e + 1 < static_cast<int>(p.events.size())) {
+    s += " (for ";
+    s += name_of(p.events[e + 1].kind);
+    s += ')';
+  }
   return s;
 }
 
 namespace detail::reporting {
 
 // The phase an event belongs to: 0 load, 1 forward, 2 loss, 3 backward
-// (recompute / offload / prefetch included), 4 update.
+// (recompute / offload / prefetch included), 4 update. A fetch of parameters
+// (OffloadParameters) is, like a prefetch, in the phase of where it stands:
+// forward up to the loss event (the LM head's included), backward after.
 inline constexpr std::array<std::string_view, 5> phase_names{"load", "forward", "loss", "backward", "update"};
 
 template <class P>
@@ -249,10 +258,14 @@ constexpr int layer_column(Role r) {
     default: return 4;  // saved / transient / recomputed activations, their grads, scratch, batch io
   }
 }
+// A parameter's copy fetched to the device (OffloadParameters; graph.hpp
+// fetch_params): role weights, no parameter of its own, on its op's node.
+constexpr bool is_fetched_copy(const Buffer& b) { return b.role == Role::weights && b.name == "fetched"; }
 // Whole-step tables shared by every parameter (code tables, 8-bit dynamic map).
 constexpr bool is_shared_table(const Buffer& b) {
-  return b.param < 0 && (b.role == Role::quant_scales || b.role == Role::optimizer_state ||
-                         b.role == Role::weights || b.role == Role::master_weights);
+  return b.param < 0 && !is_fetched_copy(b) &&
+         (b.role == Role::quant_scales || b.role == Role::optimizer_state || b.role == Role::weights ||
+          b.role == Role::master_weights);
 }
 
 }  // namespace detail::reporting
@@ -291,6 +304,9 @@ void print(std::ostream& os, const P& p) {
      << (!c.offload_optimizer ? ""
          : master ? ", optimizer offloaded (its state, the master weights and the gradients in the offload tier)"
                   : ", optimizer offloaded (its state and the gradients in the offload tier)")
+     << (c.offload_params ? ", parameters offloaded (stored in the offload tier, fetched to the device before each event that "
+                            "reads them)"
+                          : "")
      << ", loss chunk " << c.loss_chunk << ", workers "
      << c.workers << '\n';
   if (c.pp > 1)
@@ -309,8 +325,11 @@ void print(std::ostream& os, const P& p) {
   os << "  parameters   total " << with_commas(params) << " (" << human_count(static_cast<double>(params)) << ")"
      << ", trainable " << with_commas(trainable) << " (" << human_count(static_cast<double>(trainable)) << ", "
      << rp::percent(static_cast<double>(trainable), static_cast<double>(params)) << ")\n";
-  os << "  timeline     " << with_commas(E) << " events, " << with_commas(static_cast<std::int64_t>(p.buffers.size()))
-     << " buffers\n\n";
+  int fetches = 0;
+  for (int e = 0; e < E; ++e) fetches += p.events[e].kind == EventKind::fetch;
+  os << "  timeline     " << with_commas(E) << " events";
+  if (fetches > 0) os << " (" << with_commas(fetches) << " fetches of parameters)";
+  os << ", " << with_commas(static_cast<std::int64_t>(p.buffers.size())) << " buffers\n\n";
 
   // ---- memory per tier
   os << "memory\n";
@@ -412,7 +431,8 @@ void print(std::ostream& os, const P& p) {
       acc[g][ncol + 1] += b.size;
       used[g] = 1;
     }
-    os << "bytes by layer (Repeat instances collapsed, both tiers; activations include their grads, scratch and batch io)\n";
+    os << "bytes by layer (Repeat instances collapsed, both tiers; activations include their grads, scratch and batch io"
+       << (c.offload_params ? "; weights include each copy fetched to the device" : "") << ")\n";
     std::vector<std::string> head{"layer"};
     for (auto h : rp::layer_columns) head.emplace_back(h);
     head.push_back("at bound");
@@ -824,8 +844,11 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
     EventKind kind;
     const char* color;
   };
-  const std::array<Mark, 3> marks{{{EventKind::recompute, "#7b4f9d"}, {EventKind::offload, "#2f4b7c"}, {EventKind::prefetch, "#00a2a8"}}};
-  std::array<bool, 3> mark_present{};
+  const std::array<Mark, 4> marks{{{EventKind::recompute, "#7b4f9d"},
+                                   {EventKind::offload, "#2f4b7c"},
+                                   {EventKind::prefetch, "#00a2a8"},
+                                   {EventKind::fetch, "#b8860b"}}};
+  std::array<bool, 4> mark_present{};
   const double strip_y = Y1 + 4, strip_h = 9;
   for (std::size_t m = 0; m < marks.size(); ++m) {
     int e = 0;
