@@ -60,6 +60,7 @@ using GPT2Acc = Train<models::GPT2<models::GPT2Config{256, 128, 2, 4, 128}, Appl
 using UIB = Train<Tiny, Batch<2>, Seq<64>, UpdateInBackward, Workers<2>>;
 using OneWorker = Train<Tiny, Batch<2>, Seq<64>>;  // Workers<1>: every kernel on the calling thread
 using OffloadOpt = Train<Tiny, Batch<2>, Seq<64>, Accumulate<2>, Workers<2>, OffloadOptimizer>;
+using OffloadAll = Train<Tiny, Batch<8>, Seq<128>, Workers<2>, OffloadOptimizer, OffloadParameters>;
 
 template <class R>
 void no_allocation_in_steps(host::TrainOptions o = {}) {
@@ -98,6 +99,9 @@ TEST_CASE("a step allocates nothing: OffloadOptimizer, the update overlapping ba
 }
 TEST_CASE("a step allocates nothing: OffloadOptimizer, clipped", "[host][memory]") {
   no_allocation_in_steps<OffloadOpt>({.clip_norm = 1.0});
+}
+TEST_CASE("a step allocates nothing: OffloadOptimizer and OffloadParameters", "[host][memory]") {
+  no_allocation_in_steps<OffloadAll>({.clip_norm = 0});
 }
 TEST_CASE("a step allocates nothing: UpdateInBackward", "[host][memory]") {
   no_allocation_in_steps<UIB>({.clip_norm = 0});
@@ -157,10 +161,12 @@ TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the ti
 // file; the process holds the device tier, plus the constant above and the
 // update's ranges in flight (host::Trainer::update_chunk elements of
 // gradient and state, one range on the update thread and one on the
-// compute thread: 2 x 65,536 x (4 + 8) B = 1.5 MiB with AdamW). The offload
-// tier is larger than the allowance, so the check fails if it is resident.
-TEST_CASE("OffloadOptimizer: peak resident memory = the device plan + a constant; the tier stays in its file", "[host][memory]") {
-  using Run = Train<Tiny, Batch<8>, Seq<128>, Workers<2>, OffloadOptimizer>;
+// compute thread: 2 x 65,536 x (4 + 8) B = 1.5 MiB with AdamW). With
+// OffloadParameters the parameters too: each fetch and each update range
+// gives their pages back. The offload tier is larger than the allowance, so
+// the check fails if it is resident.
+template <class Run>
+void resident_is_the_device_tier(const char* what) {
   using Tr = host::Trainer<Run>;
   constexpr std::int64_t allowance = (16ll << 20) + 2 * Tr::update_chunk * (4 + 8);
   static_assert(Tr::plan.peak_bytes(Tier::offload) > allowance);
@@ -180,8 +186,15 @@ TEST_CASE("OffloadOptimizer: peak resident memory = the device plan + a constant
                       << " B, offload plan " << Tr::plan.peak_bytes(Tier::offload) << " B, overhead " << overhead << " B");
     CHECK(peak - before >= planned * 9 / 10);
     CHECK(overhead <= allowance);
-    std::printf("VmHWM over a run of %s, OffloadOptimizer, clip_norm %g: device plan %lld B + %lld B overhead (offload tier %lld B)\n",
-                "tiny_llama B8 T128", clip, static_cast<long long>(planned), static_cast<long long>(overhead),
+    std::printf("VmHWM over a run of tiny_llama B8 T128, %s, clip_norm %g: device plan %lld B + %lld B overhead (offload tier %lld B)\n",
+                what, clip, static_cast<long long>(planned), static_cast<long long>(overhead),
                 static_cast<long long>(Tr::plan.peak_bytes(Tier::offload)));
   }
+}
+TEST_CASE("OffloadOptimizer: peak resident memory = the device plan + a constant; the tier stays in its file", "[host][memory]") {
+  resident_is_the_device_tier<Train<Tiny, Batch<8>, Seq<128>, Workers<2>, OffloadOptimizer>>("OffloadOptimizer");
+}
+TEST_CASE("OffloadParameters: peak resident memory = the device plan + a constant; the parameters stay in the file",
+          "[host][memory]") {
+  resident_is_the_device_tier<OffloadAll>("OffloadOptimizer, OffloadParameters");
 }

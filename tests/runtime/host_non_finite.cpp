@@ -277,9 +277,11 @@ std::vector<int> update_order() {
   return order;
 }
 
-template <class Optim>
+// InFlight: UpdateInBackward, or OffloadOptimizer (whose host thread
+// updates each parameter as its gradient is offloaded, without clipping).
+template <class Optim, class InFlight = UpdateInBackward>
 void check_update_in_backward(Construction c) {
-  using Tr = host::Trainer<RunWith<Optim, UpdateInBackward>>;
+  using Tr = host::Trainer<RunWith<Optim, InFlight>>;
   using Plain = host::Trainer<RunWith<Optim>>;  // the same run, updated after backward
   INFO(name_of(c));
   // Step 2 repeats step 1's batch: without weight decay only the embedding
@@ -343,6 +345,16 @@ TEST_CASE("UpdateInBackward: no non-finite gradient enters the weights, later up
   SECTION("AdamW, a diverged checkpoint") { check_update_in_backward<AdamW>(Construction::diverged_checkpoint); }
   SECTION("AdamW8bit, a diverged checkpoint") { check_update_in_backward<AdamW8bit>(Construction::diverged_checkpoint); }
   SECTION("SGD, a diverged checkpoint") { check_update_in_backward<SGD<>>(Construction::diverged_checkpoint); }
+}
+
+TEST_CASE("OffloadOptimizer without clipping: no non-finite gradient enters the weights, later updates are skipped",
+          "[host][trainer][errors][non_finite][offload]") {
+  SECTION("AdamW without decay, lr 1e30") { check_update_in_backward<AdamWNoDecay, OffloadOptimizer>(Construction::exploding_lr); }
+  SECTION("AdamW, a diverged checkpoint") { check_update_in_backward<AdamW, OffloadOptimizer>(Construction::diverged_checkpoint); }
+}
+
+TEST_CASE("OffloadOptimizer with clipping: a NaN gradient stops the step before any update", "[host][trainer][errors][non_finite][offload]") {
+  check_stopped<RunWith<AdamW, OffloadOptimizer>>(Construction::diverged_checkpoint, 1.0);
 }
 
 TEST_CASE("UpdateInBackward reports the gradient norm its updates used", "[host][trainer][non_finite]") {
