@@ -191,8 +191,9 @@ TEST_CASE("OffloadOptimizer with clipping: the norm is complete before any updat
   CHECK(std::isfinite(t.step(second.tok, second.tgt).loss));
 }
 
-TEST_CASE("OffloadOptimizer: a checkpoint saves and resumes the offloaded state bit-identically", "[host][offload][checkpoint]") {
-  using Tr = host::Trainer<Train<QLoRAModel, Batch<2>, Seq<32>, Accumulate<2>, AdamW8bit, Workers<2>, OffloadOptimizer>>;
+namespace {
+template <class Tr>
+void resumes_bit_identically() {
   const TempDir tmp;
   const TrainOptions o{.seed = 5, .lr = 1e-2, .clip_norm = 1.0, .offload_dir = tmp.dir};
   Tr whole(o), first(o);
@@ -209,6 +210,13 @@ TEST_CASE("OffloadOptimizer: a checkpoint saves and resumes the offloaded state 
     CHECK(whole.step(d.tok, d.tgt).loss == resumed.step(d.tok, d.tgt).loss);
   }
   check_same_model(whole, resumed);
+}
+}  // namespace
+
+TEST_CASE("OffloadOptimizer: a checkpoint saves and resumes the offloaded state bit-identically", "[host][offload][checkpoint]") {
+  resumes_bit_identically<host::Trainer<Train<QLoRAModel, Batch<2>, Seq<32>, Accumulate<2>, AdamW8bit, Workers<2>, OffloadOptimizer>>>();
+  // and the parameters themselves, stored in the offload tier
+  resumes_bit_identically<host::Trainer<Train<Llama, Batch<4>, Seq<32>, Workers<2>, OffloadOptimizer, OffloadParameters>>>();
 }
 
 namespace {

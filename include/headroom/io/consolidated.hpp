@@ -108,7 +108,7 @@ class Consolidated {
     host::fill_quant_table(table_.data(), double_quant);
     std::vector<Whole> mine;  // the trainer's parameters, whole
     mine.reserve(Trainer::param_count);
-    const auto& arena = t.arena(Tier::device);
+    const auto& arena = t.params_arena();
     for (std::size_t k = 0; k < Trainer::param_count; ++k) {
       const ParamSlot& p = Trainer::param(k);
       Whole w;
@@ -155,7 +155,7 @@ class Consolidated {
 
   // Every process keeps its part of each parameter, as loaded here.
   void write_back(Trainer& t) const {
-    auto& arena = t.arena(Tier::device);
+    auto& arena = t.params_arena();
     const int r = t.rank();
     const std::vector<std::size_t> index = whole_index(t);
     for (std::size_t k = 0; k < Trainer::param_count; ++k) {

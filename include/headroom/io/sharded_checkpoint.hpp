@@ -96,7 +96,7 @@ std::vector<TensorView> rank_model_tensors(const Trainer& t) {
         const auto s = t.shard_of(p);
         if (s.count > 0) v.push_back(TensorView{path, dt, {s.count}, t.weight(p)});
       } else {
-        const auto& a = t.arena(Tier::device);
+        const auto& a = t.params_arena();
         const auto codes = byte_shard(t, p.quant.code_bytes(p.elements()));
         const auto scales = byte_shard(t, p.quant.scale_bytes(p.elements()));
         if (codes.second > 0) v.push_back(TensorView{path, DType::U8, {codes.second}, a.template at<std::uint8_t>(p.weight)});
