@@ -40,6 +40,10 @@
 //     So a kernel on a non-blocking stream launched right after cudaMemcpy of
 //     its input from pageable memory reads the bytes from before the copy,
 //     and the copy lands later, at the next point above.
+//   - cudaLaunchHostFunc is stream work like a copy: the function runs at the
+//     call on a non-blocking stream (on the calling thread, after the stream's
+//     earlier work, which has run), waits in the legacy stream's queue on the
+//     legacy stream, and is recorded by a capture (run at each replay).
 //   - Stricter than CUDA, to catch engine bugs: the device side of a copy or
 //     memset (the destination of HostToDevice, the source of DeviceToHost,
 //     both of DeviceToDevice) must lie inside one live cudaMalloc or
@@ -55,7 +59,7 @@
 //     asynchronous operations issued to s, or to a stream that joined the
 //     capture by waiting (cudaStreamWaitEvent) on an event recorded in a
 //     capturing stream, are recorded instead of run: cudaMemcpyAsync,
-//     cudaMemsetAsync, cublasLtMatmul and kernel launches (cuda_emulator.hpp's
+//     cudaMemsetAsync, cudaLaunchHostFunc, cublasLtMatmul and kernel launches (cuda_emulator.hpp's
 //     run() asks this header through stream_hooks()). Arguments are checked
 //     when recorded.
 //     cublasLtMatmul records alpha and beta by value (host pointer mode) and a
@@ -818,6 +822,32 @@ inline cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
   for (const Stream* s : live<Stream>())
     if (blocked(s->behind)) return fail(cudaErrorLaunchTimeout);
   complete_legacy();
+  return cudaSuccess;
+}
+
+// A host function is stream work: it runs when the stream's earlier work has
+// (at the call on a non-blocking stream), waits in the legacy stream's queue
+// there, and is recorded by a capture. It must call no CUDA function, as CUDA
+// requires (the emulator does not check).
+inline cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  using namespace headroom::cuda_emulator::runtime_detail;
+  bool record_it = false;
+  if (const cudaError_t e = route(stream, record_it); e != cudaSuccess) return e;
+  if (fn == nullptr) return fail(cudaErrorInvalidValue);
+  if (record_it) {
+    record(stream, [fn, userData] {
+      fn(userData);
+      return cudaSuccess;
+    });
+  } else if (is_legacy(stream)) {
+    defer_legacy([fn, userData] {
+      fn(userData);
+      return cudaSuccess;
+    });
+  } else {
+    if (is_blocking(stream)) complete_legacy();
+    fn(userData);
+  }
   return cudaSuccess;
 }
 

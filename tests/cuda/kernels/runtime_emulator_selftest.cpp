@@ -392,6 +392,61 @@ TEST_CASE("runtime emulator: the legacy stream's copies and memsets are not orde
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
+// A host function is stream work: on a non-blocking stream it runs after the
+// stream's earlier copies (it sees their bytes); on the legacy stream it
+// waits in the queue until something orders it; a capture records it and
+// every replay runs it; a null function is refused.
+TEST_CASE("runtime emulator: cudaLaunchHostFunc runs in stream order", "[runtime]") {
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  cuda::DeviceArena device(64);
+  cuda::PinnedArena pinned(64);
+  unsigned char* d = device.at<unsigned char>(0);
+  unsigned char* p = pinned.at<unsigned char>(0);
+  struct Seen {
+    const unsigned char* bytes;
+    int calls = 0;
+    unsigned char first = 0;
+  } seen{p};
+  const cudaHostFn_t look = [](void* data) {
+    Seen& x = *static_cast<Seen*>(data);
+    ++x.calls;
+    x.first = x.bytes[0];
+  };
+  REQUIRE(cudaMemsetAsync(d, 0x21, 64, s) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(p, d, 64, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  REQUIRE(cudaLaunchHostFunc(s, look, &seen) == cudaSuccess);
+  CHECK(seen.calls == 1);
+  CHECK(seen.first == 0x21);
+
+  REQUIRE(cudaLaunchHostFunc(nullptr, look, &seen) == cudaSuccess);  // the legacy stream: queued
+  CHECK(seen.calls == 1);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  CHECK(seen.calls == 2);
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(d, 0x42, 64, s) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(p, d, 64, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  REQUIRE(cudaLaunchHostFunc(s, look, &seen) == cudaSuccess);
+  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  CHECK(seen.calls == 2);  // recorded, not run
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+  CHECK(seen.calls == 4);
+  CHECK(seen.first == 0x42);
+
+  CHECK(cudaLaunchHostFunc(s, nullptr, &seen) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
+  CHECK(cudaLaunchHostFunc(s, look, &seen) == cudaErrorInvalidResourceHandle);
+  CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+}
+
 TEST_CASE("runtime emulator: one device; streams and events are tokens that are checked; error names", "[runtime]") {
   int devices = 0;
   REQUIRE(cudaGetDeviceCount(&devices) == cudaSuccess);
