@@ -148,6 +148,43 @@ TEMPLATE_TEST_CASE("squared_norm: global norm and clip scale, deterministic", "[
   }
 }
 
+// squared_norm_on_host (OffloadOptimizer's norm, from the gradients' copies
+// in host memory) adds in the kernels' order: two launches' lists, more
+// chunks than partial sums (blocks loop over chunks), and a gradient that is
+// not 16-byte aligned (element-wise loads). Bit for bit under the emulator;
+// on a GPU the kernel's acc + x x is one FMA, so only close.
+TEMPLATE_TEST_CASE("squared_norm_on_host: the kernels' sum of squares, in their order", "[optimizer]", float, cuda::bf16) {
+  using S = TestType;
+  std::vector<i64> ns;
+  for (int k = 0; k < cuda::tensor_list_entries + 8; ++k) ns.push_back(k == 3 ? 1000 * cuda::optimizer_chunk + 77 : 1 + 37 * k);
+  const std::deque<Param<S>> params = make_params<S>(ns, 40, [](i64, std::size_t) { return std::vector<float>{}; });
+  std::vector<cuda::ParamRef> list = refs(params);
+  std::vector<std::vector<S>> stored;
+  std::vector<const S*> values;
+  for (const Param<S>& p : params) stored.push_back(cuda_test::to_storage<S>(p.g));
+  for (const std::vector<S>& v : stored) values.push_back(v.data());
+  list[5].grad = static_cast<const S*>(list[5].grad) + 1;  // not 16-byte aligned
+  list[5].n -= 1;
+  values[5] += 1;
+  Buffer<float> partials(cuda::reduction_slots);
+  Buffer<cuda::UpdateControl> out(1);
+  cuda::squared_norm<S>(list, partials.get(), out.get(), 0.0f, nullptr);
+  const float device = out.download()[0].norm;
+  const float in_order = std::sqrt(cuda::squared_norm_on_host<S>(list, values, [](int blocks, auto&& f) {
+    for (int b = 0; b < blocks; ++b) f(b);
+  }));
+  const float reversed = std::sqrt(cuda::squared_norm_on_host<S>(list, values, [](int blocks, auto&& f) {
+    for (int b = blocks - 1; b >= 0; --b) f(b);
+  }));
+  CHECK(std::memcmp(&in_order, &reversed, sizeof(float)) == 0);
+  INFO("device " << device << ", host " << in_order);
+#if defined(__CUDACC__)
+  CHECK(worst_ratio({in_order}, {device}, 0.0, 1e-6) <= 1.0);
+#else
+  CHECK(std::memcmp(&in_order, &device, sizeof(float)) == 0);
+#endif
+}
+
 TEMPLATE_TEST_CASE("adamw_update: several parameters, clip scale from squared_norm", "[optimizer]", float, cuda::bf16) {
   using S = TestType;
   for (const bool clip : {false, true}) {

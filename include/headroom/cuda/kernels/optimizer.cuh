@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "../../math/dynamic_map.hpp"
 #include "../../math/optim.hpp"
@@ -222,6 +223,98 @@ template <class S>
 void squared_norm(std::span<const ParamRef> params, float* partials, UpdateControl* control, float clip_norm,
                   cudaStream_t stream) {
   clip_scale(partials, squared_norm_partials<S>(params, partials, stream), control, clip_norm, stream);
+}
+
+// ---- the same sum of squares on the host ---------------------------------------------------------------------------
+
+namespace optimizer_detail {
+// block_sum<optimizer_threads> of v[0 .. optimizer_threads) on the host, in
+// the device's order: each warp's xor butterfly (lane 0's value), then the
+// first warp's butterfly over the warps' sums (0 for the lanes past them).
+inline float host_block_sum(const float* v) {
+  auto warp = [](float (&w)[warp_size]) {
+    for (int o = warp_size / 2; o > 0; o /= 2) {
+      float next[warp_size];
+      for (int l = 0; l < warp_size; ++l) next[l] = w[l] + w[l ^ o];
+      for (int l = 0; l < warp_size; ++l) w[l] = next[l];
+    }
+    return w[0];
+  };
+  constexpr int warps = optimizer_threads / warp_size;
+  float sums[warp_size] = {};
+  for (int w = 0; w < warps; ++w) {
+    float lanes[warp_size];
+    for (int l = 0; l < warp_size; ++l) lanes[l] = v[w * warp_size + l];
+    sums[w] = warp(lanes);
+  }
+  return warp(sums);
+}
+}  // namespace optimizer_detail
+
+// squared_norm's sum of squares (before its square root), computed on the
+// host from copies of the gradients: values[i] holds params[i].grad's n
+// elements (params[i].grad is only looked at for its alignment, which chose
+// the kernel's loads). The same additions in the same order as
+// squared_norm_partials and clip_scale_kernel (blocks, chunks, lists of
+// tensor_list_entries, each thread's packs and tail, the block sums), so the
+// result is the device's bit for bit where the host rounds as the device
+// does (the CPU emulator; a GPU contracts acc + x x into one FMA, which the
+// host may not). for_blocks(blocks, f) calls f(b) for every b in [0, blocks),
+// in any order or concurrently.
+template <class S, class ForBlocks>
+float squared_norm_on_host(std::span<const ParamRef> params, std::span<const S* const> values, ForBlocks&& for_blocks) {
+  struct Entry {
+    const S* g;
+    std::int64_t n, first_chunk;
+    bool vectorized;
+  };
+  std::vector<std::vector<Entry>> lists;
+  std::vector<std::int64_t> list_chunks;
+  std::int64_t chunks = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].n <= 0) continue;
+    if (lists.empty() || static_cast<int>(lists.back().size()) == tensor_list_entries) {
+      lists.emplace_back();
+      list_chunks.push_back(0);
+    }
+    lists.back().push_back(Entry{values[i], params[i].n, list_chunks.back(), packs::aligned(params[i].grad)});
+    const std::int64_t c = ceil_div(params[i].n, optimizer_chunk);
+    list_chunks.back() += c;
+    chunks += c;
+  }
+  const int blocks = static_cast<int>(chunks < reduction_slots - 1 ? chunks : reduction_slots - 1);
+  std::vector<float> partials(static_cast<std::size_t>(blocks), 0.0f);
+  for (std::size_t l = 0; l < lists.size(); ++l) {
+    const std::vector<Entry>& list = lists[l];
+    for_blocks(blocks, [&](int b) {
+      float acc[optimizer_threads] = {};
+      std::size_t e = 0;
+      for (std::int64_t c = b; c < list_chunks[l]; c += blocks) {
+        while (e + 1 < list.size() && list[e + 1].first_chunk <= c) ++e;
+        const Entry& x = list[e];
+        const std::int64_t begin = (c - x.first_chunk) * optimizer_chunk;
+        const std::int64_t end = begin + optimizer_chunk < x.n ? begin + optimizer_chunk : x.n;
+        const std::int64_t tail = x.vectorized ? begin + (end - begin) / optimizer_pack * optimizer_pack : begin;
+        for (int t = 0; t < optimizer_threads; ++t) {
+          for (std::int64_t i = begin + t * optimizer_pack; i < tail; i += optimizer_threads * optimizer_pack)
+            for (int k = 0; k < optimizer_pack; ++k) {
+              const float v = to_float(x.g[i + k]);
+              acc[t] += v * v;
+            }
+          for (std::int64_t i = tail + t; i < end; i += optimizer_threads) {
+            const float v = to_float(x.g[i]);
+            acc[t] += v * v;
+          }
+        }
+      }
+      const float sum = optimizer_detail::host_block_sum(acc);
+      partials[static_cast<std::size_t>(b)] = l > 0 ? partials[static_cast<std::size_t>(b)] + sum : sum;
+    });
+  }
+  float s[optimizer_threads] = {};
+  for (int t = 0; t < optimizer_threads; ++t)
+    for (int i = t; i < blocks; i += optimizer_threads) s[t] += partials[static_cast<std::size_t>(i)];
+  return optimizer_detail::host_block_sum(s);
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------------------------------
