@@ -68,9 +68,20 @@
 // deadlock (pipe_exchange.cuh); the loss (the last stage's) is summed over
 // the stages and the squares of the gradients too, so every stage has the
 // same loss, norm and skip flag.
+//
+// OffloadOptimizer (ZeRO-Offload): the plan's offload tier (pinned) holds
+// the f32 master weights, the optimizer state and each gradient's offloaded
+// copy; the copy stream takes every gradient out after the step that
+// completes it, the CPU updates (during the backward without clipping, on an
+// update thread handed the parameters by cudaLaunchHostFunc; after it with
+// clipping, with the norm summed in the kernels' order) and the new weights
+// go back on the copy stream before the next step's forward. See the
+// section "OffloadOptimizer (ZeRO-Offload)" below and docs/cuda.md.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -78,9 +89,12 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "../host/lane_worker.hpp"
+#include "../host/parallel.hpp"
 #include "../host/quant.hpp"
 #include "../math/dynamic_map.hpp"
 #include "../math/optim.hpp"
@@ -166,9 +180,15 @@ class Trainer {
                 "cuBLASLt workspace and the CUDA kernels' scratch");
   static_assert(config.dtype == DType::F32 || config.dtype == DType::BF16 || config.dtype == DType::F16,
                 "cuda::Trainer<Run>: the CUDA engine runs Precision<F32>, <BF16> or <F16>");
-  static_assert(!config.offload_optimizer,
-                "cuda::Trainer<Run>: OffloadOptimizer is planned for the CUDA engine (plan<Run>() holds its pinned offload tier) "
-                "but runs on the host engine only so far; drop OffloadOptimizer to train on the GPU");
+  // OffloadOptimizer (ZeRO-Offload): master weights, optimizer state and the
+  // offloaded gradients in the pinned offload tier, the update on the CPU
+  static constexpr bool offloaded = config.offload_optimizer;
+  static_assert(!offloaded || config.world() == 1,
+                "cuda::Trainer<Run>: OffloadOptimizer with DataParallel, TensorParallel or PipelineParallel runs on the host "
+                "engine only so far; on the CUDA engine OffloadOptimizer trains one process");
+  static_assert(!config.offload_params,
+                "cuda::Trainer<Run>: OffloadParameters (parameters in the offload tier, fetched for each event that reads "
+                "them) runs on the host engine only so far; drop OffloadParameters to train on the GPU (OffloadOptimizer alone runs)");
   using S = storage_t<config.dtype>;
   static constexpr bool half = is_half(config.dtype);
   static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
@@ -228,6 +248,10 @@ class Trainer {
       throw std::invalid_argument(
           "cuda::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
           "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
+    if (offloaded && o.cuda_graph)
+      throw std::invalid_argument(
+          "cuda::Trainer: with OffloadOptimizer the update runs on the CPU between the step's device work and the copies of "
+          "the new weights back to the device, which a captured CUDA graph cannot replay; set cuda_graph = false");
     check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate (compute)");
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
     check(cudaStreamCreateWithFlags(&communication_, cudaStreamNonBlocking), "cudaStreamCreate (communication)");
@@ -266,6 +290,7 @@ class Trainer {
         if (comm_ != nullptr) comm_->agree(headroom::fingerprint(sched), "the hash of the stage's schedule");
       }
     }
+    if constexpr (offloaded) prepare_offload();
     collect_params();
     fill_tables();
     initialize(o.seed);
@@ -288,6 +313,7 @@ class Trainer {
       cudaStreamSynchronize(compute_);
     }
     cudaStreamSynchronize(copy_);
+    if (weights_back_ != nullptr) cudaEventDestroy(weights_back_);
     for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
     cudaEventDestroy(communicated_);
     cudaEventDestroy(ready_for_copy_);
@@ -304,6 +330,7 @@ class Trainer {
     check_batch(tokens, targets, tokens_per_step);
     const int step_no = step_ + 1;
     stage(tokens, targets, step_no);
+    if constexpr (offloaded) return offloaded_step(step_no);
     if (!opt_.cuda_graph || step_ == 0) {
       enqueue_step();  // the first step also describes every GEMM (Blas) before a capture
     } else {
@@ -330,10 +357,12 @@ class Trainer {
     check_batch(tokens, targets, tokens_per_micro_batch);
     stage(tokens, targets, step_ + 1);
     upload_control();
-    if (config.accumulate > 1) zero_grads();
+    if (config.accumulate > 1 && !offloaded) zero_grads();
     micro_batch(0, config.accumulate - 1);  // as the last micro-batch: a data-parallel run averages the gradients
     mean_over_ranks();
-    return results().loss * config.accumulate;
+    const double loss = results().loss * config.accumulate;
+    if constexpr (offloaded) settle_offload();  // the gradients are in the offload tier (download_grad)
+    return loss;
   }
 
   // Mean loss of one micro-batch; no gradient, no update. (A pipeline
@@ -417,6 +446,8 @@ class Trainer {
   std::vector<float> download_weight(const ParamSlot& p) const {
     if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_weight: " + path_of(p) + " is quantized");
     const std::int64_t n = config.sharded(3) ? shard_of(p).count : p.elements();
+    if constexpr (offloaded)  // the master copy, in the offload tier
+      if (p.master >= 0) return from_offload_tier<float>(p.master, n);
     // the master copy, where it holds what the weight holds (ZeRO 1 and 2 keep a shard of it beside whole weights)
     if (half && p.master >= 0 && config.sharded(1) == config.sharded(3)) return download<float>(device_.at<float>(p.master), n);
     return download_as_float(device_.at<S>(p.weight), n);
@@ -439,11 +470,20 @@ class Trainer {
   // the elements this rank updates (shard_of(p)); empty without one.
   std::vector<std::byte> download_state(const ParamSlot& p) const {
     if (p.state < 0) return {};
+    if constexpr (offloaded) return from_offload_tier<std::byte>(p.state, state_bytes(p));
     return download<std::byte>(device_.at<std::byte>(p.state), state_bytes(p));
   }
   // The gradient as the update reads it: whole, or with ZeRO<2> and <3> this rank's shard (averaged over the ranks).
+  // With OffloadOptimizer its copy in the offload tier, as forward_backward() leaves it (a 16-bit run's step()
+  // writes the new weights into those bytes once the parameter is updated).
   std::vector<float> download_grad(const ParamSlot& p) const {
     if (p.grad < 0) return {};
+    if constexpr (offloaded) {
+      const std::vector<S> g = from_offload_tier<S>(p.host_grad, p.elements());
+      std::vector<float> v(g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) v[i] = to_float(g[i]);
+      return v;
+    }
     if (config.sharded(2)) return download_as_float(device_.at<S>(p.grad_shard), shard_of(p).count);
     return download_as_float(device_.at<S>(p.grad), p.elements());
   }
@@ -458,18 +498,30 @@ class Trainer {
     // data parallelism: the master copy holds the elements this rank updates, a ZeRO 3 weight its shard
     const trainers::Owned own = trainers::owned(config, p, rank());
     const std::span<const float> held = config.sharded(3) ? x.subspan(own.begin, own.count) : x;
-    if (half && p.master >= 0) upload(device_.at<float>(p.master), x.data() + own.begin, own.count, "upload master");
+    if constexpr (offloaded) {
+      if (p.master >= 0) {  // in the offload tier (no copy of it reads or writes it between steps)
+        settle_offload();
+        std::memcpy(offload_.at<float>(p.master), x.data(), x.size() * sizeof(float));
+      }
+    } else if (half && p.master >= 0) {
+      upload(device_.at<float>(p.master), x.data() + own.begin, own.count, "upload master");
+    }
     std::vector<S> stored(held.size());
     for (std::size_t i = 0; i < held.size(); ++i) stored[i] = from_float<S>(held[i]);
     upload(device_.at<S>(p.weight), stored.data(), stored.size(), "upload weight");
   }
   // Zeroes every optimizer state and restarts the step count.
   void reset_optimizer() {
-    for (const ParamSlot& p : sched.params)
-      if (p.state >= 0)
-        check(cudaMemsetAsync(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(state_bytes(p)), compute_),
-              "cudaMemsetAsync (optimizer state)");
-    wait(compute_, "reset_optimizer");
+    if constexpr (offloaded) {  // in the offload tier
+      settle_offload();
+      zero_offloaded_states();
+    } else {
+      for (const ParamSlot& p : sched.params)
+        if (p.state >= 0)
+          check(cudaMemsetAsync(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(state_bytes(p)), compute_),
+                "cudaMemsetAsync (optimizer state)");
+      wait(compute_, "reset_optimizer");
+    }
     step_ = 0;
   }
 
@@ -610,6 +662,7 @@ class Trainer {
       c.adamw = math::adamw_step(h, step_no);
     }
     *staged_control_in() = c;
+    step_control_ = c;
   }
   void upload_control() {
     check(cudaMemcpyAsync(control(), staged_control_in(), sizeof(UpdateControl), cudaMemcpyHostToDevice, compute_), "upload control");
@@ -639,7 +692,7 @@ class Trainer {
     upload_control();
     if constexpr (config.update_in_backward)  // the step's finiteness flags, one per update position
       check(cudaMemsetAsync(reductions(), 0, sched.params.size() * sizeof(float), compute_), "clear gradient flags");
-    if (config.accumulate > 1) zero_grads();
+    if (config.accumulate > 1 && !offloaded) zero_grads();  // OffloadOptimizer: Step::grad_load
     if constexpr (config.pp > 1) {
       pipeline_micro_batches();
       loss_over_stages();
@@ -647,7 +700,7 @@ class Trainer {
       for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
     }
     mean_over_ranks();
-    if (!config.update_in_backward) {
+    if (!config.update_in_backward && !offloaded) {
       gradient_norm();
       apply_update(trainable_, opt_.clip_norm > 0);
     }
@@ -806,11 +859,17 @@ class Trainer {
       const Step& st = sched.steps[g];
       wait_for_copies(g);
       issue_hoisted(g);
+      if constexpr (offloaded && config.accumulate > 1) load_gradients(st, k);
       if (st.kind == EventKind::loss) {
         loss_step(st, true);
+        if constexpr (offloaded) {
+          if (offload_updating_ && micro_ == config.accumulate - 1) stage_loss_flags();
+          stream_gradients(g);
+        }
         continue;
       }
       run_step(g);
+      if constexpr (offloaded) stream_gradients(g);
       if (config.update_in_backward && st.update_end > st.update_begin) {
         // gradients an op on the communication lane writes are complete
         for (int j = 1; j <= g; ++j)
@@ -874,6 +933,22 @@ class Trainer {
         at[static_cast<std::size_t>(lane_join[g])].push_back(g);
         continue;
       }
+      if (offloaded && st.update_end > st.update_begin) {  // the gradients it completes go to the offload tier
+        auto grads_touched_at = [&](int h) {
+          const Step& later = sched.steps[h];
+          for (int u = st.update_begin; u < st.update_end; ++u) {
+            const ParamSlot& p = sched.params[sched.updates[u]];
+            const std::int64_t bytes = p.elements() * static_cast<std::int64_t>(sizeof(S));
+            if (touches(later, p.grad, bytes)) return true;
+            for (int q = 0; q < graph::max_weights; ++q)
+              if (overlaps(later.param_grad[q], p.grad, bytes)) return true;
+          }
+          return false;
+        };
+        int first = g + 1;
+        while (first < end && !grads_touched_at(first)) ++first;
+        at[static_cast<std::size_t>(first)].push_back(g);
+      }
       if (st.kind != EventKind::offload && st.kind != EventKind::prefetch) continue;
       auto touched_at = [&](int h) {
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
@@ -930,6 +1005,7 @@ class Trainer {
       case EventKind::prefetch: copy_step(g); break;
       case EventKind::update: break;
       case EventKind::collective: forward(st); break;
+      case EventKind::fetch: unsupported(st); break;  // OffloadParameters: refused above
     }
   }
 
@@ -1027,6 +1103,380 @@ class Trainer {
     else adamw8bit_update<S>(params, device_.at<float>(sched.optim_table), control(), clip, compute_, first_position);
   }
 
+  // ---- OffloadOptimizer (ZeRO-Offload) ----------------------------------------------------------------------
+  // The plan keeps in the offload tier (pinned host memory) an f32 master
+  // copy of every trainable parameter, its optimizer state (and AdamW8bit's
+  // dynamic maps) and its offloaded gradient (host_grad, in the storage
+  // type); the device keeps the weights and each gradient only from its
+  // first backward writer to the step that completes it. At the end of that
+  // step (Step::update_begin .. update_end) the copy stream, after an event
+  // of the compute stream, copies the gradient to host_grad; the compute
+  // stream waits for the copy only before the first later step that reuses
+  // its bytes (plan_copy_waits). In step()'s last micro-batch a host function
+  // on the copy stream (cudaLaunchHostFunc: it calls no CUDA) then hands the
+  // parameters to the update thread (a host::LaneWorker):
+  //   - clip_norm = 0: the thread sums each gradient's squares (in double; the
+  //     step's norm adds them in schedule order) and, when they are finite and
+  //     within f32, updates the parameter at once on the CPU from master,
+  //     state and host_grad (math/optim.hpp's element math, as the update
+  //     kernels compute it), writing a 16-bit run's new weights into
+  //     host_grad's bytes (an f32 run's master is its weight), while the GPU
+  //     runs the backward of the earlier layers. From the first gradient that
+  //     fails (in backward order) no update runs, as with UpdateInBackward.
+  //   - clip_norm > 0: the norm needs every gradient, so nothing runs during
+  //     the backward; after it the CPU sums the squares in the device kernels'
+  //     order (squared_norm_on_host: the norm and clip scale of the run
+  //     without OffloadOptimizer, bit for bit on the emulator), stops before
+  //     any update when the norm is not finite, and updates every parameter
+  //     on update_threads_ threads.
+  // The new weights then go back to the device weights by copies on the copy
+  // stream, which the compute stream waits for before its next work (the
+  // next step's forward). With Accumulate<K> a micro-batch's gradients are
+  // copied out every micro-batch, and the first writer of each gradient in
+  // micro-batch k > 0 starts from the offload tier's sum (Step::grad_load);
+  // the updates follow the last micro-batch.
+  struct OffloadCheck {
+    int first = -1;                // sched.params index of the parameter the error names; -1: none failed
+    std::int64_t element = -1;     // its first NaN or infinite element; -1: all finite, the squares overflow f32
+    double value = 0;              // that element, or the sum of squares that overflows
+    bool own = true;               // the sum is this parameter's own (else the step's)
+    int first_in_backward = -1;    // clip_norm = 0: the first that failed, in update order
+    int updated = 0, skipped = 0;  // clip_norm = 0: updates run and not run
+  };
+  struct OffloadTask {
+    Trainer* trainer = nullptr;
+    int step = -1;  // the schedule step whose gradients were copied
+  };
+  static constexpr double max_squares = std::numeric_limits<float>::max();
+  static constexpr std::int64_t update_range_elements = 65536;  // a multiple of AdamW8bit's 256-element blocks
+
+  std::unique_ptr<host::LaneWorker<OffloadTask>> updater_;
+  std::vector<OffloadTask> host_calls_;  // per schedule step: cudaLaunchHostFunc's user data
+  std::vector<double> squares_;          // per parameter: its gradient's squares (clip_norm = 0)
+  std::vector<char> updated_;            // per parameter: updated on the CPU this step (its weights go back)
+  std::vector<const S*> offloaded_grads_;  // per trainable parameter (trainable_ order): its offloaded gradient
+  OffloadCheck checked_{};
+  UpdateControl step_control_{};         // the step's hyperparameters (stage())
+  bool offload_updating_ = false;        // in step(): the last micro-batch hands its gradients to the update thread
+  int update_threads_ = 1;
+  cudaEvent_t weights_back_{};
+
+  void prepare_offload() {
+    update_threads_ = opt_.threads > 0 ? opt_.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    updater_ = std::make_unique<host::LaneWorker<OffloadTask>>();
+    host_calls_.assign(sched.steps.size(), OffloadTask{});
+    for (std::size_t g = 0; g < sched.steps.size(); ++g) host_calls_[g] = OffloadTask{this, static_cast<int>(g)};
+    squares_.assign(sched.params.size(), 0.0);
+    updated_.assign(sched.params.size(), 0);
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable) offloaded_grads_.push_back(offload_.at<S>(p.host_grad));
+    check(cudaEventCreateWithFlags(&weights_back_, cudaEventDisableTiming), "cudaEventCreate");
+    zero_offloaded_states();
+  }
+  // The optimizer states start at zero (pinned memory is not zeroed).
+  void zero_offloaded_states() {
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable && p.state >= 0) std::memset(offload_.at<std::byte>(p.state), 0, static_cast<std::size_t>(state_bytes(p)));
+  }
+  // Outside a step: every copy to or from the offload tier is done and the update thread is idle.
+  void settle_offload() const {
+    wait(copy_, "the copies between the tiers");
+    if (updater_) updater_->settle();
+  }
+  template <class U>
+  std::vector<U> from_offload_tier(std::int64_t offset, std::int64_t n) const {
+    settle_offload();
+    const U* from = offload_.at<U>(offset);
+    return std::vector<U>(from, from + n);
+  }
+
+  // Accumulate<K>: before a step that writes a gradient first in its
+  // micro-batch, the gradient starts at zero (micro-batch 0) or at the offload
+  // tier's sum so far, on the compute stream (Step::grad_load).
+  void load_gradients(const Step& st, int micro) {
+    for (int q = 0; q < graph::max_weights; ++q) {
+      if (!st.grad_load[q]) continue;
+      const ParamSlot& p = sched.params[static_cast<std::size_t>(st.param[q])];
+      const auto bytes = static_cast<std::size_t>(p.elements()) * sizeof(S);
+      if (micro == 0)
+        check(cudaMemsetAsync(device_.at<std::byte>(p.grad), 0, bytes, compute_), "zero a gradient");
+      else
+        check(cudaMemcpyAsync(device_.at<std::byte>(p.grad), offload_.at<std::byte>(p.host_grad), bytes, cudaMemcpyHostToDevice,
+                              compute_),
+              "load an offloaded gradient");
+    }
+  }
+
+  // The loss flags of the step (UpdateControl::skip, set by a non-finite loss
+  // of any micro-batch) for the update thread: after the last micro-batch's
+  // loss, copied on the copy stream into the staging's control-in slot (read
+  // by upload_control at the start of the step, free since), ahead of the
+  // gradients; a step whose loss is not finite updates nothing.
+  void stage_loss_flags() {
+    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    check(cudaMemcpyAsync(staged_control_in(), control(), sizeof(UpdateControl), cudaMemcpyDeviceToHost, copy_), "copy the loss flags");
+  }
+  bool loss_not_finite() const { return staged_control_in()->skip != 0.0f; }
+
+  // After step g: the gradients it completes to the offload tier, and in
+  // step()'s last micro-batch to the update thread.
+  void stream_gradients(int g) {
+    const Step& st = sched.steps[static_cast<std::size_t>(g)];
+    if (st.update_end == st.update_begin) return;
+    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    for (int u = st.update_begin; u < st.update_end; ++u) {
+      const ParamSlot& p = sched.params[static_cast<std::size_t>(sched.updates[u])];
+      check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), device_.at<std::byte>(p.grad),
+                            static_cast<std::size_t>(p.elements()) * sizeof(S), cudaMemcpyDeviceToHost, copy_),
+            "offload a gradient");
+    }
+    if (offload_updating_ && micro_ == config.accumulate - 1 && opt_.clip_norm <= 0)
+      check(cudaLaunchHostFunc(copy_, &gradients_offloaded, &host_calls_[static_cast<std::size_t>(g)]), "cudaLaunchHostFunc");
+    check(cudaEventRecord(copy_done_[static_cast<std::size_t>(g)], copy_), "cudaEventRecord");
+  }
+  // On the copy stream, after the copies (no CUDA call here): the update thread takes over.
+  static void CUDART_CB gradients_offloaded(void* task) {
+    const OffloadTask& t = *static_cast<const OffloadTask*>(task);
+    t.trainer->updater_->submit(&run_offload_task, t);
+  }
+  static void run_offload_task(const OffloadTask& t) { t.trainer->update_in_flight(t.step); }
+
+  // On the update thread (clip_norm = 0): the parameters step g completed.
+  void update_in_flight(int g) {
+    const Step& st = sched.steps[static_cast<std::size_t>(g)];
+    const bool stopped = loss_not_finite();
+    for (int u = st.update_begin; u < st.update_end; ++u) {
+      const int k = sched.updates[u];
+      const ParamSlot& p = sched.params[static_cast<std::size_t>(k)];
+      const double sq = offloaded_squares(p);
+      squares_[static_cast<std::size_t>(k)] = sq;
+      if (!stopped && checked_.first < 0 && sq <= max_squares) {
+        update_on_host(p, 1.0f, update_threads_);
+        updated_[static_cast<std::size_t>(k)] = 1;
+        ++checked_.updated;
+        continue;
+      }
+      if (!stopped && flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
+      ++checked_.skipped;
+    }
+  }
+
+  StepStats offloaded_step(int step_no) {
+    checked_ = OffloadCheck{};
+    std::fill(squares_.begin(), squares_.end(), 0.0);
+    std::fill(updated_.begin(), updated_.end(), char{0});
+    offload_updating_ = true;
+    struct Done {  // on every way out of the step: no host function or update runs past it
+      Trainer& t;
+      ~Done() {
+        t.offload_updating_ = false;
+        cudaStreamSynchronize(t.copy_);
+        t.updater_->settle();
+      }
+    } done{*this};
+    enqueue_step();
+    const UpdateControl r = results();
+    wait(copy_, "the gradients' copies to the offload tier");
+    updater_->wait_all();
+    if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);  // the update thread saw the flag: nothing was updated
+    StepStats s;
+    s.step = step_no;
+    s.loss = r.loss;
+    s.lr = lr_at(step_no);
+    if (opt_.clip_norm <= 0) {
+      double sq = 0;
+      for (std::size_t k = 0; k < sched.params.size(); ++k)
+        if (sched.params[k].trainable) sq += squares_[k];
+      weights_to_device();
+      if (checked_.first >= 0) throw_skipped_updates(step_no);
+      s.grad_norm = std::sqrt(sq);
+    } else {
+      // the device's norm and clip scale (clip_scale_kernel), from the offloaded gradients
+      const float total = squared_norm_on_host<S>(trainable_, offloaded_grads_, [&](int blocks, auto&& f) {
+        host::parallel_for(blocks, update_threads_, [&](std::int64_t b, int) { f(static_cast<int>(b)); });
+      });
+      const float norm = std::sqrt(total), clip = static_cast<float>(opt_.clip_norm);
+      if (!(norm - norm == 0.0f)) stop_before_update(step_no, norm);
+      const float scale = norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+      for (std::size_t k = 0; k < sched.params.size(); ++k)
+        if (sched.params[k].trainable) {
+          update_on_host(sched.params[k], scale, update_threads_);
+          updated_[k] = 1;
+        }
+      weights_to_device();
+      s.grad_norm = norm;
+    }
+    step_ = step_no;
+    return s;
+  }
+
+  // The updated parameters' new weights to the device (16-bit: from
+  // host_grad's bytes, f32: the master), on the copy stream; the compute
+  // stream's next work waits for them.
+  void weights_to_device() {
+    for (std::size_t k = 0; k < sched.params.size(); ++k) {
+      if (updated_[k] == 0) continue;
+      const ParamSlot& p = sched.params[k];
+      const void* from = half ? static_cast<const void*>(offload_.at<S>(p.host_grad)) : static_cast<const void*>(offload_.at<float>(p.master));
+      check(cudaMemcpyAsync(device_.at<S>(p.weight), from, static_cast<std::size_t>(p.elements()) * sizeof(S), cudaMemcpyHostToDevice,
+                            copy_),
+            "copy updated weights to the device");
+    }
+    check(cudaEventRecord(weights_back_, copy_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(compute_, weights_back_, 0), "cudaStreamWaitEvent");
+  }
+
+  // p's update on the CPU, in ranges of update_range_elements on `threads` threads.
+  void update_on_host(const ParamSlot& p, float grad_scale, int threads) {
+    const std::int64_t n = p.elements(), ranges = ceil_div(n, update_range_elements);
+    host::parallel_for(ranges, std::min<std::int64_t>(threads, ranges) > 1 ? threads : 1, [&](std::int64_t r, int) {
+      const std::int64_t from = r * update_range_elements;
+      update_range(p, from, std::min(update_range_elements, n - from), grad_scale);
+    });
+  }
+
+  // Elements [from, from + count) of p's update: the element math of the
+  // update kernels (kernels/optimizer.cuh) over the master weights, the state
+  // and the offloaded gradient read as f32; a 16-bit run's new weights are
+  // written over the gradient's bytes (each after its gradient element or
+  // AdamW8bit block is read).
+  void update_range(const ParamSlot& p, std::int64_t from, std::int64_t count, float grad_scale) {
+    using O = typename R::optimizer;
+    const std::int64_t n = p.elements();
+    const UpdateControl& c = step_control_;
+    S* g = offload_.at<S>(p.host_grad);
+    float* w = offload_.at<float>(p.master);
+    if constexpr (O::desc.kind == OptimKind::sgd) {
+      float* buf = c.sgd_momentum != 0.0f ? offload_.at<float>(p.state) : nullptr;
+      for (std::int64_t i = from; i < from + count; ++i) {
+        float x = w[i];
+        math::sgd_update(x, buf != nullptr ? buf + i : nullptr, to_float(g[i]) * grad_scale, c.sgd_lr, c.sgd_momentum,
+                         c.sgd_weight_decay);
+        w[i] = x;
+        if constexpr (half) g[i] = from_float<S>(x);
+      }
+    } else if constexpr (O::desc.kind == OptimKind::adamw) {
+      float* m = offload_.at<float>(p.state);
+      float* v = m + n;
+      for (std::int64_t i = from; i < from + count; ++i) {
+        float x = w[i], mi = m[i], vi = v[i];
+        math::adamw_update(x, mi, vi, to_float(g[i]) * grad_scale, c.adamw);
+        w[i] = x;
+        m[i] = mi;
+        v[i] = vi;
+        if constexpr (half) g[i] = from_float<S>(x);
+      }
+    } else {
+      const std::int64_t blocks = ceil_div(n, math::adam8bit_block);
+      float* m_absmax = offload_.at<float>(p.state);
+      float* v_absmax = m_absmax + blocks;
+      std::uint8_t* m_codes = reinterpret_cast<std::uint8_t*>(v_absmax + blocks);
+      std::uint8_t* v_codes = m_codes + n;
+      const float* maps = offload_.at<float>(sched.optim_table);
+      for (std::int64_t b0 = from; b0 < from + count; b0 += math::adam8bit_block) {
+        const int len = static_cast<int>(std::min<std::int64_t>(math::adam8bit_block, n - b0));
+        const std::int64_t b = b0 / math::adam8bit_block;
+        float gb[math::adam8bit_block];
+        for (int i = 0; i < len; ++i) gb[i] = to_float(g[b0 + i]) * grad_scale;
+        math::adamw8bit_update_block(w + b0, gb, len, m_codes + b0, v_codes + b0, m_absmax + b, v_absmax + b, maps,
+                                     maps + math::dynamic_map_size, c.adamw);
+        if constexpr (half)
+          for (int i = 0; i < len; ++i) g[b0 + i] = from_float<S>(w[b0 + i]);
+      }
+    }
+  }
+
+  // The squares of p's offloaded gradient, in double (a fixed order).
+  double offloaded_squares(const ParamSlot& p) const {
+    const S* g = offload_.at<S>(p.host_grad);
+    double lane[8] = {};
+    const std::int64_t n = p.elements();
+    std::int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int l = 0; l < 8; ++l) {
+        const double x = to_float(g[i + l]);
+        lane[l] += x * x;
+      }
+    for (; i < n; ++i) {
+      const double x = to_float(g[i]);
+      lane[0] += x * x;
+    }
+    double s = 0;
+    for (double x : lane) s += x;
+    return s;
+  }
+  std::int64_t first_non_finite_offloaded(const ParamSlot& p) const {
+    const S* g = offload_.at<S>(p.host_grad);
+    for (std::int64_t i = 0; i < p.elements(); ++i)
+      if (!std::isfinite(to_float(g[i]))) return i;
+    return -1;
+  }
+
+  // Whether parameter k's gradient (squares summing to sq) stops the step;
+  // the one the error names is kept in checked_: a NaN or an infinity before
+  // an overflow, then the lower schedule index (as host::Trainer).
+  bool flag(int k, double sq) {
+    if (sq <= max_squares) return false;
+    const ParamSlot& p = sched.params[static_cast<std::size_t>(k)];
+    const std::int64_t at = first_non_finite_offloaded(p);
+    const bool non_finite = at >= 0, named_non_finite = checked_.element >= 0;
+    if (checked_.first < 0 || (non_finite && !named_non_finite) || (non_finite == named_non_finite && k < checked_.first)) {
+      checked_.first = k;
+      checked_.element = at;
+      checked_.value = non_finite ? static_cast<double>(to_float(offload_.at<S>(p.host_grad)[at])) : sq;
+      checked_.own = true;
+    }
+    return true;
+  }
+  static std::string number(double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4g", x);
+    return b;
+  }
+  static std::string describe(const OffloadCheck& c) {
+    const ParamSlot& p = sched.params[static_cast<std::size_t>(c.first)];
+    if (c.element >= 0)
+      return "its element [" + std::to_string(c.element / p.cols) + ", " + std::to_string(c.element % p.cols) + "] of (" +
+             std::to_string(p.rows) + ", " + std::to_string(p.cols) + ") is " + number(c.value);
+    return std::string(c.own ? "its elements are finite, but their squares sum to "
+                             : "every element is finite, but the squares of the step's gradients (this one the largest) sum to ") +
+           number(c.value) + ", beyond f32's range (" + number(max_squares) + ")";
+  }
+  // clip_norm = 0: a gradient failed during the backward.
+  [[noreturn]] void throw_skipped_updates(int step_no) const {
+    const OffloadCheck& c = checked_;
+    throw non_finite_gradient(
+        step_no, path_of(sched.params[static_cast<std::size_t>(c.first)]),
+        describe(c) + "; OffloadOptimizer without clipping: the " + std::to_string(c.updated) +
+            " parameters whose gradients were complete and checked before the first that failed in backward order (" +
+            path_of(sched.params[static_cast<std::size_t>(c.first_in_backward)]) + ") keep their update, the other " +
+            std::to_string(c.skipped) +
+            " were not updated; no non-finite gradient reached a weight or an optimizer state, and the step count stays " +
+            std::to_string(step_no - 1));
+  }
+  // clip_norm > 0: the norm is not finite; names the first parameter in
+  // schedule order with a NaN or an infinity, else the first whose own
+  // squares leave f32's range, else the largest; nothing was updated.
+  [[noreturn]] void stop_before_update(int step_no, float norm) {
+    checked_ = OffloadCheck{};
+    int largest = -1;
+    double largest_sq = -1;
+    for (std::size_t k = 0; k < sched.params.size(); ++k) {
+      const ParamSlot& p = sched.params[k];
+      if (!p.trainable) continue;
+      const double sq = offloaded_squares(p);
+      flag(static_cast<int>(k), sq);
+      if (sq > largest_sq) largest = static_cast<int>(k), largest_sq = sq;
+    }
+    if (checked_.first < 0) checked_ = OffloadCheck{.first = largest, .element = -1, .value = static_cast<double>(norm) * norm, .own = false};
+    throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(checked_.first)]),
+                              describe(checked_) + " (the global gradient norm is " + std::to_string(norm) +
+                                  "); nothing was updated: the weights and optimizer state are those of step " +
+                                  std::to_string(step_no - 1) + " and the step count stays " + std::to_string(step_no - 1));
+  }
+
   // ---- a non-finite gradient (the failure path: after the step, never in it) -----------------------------------
   // Names the first parameter (schedule order) whose gradient holds a NaN or
   // an infinity and throws non_finite_gradient. With UpdateInBackward the
@@ -1089,9 +1539,10 @@ class Trainer {
   // rank owns (trainers::owned), of the averaged gradient (ZeRO 2 and 3: its shard).
   ParamRef ref(const ParamSlot& p) const {
     const trainers::Owned own = trainers::owned(config, p, rank());
-    return ParamRef{device_.at<S>(p.weight) + own.weight_at, half && p.master >= 0 ? device_.at<float>(p.master) : nullptr,
+    // OffloadOptimizer: master and state are in the offload tier, updated on the CPU (no kernel reads them)
+    return ParamRef{device_.at<S>(p.weight) + own.weight_at, half && p.master >= 0 && !offloaded ? device_.at<float>(p.master) : nullptr,
                     device_.at<S>(config.sharded(2) ? p.grad_shard : p.grad) + own.grad_at,
-                    p.state >= 0 ? device_.at<std::byte>(p.state) : nullptr, own.count};
+                    p.state >= 0 && !offloaded ? device_.at<std::byte>(p.state) : nullptr, own.count};
   }
   void collect_params() {
     for (const ParamSlot& p : sched.params)
@@ -1115,7 +1566,10 @@ class Trainer {
       for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
       upload(device_.at<float>(sched.quant_table), host_tables_.data(), dq ? 16 + 256 : 16, "upload code tables");
     }
-    if (sched.optim_table >= 0) {
+    if (sched.optim_table >= 0 && offloaded) {  // read by the CPU's update
+      math::make_dynamic_map(true, offload_.at<float>(sched.optim_table));
+      math::make_dynamic_map(false, offload_.at<float>(sched.optim_table) + 256);
+    } else if (sched.optim_table >= 0) {
       std::vector<float> maps(512);
       math::make_dynamic_map(true, maps.data());
       math::make_dynamic_map(false, maps.data() + 256);

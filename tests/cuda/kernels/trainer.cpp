@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -546,6 +547,176 @@ TEST_CASE("cuda::Trainer: UpdateInBackward stops updating at the first non-finit
       CHECK(after.states[k] == before.states[k]);
     }
   }
+}
+
+}  // namespace
+namespace {
+
+// ---- OffloadOptimizer (ZeRO-Offload) ----------------------------------------------------------------------
+
+// An OffloadOptimizer run against the same run without it: the update runs on
+// the CPU from the offload tier with the update kernels' element math (the
+// emulator rounds the host's f32 as the kernels' f32), so every loss, weight
+// and optimizer state is the same bits; with clipping the CPU sums the
+// squares in the norm kernel's order, so the norm (and clip scale) is too.
+// Without clipping the norm is the per-parameter sums' (double, schedule
+// order) against the kernel's f32 tree: within norm_rel.
+template <class Off, class Ref>
+void compare_offloaded(TrainOptions o, int steps, std::int64_t vocab, double norm_rel) {
+  static_assert(plan<Off>().bytes(Role::optimizer_state, Tier::device) == 0 &&
+                plan<Off>().bytes(Role::master_weights, Tier::device) == 0);
+  static_assert(plan<Off>().bytes(Role::optimizer_state, Tier::offload) == plan<Ref>().bytes(Role::optimizer_state));
+  cuda::Trainer<Ref> ref(o);
+  cuda::Trainer<Off> off(o);
+  REQUIRE(off.arena_bytes(Tier::device) == plan<Off>().peak_bytes(Tier::device));
+  REQUIRE(off.arena_bytes(Tier::offload) == plan<Off>().peak_bytes(Tier::offload));
+  const std::int64_t allocations = cuda::AllocationCounter::device + cuda::AllocationCounter::pinned;
+  const Curve a = train_steps(ref, steps, vocab);
+  const Curve b = train_steps(off, steps, vocab);
+  CHECK(cuda::AllocationCounter::device + cuda::AllocationCounter::pinned == allocations);
+  int clipped = 0;
+  for (int i = 0; i < steps; ++i) {
+    INFO("step " << i + 1 << ": loss " << a.loss[i] << " offloaded " << b.loss[i] << "; norm " << a.norm[i] << " offloaded "
+                 << b.norm[i]);
+    CHECK(a.loss[i] == b.loss[i]);
+    if (norm_rel == 0) CHECK(a.norm[i] == b.norm[i]);
+    else CHECK(std::fabs(a.norm[i] - b.norm[i]) <= norm_rel * a.norm[i]);
+    clipped += o.clip_norm > 0 && a.norm[i] > o.clip_norm ? 1 : 0;
+  }
+  if (o.clip_norm > 0) CHECK(clipped == steps);  // the clip scale acts at every step
+  for (std::size_t k = 0; k < cuda::Trainer<Ref>::param_count; ++k) {
+    const ParamSlot& p = cuda::Trainer<Ref>::param(k);
+    INFO(cuda::Trainer<Ref>::path_of(p));
+    if (p.quant.kind == QuantKind::none) CHECK(same_bits(off.download_weight(cuda::Trainer<Off>::param(k)), ref.download_weight(p)));
+    CHECK(off.download_state(cuda::Trainer<Off>::param(k)) == ref.download_state(p));
+  }
+  // the device's weights: what the next forward reads
+  const std::vector<std::int32_t> stream = token_pattern(static_cast<std::size_t>(cuda::Trainer<Ref>::tokens_per_micro_batch) + 1, vocab, 23);
+  const std::vector<std::int32_t> tokens(stream.begin(), stream.end() - 1), targets(stream.begin() + 1, stream.end());
+  CHECK(off.evaluate(tokens, targets) == ref.evaluate(tokens, targets));
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW bf16 trains bit for bit as on the device, clipped and not", "[trainer][offload]") {
+  using M = models::GPT2<small_gpt2>;
+  TrainOptions o = options();
+  o.clip_norm = 0.5;
+  compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 0);
+  o.clip_norm = 0;
+  compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW8bit", "[trainer][offload]") {
+  using M = models::Llama<models::tiny_llama>;
+  TrainOptions o = options();
+  o.clip_norm = 0.5;
+  compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OnCuda>,
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 10, models::tiny_llama.vocab, 0);
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer: SGD with Accumulate<2> (f32)", "[trainer][offload]") {
+  using M = models::GPT2<small_gpt2>;
+  TrainOptions o = options();
+  o.clip_norm = 0;
+  compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OffloadOptimizer, OnCuda>,
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer: LoRA", "[trainer][offload]") {
+  using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
+  TrainOptions o = options();
+  o.clip_norm = 0.05;
+  compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, models::tiny_llama.vocab, 0);
+}
+
+}  // namespace
+
+namespace {
+
+// A finite loss with non-finite gradients (break_mlp_backward) under
+// OffloadOptimizer, as on the host engine: with clipping the norm needs every
+// gradient, and the step stops before any update, naming the first parameter
+// in schedule order with a NaN or an infinity; without clipping each
+// parameter is updated on the CPU as soon as its gradient is offloaded, until
+// the first gradient in backward order that is not finite or whose squares
+// leave f32's range: those before keep their update (and their new weights
+// reach the device), none after it is updated, the step count stays.
+TEST_CASE("cuda::Trainer OffloadOptimizer: a non-finite gradient stops the updates and names the parameter",
+          "[trainer][offload][non_finite]") {
+  using M = models::GPT2<nan_gpt2>;
+  using C = Train<M, Batch<1>, Seq<8>, OffloadOptimizer, OnCuda>;
+  using Twin = Train<M, Batch<1>, Seq<8>, OnCuda>;  // keeps every gradient in the arena
+  constexpr auto& sched = cuda::Trainer<C>::sched;
+  int trainable = 0;
+  for (const ParamSlot& p : sched.params) trainable += p.trainable ? 1 : 0;
+  const std::vector<std::int32_t> stream = token_pattern(9, nan_gpt2.vocab, 31);
+  const std::vector<std::int32_t> tokens(stream.begin(), stream.end() - 1), targets(stream.begin() + 1, stream.end());
+  for (const double clip : {1.0, 0.0}) {
+    INFO("clip_norm = " << clip);
+    TrainOptions o = options();
+    o.clip_norm = clip;
+    cuda::Trainer<C> c(o);
+    cuda::Trainer<Twin> twin(o);
+    train_steps(c, 1, nan_gpt2.vocab);
+    train_steps(twin, 1, nan_gpt2.vocab);
+    break_mlp_backward(c);
+    break_mlp_backward(twin);
+    const Snapshot before = snapshot(c);
+    try {
+      train_steps(twin, 1, nan_gpt2.vocab);
+    } catch (const non_finite_gradient&) {
+    }
+    const std::string expected = first_non_finite_grad(twin);
+    REQUIRE(!expected.empty());
+    // the update order's first gradient that stops the updates
+    int first_bad = -1;
+    for (int i = 0; i < trainable && first_bad < 0; ++i) {
+      double sq = 0;
+      for (const float g : twin.download_grad(cuda::Trainer<Twin>::param(static_cast<std::size_t>(sched.updates[i])))) sq += double(g) * g;
+      if (!(sq <= std::numeric_limits<float>::max())) first_bad = i;
+    }
+    REQUIRE(first_bad > 0);
+    bool thrown = false;
+    try {
+      train_steps(c, 1, nan_gpt2.vocab);
+    } catch (const non_finite_gradient& e) {
+      thrown = true;
+      CHECK(e.step() == 2);
+      CHECK(e.parameter() == expected);
+      CHECK_THAT(e.what(), Catch::Contains(clip > 0 ? "nothing was updated" : "OffloadOptimizer without clipping"));
+    }
+    REQUIRE(thrown);
+    CHECK(c.steps_done() == 1);
+    const Snapshot after = snapshot(c);
+    for (int i = 0; i < trainable; ++i) {
+      const std::size_t k = static_cast<std::size_t>(sched.updates[i]);
+      INFO("update " << i << ": " << cuda::Trainer<C>::path_of(sched.params[k]));
+      if (clip == 0 && i < first_bad) {
+        CHECK(!same_bits(after.weights[k], before.weights[k]));
+        CHECK(all_finite(after.weights[k]));
+        CHECK(after.states[k] != before.states[k]);
+      } else {
+        CHECK(same_bits(after.weights[k], before.weights[k]));
+        CHECK(after.states[k] == before.states[k]);
+      }
+    }
+    // the device holds the weights the offload tier holds: a trainer given them evaluates the same
+    cuda::Trainer<Twin> copy(o);
+    for (std::size_t k = 0; k < cuda::Trainer<C>::param_count; ++k)
+      copy.upload_weight(cuda::Trainer<Twin>::param(k), c.download_weight(cuda::Trainer<C>::param(k)));
+    CHECK(copy.evaluate(tokens, targets) == c.evaluate(tokens, targets));
+  }
+}
+
+// A CUDA graph would replay the device work without the CPU's update between
+// it and the weights' copies back: refused, with the reason.
+TEST_CASE("cuda::Trainer OffloadOptimizer refuses cuda_graph", "[trainer][offload]") {
+  using C = Train<models::GPT2<nan_gpt2>, Batch<1>, Seq<8>, OffloadOptimizer, OnCuda>;
+  TrainOptions o = options();
+  o.cuda_graph = true;
+  CHECK_THROWS_WITH(cuda::Trainer<C>(o), Catch::Contains("OffloadOptimizer") && Catch::Contains("cuda_graph = false"));
 }
 
 }  // namespace
