@@ -2,12 +2,12 @@
 // The host engine's memory: one block per tier, of exactly the plan's bytes,
 // allocated once when a trainer starts.
 //   device tier  : anonymous memory (RAM), page-aligned
-//   offload tier : a file-backed shared mapping in a directory the user
-//                  chooses (default: the system temp dir). The file is
-//                  unlinked at once, so nothing is left behind; after an
-//                  offload copy the pages are released from the process
-//                  (written back to the file by the kernel); the plan's
-//                  prefetch copies them back one block ahead of their backward.
+//   offload tier : a file in a directory the user chooses (default: the
+//                  system temp dir), unlinked at once, so nothing is left
+//                  behind. The engine's copies go through the file
+//                  (pread / pwrite: no page of the tier enters the process);
+//                  the same file is also mapped, for tools that read or
+//                  write a tensor in place (checkpoints, tests).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
@@ -77,10 +77,13 @@ class Arena {
                                " B in the offload folder '" + dir.string() + "': " + std::strerror(err));
     }
     void* p = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED)
-      throw std::runtime_error("headroom: cannot map the offload file in '" + dir.string() + "': " + std::strerror(errno));
+    if (p == MAP_FAILED) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw std::runtime_error("headroom: cannot map the offload file in '" + dir.string() + "': " + why);
+    }
     data_ = static_cast<std::byte*>(p);
+    fd_ = fd;
   }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -91,6 +94,7 @@ class Arena {
   }
   ~Arena() {
     if (data_ != nullptr) ::munmap(data_, static_cast<std::size_t>(bytes_));
+    if (fd_ >= 0) ::close(fd_);
   }
 
   std::byte* data() const { return data_; }
@@ -99,6 +103,23 @@ class Arena {
   template <class T>
   T* at(std::int64_t offset) const {
     return reinterpret_cast<T*>(data_ + offset);
+  }
+
+  // Offload tier, through the file rather than the mapping (the two see
+  // the same page cache): reads or writes `bytes` at `offset` from or into
+  // memory outside the mapping, so no page of the tier is mapped into this
+  // process and none faults. A file system error (EIO) throws.
+  void read(std::int64_t offset, void* to, std::int64_t bytes) const {
+    if (fd_ < 0) return void(std::memcpy(to, data_ + offset, static_cast<std::size_t>(bytes)));
+    transfer(offset, bytes, [&](std::int64_t done, std::int64_t n) {
+      return ::pread(fd_, static_cast<std::byte*>(to) + done, static_cast<std::size_t>(n), offset + done);
+    });
+  }
+  void write(std::int64_t offset, const void* from, std::int64_t bytes) const {
+    if (fd_ < 0) return void(std::memcpy(data_ + offset, from, static_cast<std::size_t>(bytes)));
+    transfer(offset, bytes, [&](std::int64_t done, std::int64_t n) {
+      return ::pwrite(fd_, static_cast<const std::byte*>(from) + done, static_cast<std::size_t>(n), offset + done);
+    });
   }
 
   // Offload tier: the range was just written; let the kernel write it back
@@ -112,11 +133,27 @@ class Arena {
   std::byte* data_ = nullptr;
   std::int64_t bytes_ = 0;
   bool file_backed_ = false;
+  int fd_ = -1;  // the offload file (file-backed only)
 
   void swap(Arena& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(bytes_, o.bytes_);
     std::swap(file_backed_, o.file_backed_);
+    std::swap(fd_, o.fd_);
+  }
+  template <class F>
+  void transfer(std::int64_t offset, std::int64_t bytes, F&& io) const {
+    for (std::int64_t done = 0; done < bytes;) {
+      const ssize_t n = io(done, bytes - done);
+      if (n > 0) {
+        done += n;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        throw std::runtime_error("headroom: the offload file: " + std::string(n == 0 ? "unexpected end of file" : std::strerror(errno)) +
+                                 " at byte " + std::to_string(offset + done) + " of a " + std::to_string(bytes) + " B transfer");
+      }
+    }
   }
   // the whole pages inside [offset, offset + bytes)
   template <class F>

@@ -355,11 +355,20 @@ class Trainer {
   };
   TierTraffic tier_traffic() const { return traffic_; }
   // OffloadOptimizer: a parameter is updated in ranges of so many elements,
-  // each range's gradient and state pages released when it is done, so the
-  // process holds the device tier and about two ranges of the offload tier
-  // (one on the update thread, one on the compute thread: 2 x update_chunk x
-  // (e + optimizer state bytes per element)).
-  static constexpr std::int64_t update_chunk = std::int64_t{1} << 16;  // a multiple of AdamW8bit's block
+  // each read from the offload tier's file into the plan's staging buffer
+  // (sched.update_staging) and written back: no page of the tier is mapped
+  // into the process by a step.
+  static constexpr std::int64_t update_chunk = RunConfig::update_chunk;  // a multiple of AdamW8bit's block
+  // the elements of a range the staging buffer holds: update_chunk, or the
+  // largest parameter's when none has so many
+  static constexpr std::int64_t staged_range = [] {
+    std::int64_t largest = 0;
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable) largest = std::max(largest, config.sharded(1) ? p.shard : p.elements());
+    return std::min(largest, update_chunk);
+  }();
+  static_assert(!config.offload_optimizer || sched.update_staging.bytes >= config.update_staging_bytes(staged_range),
+                "host::Trainer: the plan's update staging buffer holds one range");
   // A step's timeline, for tools that draw it (bench/offload.cpp): when
   // given a buffer, each step records the compute thread's schedule steps
   // and the update thread's work into it, as spans of seconds since the
@@ -421,8 +430,11 @@ class Trainer {
   // Zeroes every optimizer state and restarts the step count (after loading weights).
   void reset_optimizer() {
     for (const ParamSlot& p : sched.params)
-      if (p.state >= 0)  // ZeRO 1-3: the state of this rank's shard
-        std::memset(state(p), 0, static_cast<std::size_t>(config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements())));
+      if (p.state >= 0) {  // ZeRO 1-3: the state of this rank's shard
+        const std::int64_t bytes = config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements());
+        std::memset(state(p), 0, static_cast<std::size_t>(bytes));
+        if constexpr (config.offload_optimizer) offload_.release(p.state, bytes);  // the file keeps it, not RAM
+      }
     step_ = 0;
   }
 
@@ -681,15 +693,13 @@ class Trainer {
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
           const std::int64_t to = cp.to + cp.host_at(copy_);
-          std::memcpy(offload_.at<std::byte>(to), device_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
-          offload_.release(to, cp.bytes);
+          offload_.write(to, device_.at<std::byte>(cp.from), cp.bytes);
         }
         break;
       case EventKind::prefetch:
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
-          std::memcpy(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from + cp.host_at(copy_)),
-                      static_cast<std::size_t>(cp.bytes));
+          offload_.read(cp.from + cp.host_at(copy_), device_.at<std::byte>(cp.to), cp.bytes);
         }
         break;
       case EventKind::update: break;  // run by step() after the micro-batches
@@ -697,8 +707,7 @@ class Trainer {
       case EventKind::fetch:  // OffloadParameters: the next event's parameters
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
-          std::memcpy(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from), static_cast<std::size_t>(cp.bytes));
-          offload_.release(cp.from, cp.bytes);
+          offload_.read(cp.from, device_.at<std::byte>(cp.to), cp.bytes);
           traffic_.to_device += cp.bytes;
         }
         break;
@@ -826,7 +835,11 @@ class Trainer {
     // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
     if constexpr (config.sharded(1) && !config.sharded(3))
       for (const ParamSlot& p : sched.params)
-        if (p.trainable) comm_->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
+        if (p.trainable) {
+          comm_->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
+          // OffloadParameters: gathered through the mapping; the file keeps the values, not RAM
+          if constexpr (config.offload_params) offload_.release(p.weight, p.shard * config.dp * static_cast<std::int64_t>(sizeof(T)));
+        }
     return norm;
   }
   // A dense parameter's stored values, in the tier that stores them.
@@ -903,16 +916,16 @@ class Trainer {
 
   // ---- OffloadOptimizer (ZeRO-Offload) ----------------------------------------------------------------------
   // At the end of the step that completes a gradient (Step::update_begin ..
-  // update_end) the compute thread copies it from its device buffer to the
-  // offload tier (the first micro-batch) or adds it there (the later ones of
-  // Accumulate<K>), and lets the kernel write its pages back to the file. In
-  // step()'s last micro-batch it then hands the parameter to the update
-  // thread, which sums its squares and, when gradients are not clipped,
-  // updates it at once from the offload tier: the host's update of the later
-  // layers overlaps the backward of the earlier ones. With clipping the norm
-  // needs every gradient first, so the update runs after the backward, on the
-  // step's threads. Either way a parameter is updated in ranges of
-  // update_chunk elements (public, above).
+  // update_end) the compute thread writes it from its device buffer to the
+  // offload tier's file (with Accumulate<K> the sum so far: Step::grad_load
+  // brought it back before its first writer). In step()'s last micro-batch
+  // it then hands the parameter to the update thread, which sums its
+  // squares and, when gradients are not clipped, updates it at once from the
+  // offload tier: the host's update of the later layers overlaps the
+  // backward of the earlier ones. With clipping (or several processes) the
+  // norm needs every gradient first, so the update runs after the backward,
+  // on the step's threads. Either way the tier is read and written through
+  // the file, a range of update_chunk elements at a time (public, above).
   struct UpdateTask {
     Trainer* trainer = nullptr;
     int param = -1;
@@ -944,7 +957,7 @@ class Trainer {
       if (micro_ == 0) {
         std::memset(device, 0, bytes);
       } else {
-        std::memcpy(device, offload_.at<std::byte>(p.host_grad), bytes);
+        offload_.read(p.host_grad, device, static_cast<std::int64_t>(bytes));
         traffic_.to_device += static_cast<std::int64_t>(bytes);
       }
     }
@@ -969,10 +982,8 @@ class Trainer {
       const int k = sched.updates[u];
       const ParamSlot& p = sched.params[k];
       const auto [from, n] = streamed_gradient(p);
-      T* to = offload_.at<T>(p.host_grad);
-      std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(T));  // the sum so far (Step::grad_load)
+      offload_.write(p.host_grad, from, n * static_cast<std::int64_t>(sizeof(T)));  // the sum so far (Step::grad_load)
       traffic_.to_offload += n * static_cast<std::int64_t>(sizeof(T));
-      offload_.release(p.host_grad, n * static_cast<std::int64_t>(sizeof(T)));
       if (updating_ && micro_ == config.accumulate - 1) updater_->submit(&run_update_task, UpdateTask{this, k, step_no});
     }
   }
@@ -987,7 +998,7 @@ class Trainer {
       ~Record() { t.record(Span::update_in_flight, k, began); }
     } rec{*this, k, began};
     const ParamSlot& p = sched.params[k];
-    const double sq = squared_norm(update_grad(p), owned(p).count);
+    const double sq = offloaded_squares(p);
     squares_[static_cast<std::size_t>(k)] = sq;
     if (updates_in_flight()) {
       if (checked_.first < 0 && sq <= max_squares) {
@@ -998,7 +1009,19 @@ class Trainer {
       if (flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
       ++checked_.skipped;
     }
-    release_offloaded(p, 0, owned(p).count);
+  }
+  // squared_norm of p's offloaded gradient, read range by range into the
+  // staging buffer (the same sum: the ranges are multiples of 8 elements).
+  double offloaded_squares(const ParamSlot& p) const {
+    const std::int64_t n = owned(p).count, e = sizeof(T);
+    T* g = device_.template at<T>(sched.update_staging.offset);
+    double lane[8] = {};
+    for (std::int64_t from = 0; from < n; from += staged_range) {
+      const std::int64_t len = std::min(staged_range, n - from);
+      offload_.read(p.host_grad + (owned(p).grad_at + from) * e, g, len * e);
+      squared_norm_add(g, len, lane);
+    }
+    return squared_norm_total(lane);
   }
 
   // Whether each update runs as soon as its gradient is offloaded: without
@@ -1028,32 +1051,65 @@ class Trainer {
     return squared_norm(update_grad(p), owned(p).count);
   }
 
+  // The update of p from the offload tier, range by range: each range's
+  // gradient, optimizer state (and with OffloadParameters values) read from
+  // the file into the staging buffer (sched.update_staging), updated there
+  // (the device's weights in place otherwise), and written back.
   void update_offloaded(const ParamSlot& p, int step_no, T grad_scale, int workers) {
-    const std::int64_t n = owned(p).count;
-    for (std::int64_t from = 0; from < n; from += update_chunk) {
-      const std::int64_t len = std::min(update_chunk, n - from);
-      update_range(p, from, len, step_no, grad_scale, workers);
-      release_offloaded(p, from, len);
+    using O = typename R::optimizer;
+    const std::int64_t n = owned(p).count, e = sizeof(T);
+    std::byte* stage = device_.template at<std::byte>(sched.update_staging.offset);
+    T* g = reinterpret_cast<T*>(stage);
+    T* staged_w = g + staged_range;  // OffloadParameters: the range's values
+    std::byte* state = stage + align_up((config.offload_params ? 2 : 1) * staged_range * e, 256);
+    for (std::int64_t from = 0; from < n; from += staged_range) {
+      const std::int64_t len = std::min(staged_range, n - from);
+      offload_.read(p.host_grad + (owned(p).grad_at + from) * e, g, len * e);
+      T* w = weight_storage(p) + owned(p).weight_at + from;
+      if constexpr (config.offload_params) {
+        offload_.read(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
+        w = staged_w;
+      }
+      // the range's state: the file's pieces of it, one after another in the staging buffer
+      const auto pieces = state_pieces(p, from, len);
+      std::int64_t at = 0;
+      for (const auto& [offset, bytes] : pieces) {
+        if (bytes > 0) offload_.read(p.state + offset, state + at, bytes);
+        at += bytes;
+      }
+      StateView sv{};
+      if constexpr (O::desc.kind == OptimKind::adamw8bit) {
+        const std::int64_t blocks = adam8bit_blocks(len);
+        sv.q = Adam8bitState{reinterpret_cast<float*>(state), reinterpret_cast<float*>(state) + blocks,
+                             reinterpret_cast<std::uint8_t*>(state) + blocks * 8, reinterpret_cast<std::uint8_t*>(state) + blocks * 8 + len};
+      } else if (p.state >= 0) {
+        sv.m = reinterpret_cast<float*>(state);
+        sv.v = sv.m + len;
+      }
+      apply_update(w, g, sv, len, step_no, grad_scale, workers);
+      at = 0;
+      for (const auto& [offset, bytes] : pieces) {
+        if (bytes > 0) offload_.write(p.state + offset, state + at, bytes);
+        at += bytes;
+      }
+      if constexpr (config.offload_params) offload_.write(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
     }
   }
-
-  // Takes the offload tier's pages of elements [from, from + n) of p's
-  // gradient and optimizer state out of the process (written back to the file).
-  void release_offloaded(const ParamSlot& p, std::int64_t from, std::int64_t n) const {
-    const std::int64_t e = sizeof(T), count = owned(p).count;
-    offload_.release(p.host_grad + (owned(p).grad_at + from) * e, n * e);
-    if constexpr (config.offload_params) offload_.release(p.weight + (owned(p).weight_at + from) * e, n * e);
-    if (p.state < 0) return;
+  // Where the state of elements [from, from + len) of p lies in its state
+  // buffer (the layouts of kernels/optimizer.hpp): (offset, bytes) pieces,
+  // laid out one after another they are the state of a len-element parameter.
+  static std::array<std::pair<std::int64_t, std::int64_t>, 4> state_pieces(const ParamSlot& p, std::int64_t from, std::int64_t len) {
     using O = typename R::optimizer;
+    std::array<std::pair<std::int64_t, std::int64_t>, 4> pieces{};
+    if (p.state < 0) return pieces;
+    const std::int64_t count = config.sharded(1) ? p.shard : p.elements();
     if constexpr (O::desc.kind == OptimKind::adamw8bit) {
-      const std::int64_t blocks = adam8bit_blocks(count), b = from / math::adam8bit_block;
-      offload_.release(p.state + b * 4, adam8bit_blocks(n) * 4);
-      offload_.release(p.state + (blocks + b) * 4, adam8bit_blocks(n) * 4);
-      offload_.release(p.state + blocks * 8 + from, n);
-      offload_.release(p.state + blocks * 8 + count + from, n);
+      const std::int64_t blocks = adam8bit_blocks(count), b = from / math::adam8bit_block, nb = adam8bit_blocks(len);
+      pieces = {{{b * 4, nb * 4}, {(blocks + b) * 4, nb * 4}, {blocks * 8 + from, len}, {blocks * 8 + count + from, len}}};
     } else {
-      for (std::int64_t moment = 0; moment < O::desc.states; ++moment) offload_.release(p.state + (moment * count + from) * 4, n * 4);
+      for (int moment = 0; moment < O::desc.states; ++moment) pieces[static_cast<std::size_t>(moment)] = {(moment * count + from) * 4, len * 4};
     }
+    return pieces;
   }
 
   // Whether parameter k's gradient (squares summing to sq) stops the step.
@@ -1110,29 +1166,47 @@ class Trainer {
     update_range(p, 0, own.count, step_no, grad_scale, workers_);
   }
 
+  // The optimizer state of n elements as the passes take it: SGD's
+  // momentum is m; AdamW's moments m and v; AdamW8bit's blocks q.
+  struct StateView {
+    float* m = nullptr;
+    float* v = nullptr;
+    Adam8bitState q{};
+  };
   // The update of elements [from, from + n) of what this rank updates of
-  // parameter p (every element is updated on its own, so a parameter may be
-  // updated range by range; AdamW8bit's ranges start on a 256-element block).
+  // parameter p, in place in the arenas (every element is updated on its
+  // own, so a parameter may be updated range by range; AdamW8bit's ranges
+  // start on a 256-element block).
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, T grad_scale, int workers) const {
     using O = typename R::optimizer;
     const Owned own = owned(p);
-    T* w = params_arena().template at<T>(p.weight) + own.weight_at + from;
-    const T* g = update_grad(p) + from;
-    const Arena& a = states_arena();
+    StateView sv{};
+    if (p.state >= 0) {
+      const Arena& a = states_arena();
+      if constexpr (O::desc.kind == OptimKind::adamw8bit) {
+        sv.q = Adam8bitState::of(a.template at<std::uint8_t>(p.state), own.count, from);
+      } else {
+        sv.m = a.template at<float>(p.state) + from;
+        sv.v = a.template at<float>(p.state) + own.count + from;
+      }
+    }
+    apply_update(weight_storage(p) + own.weight_at + from, update_grad(p) + from, sv, n, step_no, grad_scale, workers);
+  }
+  void apply_update(T* w, const T* g, const StateView& sv, std::int64_t n, int step_no, T grad_scale, int workers) const {
+    using O = typename R::optimizer;
     const double lr = lr_at(step_no);
     if constexpr (O::desc.kind == OptimKind::sgd) {
       const T mu = static_cast<T>(O::momentum::value), wd = static_cast<T>(O::weight_decay::value);
-      sgd_pass(w, g, p.state >= 0 ? a.template at<float>(p.state) + from : nullptr, n, static_cast<T>(lr), mu, wd, grad_scale, workers);
+      sgd_pass(w, g, sv.m, n, static_cast<T>(lr), mu, wd, grad_scale, workers);
     } else if constexpr (O::desc.kind == OptimKind::adamw) {
       math::AdamWHyper<T> h{static_cast<T>(lr), static_cast<T>(O::beta1::value), static_cast<T>(O::beta2::value), T(1e-8),
                             static_cast<T>(O::weight_decay::value)};
-      float* m = a.template at<float>(p.state);
-      adamw_pass(w, g, m + from, m + own.count + from, n, math::adamw_step(h, step_no), grad_scale, workers);
+      adamw_pass(w, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
     } else {
       math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
                                 1e-8f, static_cast<float>(O::weight_decay::value)};
-      adamw8bit_pass(w, g, Adam8bitState::of(a.template at<std::uint8_t>(p.state), own.count, from), n, a.template at<float>(sched.optim_table),
-                     math::adamw_step(h, step_no), grad_scale, workers);
+      adamw8bit_pass(w, g, sv.q, n, states_arena().template at<float>(sched.optim_table), math::adamw_step(h, step_no), grad_scale,
+                     workers);
     }
   }
 

@@ -106,6 +106,20 @@ struct RunConfig {
   // Element bytes of statistics and scratch (f32, or f64 when the run is f64).
   constexpr std::int64_t compute_bytes() const { return dtype == DType::F64 ? 8 : 4; }
   constexpr bool cuda() const { return engine == Engine::cuda; }
+  // OffloadOptimizer: the update runs over ranges of so many elements of a
+  // parameter (a multiple of AdamW8bit's 256-element block); on the host
+  // engine each range's gradient, optimizer state (and, with
+  // OffloadParameters, values) is read from the offload tier's file into a
+  // device-tier staging buffer and written back.
+  static constexpr std::int64_t update_chunk = std::int64_t{1} << 14;
+  // The staging buffer for ranges of `elements` (update_chunk, or fewer
+  // when no parameter has so many): the gradient (and the values), then the
+  // optimizer state.
+  constexpr std::int64_t update_staging_bytes(std::int64_t elements) const {
+    if (!offload_optimizer || cuda()) return 0;
+    const std::int64_t values = (offload_params ? 2 : 1) * elements * act_bytes();
+    return align_up(values, 256) + align_up(optim.state_bytes(elements), 256);
+  }
 };
 
 // The GEMM packing panels each worker owns (Goto's algorithm, as Eigen's
@@ -375,6 +389,7 @@ class Builder {
   detail::cvec<Op> collectives;    // the data-parallel collectives, one per collective event
   Ref tokens{}, targets{}, loss{};
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
+  int update_staging = none;  // OffloadOptimizer on the host engine: one update range in RAM (RunConfig::update_staging_bytes)
   int tied_weight = none;  // the embedding table an LM head may share
   bool tied_table_missing = false;  // a tied LM head built on a stage without the table (plan<Run>() refuses it)
   // tensor parallelism: set by a layer (LoRA) that adds to a row-parallel
@@ -577,6 +592,16 @@ class Builder {
   // Generates backward (reverse op order), recompute, prefetch and update
   // events, and every endpoint they imply. Call once, after the model's build.
   constexpr void finish() {
+    if (cfg.offload_optimizer && !cfg.cuda()) {
+      std::int64_t largest = 0;  // the most elements a process updates of one parameter
+      for (const Param& p : params)
+        if (p.trainable) largest = std::max(largest, cfg.sharded(1) ? cfg.shard(p.elements()) : p.elements());
+      const std::int64_t range = std::min(largest, RunConfig::update_chunk);
+      if (range > 0) {
+        update_staging = persistent("update staging", Role::scratch, cfg.update_staging_bytes(range), none);
+        tensors[update_staging].node = 0;
+      }
+    }
     if (cfg.cuda()) {
       reductions = persistent("reductions", Role::scratch, CudaWorkspace::reduction_bytes, none);
       tensors[reductions].node = 0;

@@ -23,16 +23,26 @@
 namespace headroom::host {
 
 // In double, over 8 lanes (a fixed order: deterministic, and vectorized).
+// A gradient read in pieces whose sizes are multiples of 8 (the last one
+// aside) gives the same sum piece by piece: squared_norm_add into the same
+// lanes, then squared_norm_total.
 template <class T>
-double squared_norm(const T* g, std::int64_t n) {
-  double lane[8] = {};
+void squared_norm_add(const T* g, std::int64_t n, double (&lane)[8]) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(g[i + l]) * static_cast<double>(g[i + l]);
   for (; i < n; ++i) lane[0] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+}
+inline double squared_norm_total(const double (&lane)[8]) {
   double s = 0.0;
   for (double x : lane) s += x;
   return s;
+}
+template <class T>
+double squared_norm(const T* g, std::int64_t n) {
+  double lane[8] = {};
+  squared_norm_add(g, n, lane);
+  return squared_norm_total(lane);
 }
 
 // The index of the first NaN or infinite element of g, or -1. The failure
