@@ -1098,11 +1098,12 @@ class Trainer {
   // Where the state of elements [from, from + len) of p lies in its state
   // buffer (the layouts of kernels/optimizer.hpp): (offset, bytes) pieces,
   // laid out one after another they are the state of a len-element parameter.
-  static std::array<std::pair<std::int64_t, std::int64_t>, 4> state_pieces(const ParamSlot& p, std::int64_t from, std::int64_t len) {
+  // (As update_range lays it out: over the elements this process updates.)
+  std::array<std::pair<std::int64_t, std::int64_t>, 4> state_pieces(const ParamSlot& p, std::int64_t from, std::int64_t len) const {
     using O = typename R::optimizer;
     std::array<std::pair<std::int64_t, std::int64_t>, 4> pieces{};
     if (p.state < 0) return pieces;
-    const std::int64_t count = config.sharded(1) ? p.shard : p.elements();
+    const std::int64_t count = owned(p).count;
     if constexpr (O::desc.kind == OptimKind::adamw8bit) {
       const std::int64_t blocks = adam8bit_blocks(count), b = from / math::adam8bit_block, nb = adam8bit_blocks(len);
       pieces = {{{b * 4, nb * 4}, {(blocks + b) * 4, nb * 4}, {blocks * 8 + from, len}, {blocks * 8 + count + from, len}}};
