@@ -1430,31 +1430,16 @@ class Trainer {
     }
     return true;
   }
-  static std::string number(double x) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.4g", x);
-    return b;
-  }
   static std::string describe(const OffloadCheck& c) {
-    const ParamSlot& p = sched.params[static_cast<std::size_t>(c.first)];
-    if (c.element >= 0)
-      return "its element [" + std::to_string(c.element / p.cols) + ", " + std::to_string(c.element % p.cols) + "] of (" +
-             std::to_string(p.rows) + ", " + std::to_string(p.cols) + ") is " + number(c.value);
-    return std::string(c.own ? "its elements are finite, but their squares sum to "
-                             : "every element is finite, but the squares of the step's gradients (this one the largest) sum to ") +
-           number(c.value) + ", beyond f32's range (" + number(max_squares) + ")";
+    return trainers::describe_bad_gradient(sched.params[static_cast<std::size_t>(c.first)], c.element, c.value, c.own, max_squares);
   }
   // clip_norm = 0: a gradient failed during the backward.
   [[noreturn]] void throw_skipped_updates(int step_no) const {
     const OffloadCheck& c = checked_;
-    throw non_finite_gradient(
-        step_no, path_of(sched.params[static_cast<std::size_t>(c.first)]),
-        describe(c) + "; OffloadOptimizer without clipping: the " + std::to_string(c.updated) +
-            " parameters whose gradients were complete and checked before the first that failed in backward order (" +
-            path_of(sched.params[static_cast<std::size_t>(c.first_in_backward)]) + ") keep their update, the other " +
-            std::to_string(c.skipped) +
-            " were not updated; no non-finite gradient reached a weight or an optimizer state, and the step count stays " +
-            std::to_string(step_no - 1));
+    throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(c.first)]),
+                              describe(c) + trainers::skipped_updates("OffloadOptimizer without clipping", c.updated,
+                                                                      path_of(sched.params[static_cast<std::size_t>(c.first_in_backward)]),
+                                                                      c.skipped, step_no));
   }
   // clip_norm > 0: the norm is not finite; names the first parameter in
   // schedule order with a NaN or an infinity, else the first whose own

@@ -1133,32 +1133,17 @@ class Trainer {
     return true;
   }
 
-  static std::string number(double x) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.4g", x);
-    return b;
-  }
-
   static std::string describe(const GradientCheck& c) {
-    const ParamSlot& p = sched.params[c.first];
-    if (c.element >= 0)
-      return "its element [" + std::to_string(c.element / p.cols) + ", " + std::to_string(c.element % p.cols) + "] of (" +
-             std::to_string(p.rows) + ", " + std::to_string(p.cols) + ") is " + number(c.value);
-    return std::string(c.own ? "its elements are finite, but their squares sum to "
-                             : "every element is finite, but the squares of the step's gradients (this one the largest) sum to ") +
-           number(c.value) + ", beyond f32's range (" + number(max_squares) + ")";
+    return trainers::describe_bad_gradient(sched.params[c.first], c.element, c.value, c.own, max_squares);
   }
 
   [[noreturn]] void throw_skipped_updates(int step_no) const {
     const GradientCheck& c = checked_;
-    throw non_finite_gradient(
-        step_no, path_of(sched.params[c.first]),
-        describe(c) + (config.offload_optimizer ? "; OffloadOptimizer without clipping: the " : "; UpdateInBackward: the ") +
-            std::to_string(c.updated) +
-            " parameters whose gradients were complete and checked before the first that failed in backward order (" +
-            path_of(sched.params[c.first_in_backward]) + ") keep their update, the other " + std::to_string(c.skipped) +
-            " were not updated; no non-finite gradient reached a weight or an optimizer state, and the step count stays " +
-            std::to_string(step_no - 1));
+    throw non_finite_gradient(step_no, path_of(sched.params[c.first]),
+                              describe(c) + trainers::skipped_updates(config.offload_optimizer ? "OffloadOptimizer without clipping"
+                                                                                               : "UpdateInBackward",
+                                                                      c.updated, path_of(sched.params[c.first_in_backward]),
+                                                                      c.skipped, step_no));
   }
 
   void update_param(const ParamSlot& p, int step_no, T grad_scale) {

@@ -4,6 +4,7 @@
 // weights (host::Trainer and cuda::Trainer start from the same values).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -249,6 +250,36 @@ template <class T, class Arena, class Param>
 std::pair<T*, std::int64_t> gradient_to_sum(const RunConfig& c, const Arena& arena, const Param& p) {
   return c.sharded(2) ? std::pair<T*, std::int64_t>{arena.template at<T>(p.grad_shard), p.shard}
                       : std::pair<T*, std::int64_t>{arena.template at<T>(p.grad), p.elements()};
+}
+
+// ---- the gradient check's messages (both engines) -------------------------------------------------------
+inline std::string short_number(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", x);
+  return b;
+}
+// What is wrong with parameter p's gradient: its element `element`
+// (row-major) is `value`, or (element < 0) the squares of its elements (own)
+// or of the step's gradients sum to `value`, beyond f32's range.
+template <class Param>
+std::string describe_bad_gradient(const Param& p, std::int64_t element, double value, bool own, double max_squares) {
+  if (element >= 0)
+    return "its element [" + std::to_string(element / p.cols) + ", " + std::to_string(element % p.cols) + "] of (" +
+           std::to_string(p.rows) + ", " + std::to_string(p.cols) + ") is " + short_number(value);
+  return std::string(own ? "its elements are finite, but their squares sum to "
+                         : "every element is finite, but the squares of the step's gradients (this one the largest) sum to ") +
+         short_number(value) + ", beyond f32's range (" + short_number(max_squares) + ")";
+}
+// The rest of the message when parameters are updated as their gradients
+// complete (`how`: "UpdateInBackward", "OffloadOptimizer without clipping")
+// and one failed: `updated` ran before `first_failed` (in backward order),
+// `skipped` did not.
+inline std::string skipped_updates(std::string_view how, int updated, const std::string& first_failed, int skipped, int step_no) {
+  return "; " + std::string(how) + ": the " + std::to_string(updated) +
+         " parameters whose gradients were complete and checked before the first that failed in backward order (" + first_failed +
+         ") keep their update, the other " + std::to_string(skipped) +
+         " were not updated; no non-finite gradient reached a weight or an optimizer state, and the step count stays " +
+         std::to_string(step_no - 1);
 }
 
 // The initial values of parameter p as tensor-parallel rank `tensor_rank`
