@@ -998,9 +998,7 @@ class Builder {
   constexpr int gather_params(const Op& op) {
     if (cfg.offload_params) return fetch_params(op);
     if (!cfg.sharded(3) || (op.param[0] == none && op.param[1] == none)) return none;
-    int ahead = static_cast<int>(events.size()) - 1;  // the compute event before, skipping collectives
-    while (ahead >= 0 && events[ahead].kind == EventKind::collective) --ahead;
-    if (ahead < 0 || events[ahead].group != op.group || events[ahead].op == none) ahead = none;
+    const int ahead = compute_event_ahead(op);
     Op c{};
     c.kind = collective::all_gather_params;
     c.node = op.node;
@@ -1026,14 +1024,27 @@ class Builder {
     for (int o = 0; o < max_out; ++o) {
       if (!g.out[o].valid()) continue;
       bindings[e].out[o] = g.out[o];
-      if (ahead != none) {
-        born(g.out[o], ahead);
-        use(g.out[o], e);
-      } else {
-        born(g.out[o], e);
-      }
+      born_ahead(g.out[o], ahead, e);
     }
     return e;
+  }
+  // The compute event before op's first, skipping collectives and fetches,
+  // where it is of op's group (the op before, in the same Repeat instance),
+  // else none: a buffer that event e of op fills may be born there, so the
+  // engine can fill it one op ahead.
+  constexpr int compute_event_ahead(const Op& op) const {
+    int ahead = static_cast<int>(events.size()) - 1;
+    while (ahead >= 0 && (events[ahead].kind == EventKind::collective || events[ahead].kind == EventKind::fetch)) --ahead;
+    return ahead < 0 || events[ahead].group != op.group || events[ahead].op == none ? none : ahead;
+  }
+  // Buffer r, filled by event e: born at `ahead` (and used by e) where there is one, else at e.
+  constexpr void born_ahead(Ref r, int ahead, int e) {
+    if (ahead != none) {
+      born(r, ahead);
+      use(r, e);
+    } else {
+      born(r, e);
+    }
   }
   constexpr int gathered(int node, int group, std::int64_t bytes) {
     const int t = new_tensor("gathered", Role::communication, bytes, group);
@@ -1064,9 +1075,7 @@ class Builder {
   // Returns the fetch's event, or none.
   constexpr int fetch_params(const Op& op) {
     if (op.param[0] == none && op.param[1] == none) return none;
-    int ahead = static_cast<int>(events.size()) - 1;  // the compute event before, skipping fetches
-    while (ahead >= 0 && (events[ahead].kind == EventKind::fetch || events[ahead].kind == EventKind::collective)) --ahead;
-    if (ahead < 0 || events[ahead].group != op.group || events[ahead].op == none) ahead = none;
+    const int ahead = compute_event_ahead(op);
     const int e = push_event(EventKind::fetch, op.node, op.group);
     Binding& bd = bindings[e];
     auto fetch = [&](int slot, int stored, int node) {
@@ -1075,12 +1084,7 @@ class Builder {
       grow(t);
       use(bd.in[slot] = Ref{stored, none}, e);
       bd.out[slot] = Ref{t, none};
-      if (ahead != none) {
-        born(bd.out[slot], ahead);
-        use(bd.out[slot], e);
-      } else {
-        born(bd.out[slot], e);
-      }
+      born_ahead(bd.out[slot], ahead, e);
     };
     for (int q = 0; q < max_weights; ++q) {
       const int p = op.param[q];
