@@ -77,6 +77,15 @@
 // clipping, with the norm summed in the kernels' order) and the new weights
 // go back on the copy stream before the next step's forward. See the
 // section "OffloadOptimizer (ZeRO-Offload)" below and docs/cuda.md.
+//
+// OffloadParameters (ZeRO-Infinity, with OffloadOptimizer): every
+// parameter's stored tensor (values, NF4 / Int8 codes and scales) lives in
+// the pinned offload tier; each fetch step of the schedule copies the next
+// event's parameters into the plan's `fetched` device buffers on the copy
+// stream (issued one op ahead where the plan has those buffers alive
+// there), and the compute stream waits for the copy before that event. The
+// CPU's update writes the new values (and the master) in the offload tier,
+// where the next fetches read them: no weights go back to the device.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -184,11 +193,12 @@ class Trainer {
   // offloaded gradients in the pinned offload tier, the update on the CPU
   static constexpr bool offloaded = config.offload_optimizer;
   static_assert(!offloaded || config.world() == 1,
-                "cuda::Trainer<Run>: OffloadOptimizer with DataParallel, TensorParallel or PipelineParallel runs on the host "
-                "engine only so far; on the CUDA engine OffloadOptimizer trains one process");
-  static_assert(!config.offload_params,
-                "cuda::Trainer<Run>: OffloadParameters (parameters in the offload tier, fetched for each event that reads "
-                "them) runs on the host engine only so far; drop OffloadParameters to train on the GPU (OffloadOptimizer alone runs)");
+                "cuda::Trainer<Run>: OffloadOptimizer (and OffloadParameters) with DataParallel, TensorParallel or "
+                "PipelineParallel runs on the host engine only so far; on the CUDA engine they train one process");
+  // OffloadParameters (ZeRO-Infinity): every parameter's stored tensor in the
+  // pinned offload tier, copied to the plan's `fetched` device buffers by the
+  // schedule's fetch steps (see "OffloadParameters" below)
+  static constexpr bool params_offloaded = config.offload_params;
   using S = storage_t<config.dtype>;
   static constexpr bool half = is_half(config.dtype);
   static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
@@ -262,6 +272,17 @@ class Trainer {
     plan_copy_waits();
     for (std::size_t g = 0; g < sched.steps.size(); ++g)
       if (sched.steps[g].issue_before >= 0) hoisted_[static_cast<std::size_t>(sched.steps[g].issue_before)].push_back(static_cast<int>(g));
+    fetched_ahead_.assign(sched.steps.size(), 0);
+    for (int g = 1; g < micro_batch_end; ++g) {
+      const Step& st = sched.steps[static_cast<std::size_t>(g)];
+      if (st.kind != EventKind::fetch) continue;
+      if (st.issue_before >= 0) {  // hoisted by the schedule (above)
+        fetched_ahead_[static_cast<std::size_t>(g)] = 1;
+      } else if (const int h = fetch_issue_step(g); h < g) {
+        hoisted_[static_cast<std::size_t>(h)].push_back(g);
+        fetched_ahead_[static_cast<std::size_t>(g)] = 1;
+      }
+    }
     if (comm_ != nullptr) {
       if constexpr (config.tp == 1 && config.pp == 1)
         comm_->check_size(config.dp, "data-parallel ranks");
@@ -450,7 +471,17 @@ class Trainer {
       if (p.master >= 0) return from_offload_tier<float>(p.master, n);
     // the master copy, where it holds what the weight holds (ZeRO 1 and 2 keep a shard of it beside whole weights)
     if (half && p.master >= 0 && config.sharded(1) == config.sharded(3)) return download<float>(device_.at<float>(p.master), n);
-    return download_as_float(device_.at<S>(p.weight), n);
+    return download_stored(p);
+  }
+  // A dense parameter's stored values as f32: what the kernels read (the
+  // storage type; with OffloadParameters the offload tier's copy, which the
+  // fetches bring to the device), all of them or with ZeRO<3> this rank's shard.
+  std::vector<float> download_stored(const ParamSlot& p) const {
+    if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_stored: " + path_of(p) + " is quantized");
+    const std::vector<S> s = read_stored<S>(p.weight, config.sharded(3) ? shard_of(p).count : p.elements());
+    std::vector<float> v(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) v[i] = to_float(s[i]);
+    return v;
   }
   // Any parameter's values as f32: a quantized one dequantized on the host
   // (what the kernels compute: code x absmax in f32).
@@ -459,8 +490,8 @@ class Trainer {
     if (config.sharded(3))
       throw std::invalid_argument("cuda::Trainer::download_dense: with ZeRO<3> this rank holds byte shards of " + path_of(p) +
                                   "'s codes and scales, not a matrix to dequantize");
-    std::vector<std::uint8_t> codes = download<std::uint8_t>(device_.at<std::uint8_t>(p.weight), p.quant.code_bytes(p.elements()));
-    std::vector<std::uint8_t> scales = download<std::uint8_t>(device_.at<std::uint8_t>(p.scales), p.quant.scale_bytes(p.elements()));
+    std::vector<std::uint8_t> codes = read_stored<std::uint8_t>(p.weight, p.quant.code_bytes(p.elements()));
+    std::vector<std::uint8_t> scales = read_stored<std::uint8_t>(p.scales, p.quant.scale_bytes(p.elements()));
     const math::QuantView w = host_view(p, codes, scales);
     std::vector<float> v(static_cast<std::size_t>(p.elements()));
     host::dequantize_rows<float>(w, 0, p.rows, v.data());
@@ -508,7 +539,7 @@ class Trainer {
     }
     std::vector<S> stored(held.size());
     for (std::size_t i = 0; i < held.size(); ++i) stored[i] = from_float<S>(held[i]);
-    upload(device_.at<S>(p.weight), stored.data(), stored.size(), "upload weight");
+    write_stored(p.weight, stored.data(), stored.size(), "upload weight");
   }
   // Zeroes every optimizer state and restarts the step count.
   void reset_optimizer() {
@@ -541,7 +572,8 @@ class Trainer {
   cudaStream_t communication_{};  // ops on ops::Lane::communication
   cudaEvent_t ready_for_copy_{};
   cudaEvent_t communicated_{};          // the trainer's own collectives (loss, norm, weights) are done
-  std::vector<std::vector<int>> hoisted_ = std::vector<std::vector<int>>(sched.steps.size());  // per step: gathers issued before it
+  std::vector<std::vector<int>> hoisted_ = std::vector<std::vector<int>>(sched.steps.size());  // per step: gathers and fetches issued before it
+  std::vector<char> fetched_ahead_;     // per step: a fetch issued before an earlier step (hoisted_)
   std::vector<cudaEvent_t> copy_done_;  // per copy step, and per step of an op on the communication lane: its work is done
   std::vector<int> waits_;              // per step g: copy steps the compute stream waits for before g (flattened)
   std::vector<int> wait_begin_;         // waits_ of step g: [wait_begin_[g], wait_begin_[g + 1])
@@ -591,10 +623,6 @@ class Trainer {
   U* ptr(const Slot& s) const {
     return s.bound() ? device_.at<U>(s.offset + micro_copy_ * s.stride) : nullptr;
   }
-  math::QuantView quant(const ParamSlot& p) const {
-    return math::QuantView{p.quant, device_.at<std::uint8_t>(p.weight), device_.at<std::uint8_t>(p.scales),
-                           sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
-  }
   float* reductions() const { return ptr<float>(sched.reductions); }
 
   // Host <-> device copies outside a step, on the compute stream and waited
@@ -618,6 +646,24 @@ class Trainer {
   void wait(cudaStream_t stream, const char* what) const {
     if (Communicator* c = waiter()) c->synchronize(stream, what);
     else check(cudaStreamSynchronize(stream), what);
+  }
+  // A parameter's stored tensor (values, codes or scales) at `offset` of
+  // the tier the plan stores parameters in: the device, or with
+  // OffloadParameters the pinned offload tier (read and written by the host
+  // once every copy and update is done; the fetches copy it to the device).
+  template <class U>
+  std::vector<U> read_stored(std::int64_t offset, std::int64_t n) const {
+    if constexpr (params_offloaded) return from_offload_tier<U>(offset, n);
+    else return download<U>(device_.at<U>(offset), n);
+  }
+  template <class U>
+  void write_stored(std::int64_t offset, const U* src, std::size_t n, const char* what) {
+    if constexpr (params_offloaded) {
+      settle_offload();
+      std::memcpy(offload_.at<U>(offset), src, n * sizeof(U));
+    } else {
+      upload(device_.at<U>(offset), src, n, what);
+    }
   }
   std::int64_t state_bytes(const ParamSlot& p) const { return config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements()); }
   std::vector<float> download_as_float(const S* src, std::int64_t n) const {
@@ -885,10 +931,14 @@ class Trainer {
   }
 
   // ZeRO 3's prefetch: the gathers the schedule lets start before step h
-  // (Step::issue_before), those of steps before `end` (evaluate: the loss step).
+  // (Step::issue_before); OffloadParameters: the fetches issued before step h
+  // (fetch_issue_step); those of steps before `end` (evaluate: the loss step).
   void issue_hoisted(int h, int end = micro_batch_end) {
-    for (const int g : hoisted_[static_cast<std::size_t>(h)])
-      if (g < end) forward(sched.steps[static_cast<std::size_t>(g)], true);
+    for (const int g : hoisted_[static_cast<std::size_t>(h)]) {
+      if (g >= end) continue;
+      if (sched.steps[static_cast<std::size_t>(g)].kind == EventKind::fetch) copy_step(g);
+      else forward(sched.steps[static_cast<std::size_t>(g)], true);
+    }
   }
 
   // Accumulate<K>: the gradients that live the whole step start at zero
@@ -913,17 +963,22 @@ class Trainer {
         if (overlaps(slots[i], from, bytes)) return true;
       return false;
     };
+    if (st.kind == EventKind::fetch) return false;  // its copies keep their order on the copy stream (its `in`: the offload tier)
     if (any(st.in, graph::max_in) || any(st.out, graph::max_out) || any(st.saved, graph::max_saved) ||
         any(st.d_out, graph::max_out) || any(st.d_in, graph::max_in))
       return true;
+    for (int q = 0; q < graph::max_weights; ++q)  // parameters as gathered or fetched for this event, gradients it writes
+      if (overlaps(st.weight[q], from, bytes) || overlaps(st.scales[q], from, bytes) || overlaps(st.param_grad[q], from, bytes))
+        return true;
     return overlaps(st.inout, from, bytes) || overlaps(st.d_inout, from, bytes) || overlaps(st.scratch, from, bytes);
   }
   // For each copy step (and each op on the communication lane:
   // trainers::join_steps), the first later step that reads or writes any device
   // bytes it copies (an offload's source may be reused; a prefetch's
-  // destination is read by a backward): the compute stream waits there, or at
-  // the end of the micro-batch when no step does. Copies keep their order on
-  // the copy stream, so they need no waits among themselves.
+  // destination is read by a backward, a fetch's by the event it fetches
+  // for): the compute stream waits there, or at the end of the micro-batch
+  // when no step does. Copies keep their order on the copy stream, so they
+  // need no waits among themselves.
   void plan_copy_waits() {
     constexpr int end = micro_batch_end;
     std::vector<std::vector<int>> at(static_cast<std::size_t>(end) + 1);
@@ -949,7 +1004,7 @@ class Trainer {
         while (first < end && !grads_touched_at(first)) ++first;
         at[static_cast<std::size_t>(first)].push_back(g);
       }
-      if (st.kind != EventKind::offload && st.kind != EventKind::prefetch) continue;
+      if (st.kind != EventKind::offload && st.kind != EventKind::prefetch && st.kind != EventKind::fetch) continue;
       auto touched_at = [&](int h) {
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
@@ -974,6 +1029,33 @@ class Trainer {
     for (int i = wait_begin_[g]; i < wait_begin_[g + 1]; ++i)
       if (waits_[i] < ran_before) check(cudaStreamWaitEvent(compute_, copy_done_[waits_[i]], 0), "cudaStreamWaitEvent");
   }
+  // OffloadParameters: the step before which fetch g is issued on the copy
+  // stream. The plan has the fetched copies alive from the compute event
+  // before the fetch where that event is of the op's group (graph.hpp,
+  // fetch_params), so the copy may run beside that event (the op before):
+  // issued before it, the copy waits only for the compute stream's work up
+  // to the step before it, whose buffers died there. Checked here: the
+  // copies share no byte with what that event reads or writes, nor with the
+  // copies of a fetch between them (only fetches lie between). Else g.
+  static int fetch_issue_step(int g) {
+    const Step& f = sched.steps[static_cast<std::size_t>(g)];
+    int h = g - 1;
+    while (h >= 1 && sched.steps[static_cast<std::size_t>(h)].kind == EventKind::fetch) --h;
+    if (h < 1) return g;
+    const Step& a = sched.steps[static_cast<std::size_t>(h)];
+    if (a.kind != EventKind::forward && a.kind != EventKind::recompute && a.kind != EventKind::backward && a.kind != EventKind::loss)
+      return g;
+    for (int c = f.copy_begin; c < f.copy_end; ++c) {
+      const CopyStep& cp = sched.copies[static_cast<std::size_t>(c)];
+      if (touches(a, cp.to, cp.bytes)) return g;
+      for (int x = h + 1; x < g; ++x)
+        for (int d = sched.steps[static_cast<std::size_t>(x)].copy_begin; d < sched.steps[static_cast<std::size_t>(x)].copy_end; ++d) {
+          const CopyStep& other = sched.copies[static_cast<std::size_t>(d)];
+          if (other.to < cp.to + cp.bytes && cp.to < other.to + other.bytes) return g;
+        }
+    }
+    return h;
+  }
   void copy_step(int g) {
     const Step& st = sched.steps[g];
     check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
@@ -984,10 +1066,10 @@ class Trainer {
         check(cudaMemcpyAsync(offload_.at<std::byte>(cp.to + cp.host_at(micro_copy_)), device_.at<std::byte>(cp.from),
                               static_cast<std::size_t>(cp.bytes), cudaMemcpyDeviceToHost, copy_),
               "offload copy");
-      else
+      else  // a prefetch, or a fetch of parameters (OffloadParameters: one copy of each, host_stride 0)
         check(cudaMemcpyAsync(device_.at<std::byte>(cp.to), offload_.at<std::byte>(cp.from + cp.host_at(micro_copy_)),
                               static_cast<std::size_t>(cp.bytes), cudaMemcpyHostToDevice, copy_),
-              "prefetch copy");
+              st.kind == EventKind::fetch ? "fetch copy" : "prefetch copy");
     }
     check(cudaEventRecord(copy_done_[g], copy_), "cudaEventRecord");
   }
@@ -1005,7 +1087,9 @@ class Trainer {
       case EventKind::prefetch: copy_step(g); break;
       case EventKind::update: break;
       case EventKind::collective: forward(st); break;
-      case EventKind::fetch: unsupported(st); break;  // OffloadParameters: refused above
+      case EventKind::fetch:  // OffloadParameters: the next event's parameters (unless issued ahead: issue_hoisted)
+        if (!fetched_ahead_[static_cast<std::size_t>(g)]) copy_step(g);
+        break;
     }
   }
 
@@ -1013,6 +1097,11 @@ class Trainer {
   OpContext<S> context(const Step& st) const {
     OpContext<S> k{};
     trainers::bind_step(k, sched, st, device_.at<std::byte>(0), micro_copy_);
+    if constexpr (params_offloaded)  // a parameter is on the device only as fetched for this event (Step::weight)
+      for (int w = 0; w < graph::max_weights; ++w) {
+        if (!st.weight[w].bound()) k.weight_[w] = nullptr, k.quant_[w].codes = nullptr;
+        if (!st.scales[w].bound()) k.quant_[w].scales = nullptr;
+      }
     k.compute = compute_;
     k.cublas = const_cast<Blas*>(&blas_);
     k.control_block = control();
@@ -1135,6 +1224,22 @@ class Trainer {
   // copied out every micro-batch, and the first writer of each gradient in
   // micro-batch k > 0 starts from the offload tier's sum (Step::grad_load);
   // the updates follow the last micro-batch.
+  //
+  // OffloadParameters: the parameters' stored tensors are in the offload
+  // tier too, and the device holds only the copies the schedule's fetch
+  // steps make for the event after them (Step::weight / scales, which
+  // bind_step resolves; context() leaves any other parameter pointer null).
+  // A fetch is issued on the copy stream after an event of the compute
+  // stream, so it overwrites its device buffers only once their previous
+  // readers are done; where the plan has the buffers alive from the compute
+  // event before the fetch (fetch_issue_step) it is issued before that
+  // event and overlaps it. The compute stream waits for it before the event
+  // that reads it (plan_copy_waits). The update (both paths above) writes
+  // the new values into the stored tensor in place of the gradient's bytes
+  // (an f32 run's too, beside its master), and weights_to_device copies
+  // nothing: the next step's fetches bring them. A parameter's last fetch
+  // in a step precedes the copy of its gradient on the copy stream, so the
+  // update thread never writes values a pending fetch still reads.
   struct OffloadCheck {
     int first = -1;                // sched.params index of the parameter the error names; -1: none failed
     std::int64_t element = -1;     // its first NaN or infinite element; -1: all finite, the squares overflow f32
@@ -1314,18 +1419,22 @@ class Trainer {
 
   // The updated parameters' new weights to the device (16-bit: from
   // host_grad's bytes, f32: the master), on the copy stream; the compute
-  // stream's next work waits for them.
+  // stream's next work waits for them. With OffloadParameters there are no
+  // device weights: the update wrote the stored values, and the next step's
+  // fetches copy them.
   void weights_to_device() {
-    for (std::size_t k = 0; k < sched.params.size(); ++k) {
-      if (updated_[k] == 0) continue;
-      const ParamSlot& p = sched.params[k];
-      const void* from = half ? static_cast<const void*>(offload_.at<S>(p.host_grad)) : static_cast<const void*>(offload_.at<float>(p.master));
-      check(cudaMemcpyAsync(device_.at<S>(p.weight), from, static_cast<std::size_t>(p.elements()) * sizeof(S), cudaMemcpyHostToDevice,
-                            copy_),
-            "copy updated weights to the device");
+    if constexpr (!params_offloaded) {
+      for (std::size_t k = 0; k < sched.params.size(); ++k) {
+        if (updated_[k] == 0) continue;
+        const ParamSlot& p = sched.params[k];
+        const void* from = half ? static_cast<const void*>(offload_.at<S>(p.host_grad)) : static_cast<const void*>(offload_.at<float>(p.master));
+        check(cudaMemcpyAsync(device_.at<S>(p.weight), from, static_cast<std::size_t>(p.elements()) * sizeof(S), cudaMemcpyHostToDevice,
+                              copy_),
+              "copy updated weights to the device");
+      }
+      check(cudaEventRecord(weights_back_, copy_), "cudaEventRecord");
+      check(cudaStreamWaitEvent(compute_, weights_back_, 0), "cudaStreamWaitEvent");
     }
-    check(cudaEventRecord(weights_back_, copy_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(compute_, weights_back_, 0), "cudaStreamWaitEvent");
   }
 
   // p's update on the CPU, in ranges of update_range_elements on `threads` threads.
@@ -1341,13 +1450,20 @@ class Trainer {
   // update kernels (kernels/optimizer.cuh) over the master weights, the state
   // and the offloaded gradient read as f32; a 16-bit run's new weights are
   // written over the gradient's bytes (each after its gradient element or
-  // AdamW8bit block is read).
+  // AdamW8bit block is read), with OffloadParameters (any precision) into
+  // the parameter's stored values.
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t count, float grad_scale) {
     using O = typename R::optimizer;
     const std::int64_t n = p.elements();
     const UpdateControl& c = step_control_;
     S* g = offload_.at<S>(p.host_grad);
     float* w = offload_.at<float>(p.master);
+    // the new weights in the storage type: with OffloadParameters into the
+    // stored values (the offload tier, which the next fetches read), else a
+    // 16-bit run's over the gradient's bytes (weights_to_device copies them);
+    // an f32 run's master is its weight
+    constexpr bool store = params_offloaded || half;
+    S* stored = params_offloaded ? offload_.at<S>(p.weight) : g;
     if constexpr (O::desc.kind == OptimKind::sgd) {
       float* buf = c.sgd_momentum != 0.0f ? offload_.at<float>(p.state) : nullptr;
       for (std::int64_t i = from; i < from + count; ++i) {
@@ -1355,7 +1471,7 @@ class Trainer {
         math::sgd_update(x, buf != nullptr ? buf + i : nullptr, to_float(g[i]) * grad_scale, c.sgd_lr, c.sgd_momentum,
                          c.sgd_weight_decay);
         w[i] = x;
-        if constexpr (half) g[i] = from_float<S>(x);
+        if constexpr (store) stored[i] = from_float<S>(x);
       }
     } else if constexpr (O::desc.kind == OptimKind::adamw) {
       float* m = offload_.at<float>(p.state);
@@ -1366,7 +1482,7 @@ class Trainer {
         w[i] = x;
         m[i] = mi;
         v[i] = vi;
-        if constexpr (half) g[i] = from_float<S>(x);
+        if constexpr (store) stored[i] = from_float<S>(x);
       }
     } else {
       const std::int64_t blocks = ceil_div(n, math::adam8bit_block);
@@ -1382,8 +1498,8 @@ class Trainer {
         for (int i = 0; i < len; ++i) gb[i] = to_float(g[b0 + i]) * grad_scale;
         math::adamw8bit_update_block(w + b0, gb, len, m_codes + b0, v_codes + b0, m_absmax + b, v_absmax + b, maps,
                                      maps + math::dynamic_map_size, c.adamw);
-        if constexpr (half)
-          for (int i = 0; i < len; ++i) g[b0 + i] = from_float<S>(w[b0 + i]);
+        if constexpr (store)
+          for (int i = 0; i < len; ++i) stored[b0 + i] = from_float<S>(w[b0 + i]);
       }
     }
   }
@@ -1524,8 +1640,10 @@ class Trainer {
   // rank owns (trainers::owned), of the averaged gradient (ZeRO 2 and 3: its shard).
   ParamRef ref(const ParamSlot& p) const {
     const trainers::Owned own = trainers::owned(config, p, rank());
-    // OffloadOptimizer: master and state are in the offload tier, updated on the CPU (no kernel reads them)
-    return ParamRef{device_.at<S>(p.weight) + own.weight_at, half && p.master >= 0 && !offloaded ? device_.at<float>(p.master) : nullptr,
+    // OffloadOptimizer: master and state are in the offload tier, updated on the CPU (no kernel reads them);
+    // OffloadParameters: so are the weights
+    return ParamRef{params_offloaded ? nullptr : device_.at<S>(p.weight) + own.weight_at,
+                    half && p.master >= 0 && !offloaded ? device_.at<float>(p.master) : nullptr,
                     device_.at<S>(config.sharded(2) ? p.grad_shard : p.grad) + own.grad_at,
                     p.state >= 0 && !offloaded ? device_.at<std::byte>(p.state) : nullptr, own.count};
   }
@@ -1580,8 +1698,8 @@ class Trainer {
       return std::span<const std::uint8_t>(all).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(std::min(block, n - begin)));
     };
     const std::span<const std::uint8_t> c = held(codes), a = held(scales);
-    upload(device_.at<std::uint8_t>(p.weight), c.data(), c.size(), "upload codes");
-    upload(device_.at<std::uint8_t>(p.scales), a.data(), a.size(), "upload scales");
+    write_stored(p.weight, c.data(), c.size(), "upload codes");
+    write_stored(p.scales, a.data(), a.size(), "upload scales");
   }
 
   // The same initial values as host::Trainer (trainers::initial_values:

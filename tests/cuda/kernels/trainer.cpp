@@ -560,12 +560,16 @@ namespace {
 // and optimizer state is the same bits; with clipping the CPU sums the
 // squares in the norm kernel's order, so the norm (and clip scale) is too.
 // Without clipping the norm is the per-parameter sums' (double, schedule
-// order) against the kernel's f32 tree: within norm_rel.
+// order) against the kernel's f32 tree: within norm_rel. With
+// OffloadParameters too the parameters' values live in the offload tier and
+// every event reads the copy its fetch brought: the same bits again.
 template <class Off, class Ref>
 void compare_offloaded(TrainOptions o, int steps, std::int64_t vocab, double norm_rel) {
   static_assert(plan<Off>().bytes(Role::optimizer_state, Tier::device) == 0 &&
                 plan<Off>().bytes(Role::master_weights, Tier::device) == 0);
   static_assert(plan<Off>().bytes(Role::optimizer_state, Tier::offload) == plan<Ref>().bytes(Role::optimizer_state));
+  // OffloadParameters: every stored parameter in the offload tier (the device's weights are fetched copies)
+  static_assert(!Off::config().offload_params || plan<Off>().bytes(Role::weights, Tier::offload) == plan<Ref>().bytes(Role::weights));
   cuda::Trainer<Ref> ref(o);
   cuda::Trainer<Off> off(o);
   REQUIRE(off.arena_bytes(Tier::device) == plan<Off>().peak_bytes(Tier::device));
@@ -586,9 +590,15 @@ void compare_offloaded(TrainOptions o, int steps, std::int64_t vocab, double nor
   if (o.clip_norm > 0) CHECK(clipped == steps);  // the clip scale acts at every step
   for (std::size_t k = 0; k < cuda::Trainer<Ref>::param_count; ++k) {
     const ParamSlot& p = cuda::Trainer<Ref>::param(k);
+    const ParamSlot& q = cuda::Trainer<Off>::param(k);
     INFO(cuda::Trainer<Ref>::path_of(p));
-    if (p.quant.kind == QuantKind::none) CHECK(same_bits(off.download_weight(cuda::Trainer<Off>::param(k)), ref.download_weight(p)));
-    CHECK(off.download_state(cuda::Trainer<Off>::param(k)) == ref.download_state(p));
+    if (p.quant.kind == QuantKind::none) {
+      CHECK(same_bits(off.download_weight(q), ref.download_weight(p)));  // the master copy, or a frozen parameter's values
+      CHECK(same_bits(off.download_stored(q), ref.download_stored(p)));  // what the kernels read (fetched, with OffloadParameters)
+    } else {
+      CHECK(same_bits(off.download_dense(q), ref.download_dense(p)));
+    }
+    CHECK(off.download_state(q) == ref.download_state(p));
   }
   // the device's weights: what the next forward reads
   const std::vector<std::int32_t> stream = token_pattern(static_cast<std::size_t>(cuda::Trainer<Ref>::tokens_per_micro_batch) + 1, vocab, 23);
@@ -633,6 +643,44 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: LoRA", "[trainer][offload]") {
   o.clip_norm = 0.01;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
                     Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_llama.vocab, 0);
+}
+
+// ---- OffloadParameters (ZeRO-Infinity) ----------------------------------------------------------------------
+// OffloadOptimizer + OffloadParameters against the same run on the device:
+// the fetches copy each event's parameters from the pinned tier on the copy
+// stream, and the CPU's update writes the stored values there.
+
+TEST_CASE("cuda::Trainer OffloadParameters: AdamW bf16, GPT-2's tied head, clipped and not", "[trainer][offload][offload_params]") {
+  using M = models::GPT2<small_gpt2>;
+  TrainOptions o = options();
+  o.clip_norm = 0.5;
+  compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OffloadParameters, OnCuda>,
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 0);
+  o.clip_norm = 0;
+  compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OffloadParameters, OnCuda>,
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
+}
+
+TEST_CASE("cuda::Trainer OffloadParameters: QLoRA (NF4 + LoRA, checkpointed blocks, AdamW8bit) with Accumulate<2>",
+          "[trainer][offload][offload_params]") {
+  using M = models::Llama<small_llama, Apply<Quantized<NF4, LoRA<4>>, On<q_proj, v_proj, down_proj>>, Apply<Checkpointed<>, EveryBlock>>;
+  TrainOptions o = options();
+  o.clip_norm = 0.01;
+  compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OffloadParameters, OnCuda>,
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 10, small_llama.vocab, 0);
+  o.clip_norm = 0;
+  compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OffloadParameters, OnCuda>,
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 10, small_llama.vocab, 1e-5);
+}
+
+// f32 (the master is the weight; the update writes both), with the blocks'
+// activations offloaded: prefetches and fetches share the copy stream.
+TEST_CASE("cuda::Trainer OffloadParameters: f32 SGD, offloaded blocks, Accumulate<2>", "[trainer][offload][offload_params]") {
+  using M = models::GPT2<small_gpt2, Apply<Offloaded<>, EveryBlock>>;
+  TrainOptions o = options();
+  o.clip_norm = 0;
+  compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OffloadOptimizer, OffloadParameters, OnCuda>,
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
 }
 
 }  // namespace
