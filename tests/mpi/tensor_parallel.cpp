@@ -197,23 +197,10 @@ void data_and_tensor_parallel(host::Communicator& c) {
 // gradients are summed over the group in the offload tier, before the norm.
 template <class Run, class Offloaded>
 void offloaded_like_the_device(host::Communicator& c, int data_ranks) {
-  using Dev = host::Trainer<Run>;
-  using Off = host::Trainer<Offloaded>;
-  static_assert(Off::plan.bytes(Role::optimizer_state, Tier::device) == 0);
-  for (const double clip : {0.0, 1.0}) {
-    host::TrainOptions o = options();
-    o.clip_norm = clip;
-    Dev dev(o, c);
-    Off off(o, c);
-    for (int s = 1; s <= 10; ++s) {
-      const Batch_ mine = batch_of(s, static_cast<std::size_t>(data_ranks) * batch, dev.rank(), data_ranks);
-      const StepStats x = dev.step(mine.tokens, mine.targets), y = off.step(mine.tokens, mine.targets);
-      INFO("step " << s << ", clip_norm " << clip << ", rank " << c.rank());
-      CHECK(x.loss == y.loss);
-      CHECK(x.grad_norm == y.grad_norm);
-    }
-    headroom::test::check_same_parameters(dev, off);
-  }
+  headroom::test::trains_like_the_device<host::Trainer<Run>, host::Trainer<Offloaded>>(c, options(), 1.0, [&](auto& t, int s) {
+    const Batch_ mine = batch_of(s, static_cast<std::size_t>(data_ranks) * batch, t.rank(), data_ranks);
+    return t.step(mine.tokens, mine.targets);
+  });
 }
 
 // Saves after 3 steps, runs 3 more; a trainer with other initial weights

@@ -88,4 +88,25 @@ void check_same_parameters(const A& a, const B& b) {
   }
 }
 
+// Two trainers of the same layout, one with its model states offloaded
+// (Off), built with options o and clip_norm 0 and `clip`, each trained 10
+// steps with step(trainer, s) (s = 1..10; the same batches for both): the
+// same losses and norms every step, then the same parameters and states.
+template <class Dev, class Off, class StepFn>
+void trains_like_the_device(host::Communicator& c, host::TrainOptions o, double clip, StepFn step) {
+  static_assert(Off::plan.bytes(Role::optimizer_state, Tier::device) == 0);
+  for (const double clip_norm : {0.0, clip}) {
+    o.clip_norm = clip_norm;
+    Dev dev(o, c);
+    Off off(o, c);
+    for (int s = 1; s <= 10; ++s) {
+      const host::StepStats x = step(dev, s), y = step(off, s);
+      INFO("step " << s << ", clip_norm " << clip_norm << ", rank " << c.rank());
+      CHECK(x.loss == y.loss);
+      CHECK(x.grad_norm == y.grad_norm);
+    }
+    check_same_parameters(dev, off);
+  }
+}
+
 }  // namespace headroom::test
