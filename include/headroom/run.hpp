@@ -258,9 +258,6 @@ struct Train {
   HEADROOM_REQUIRE(!offload_optimizer || !update_in_backward,
                    "Train<Model, OffloadOptimizer>: the host already updates each parameter as soon as its gradient reaches the "
                    "offload tier, so UpdateInBackward (the device's update inside backward) has nothing to do; drop it");
-  HEADROOM_REQUIRE(!offload_params || zero < 3,
-                   "Train<Model, OffloadParameters>: ZeRO<3> gathers each layer's parameters from the ranks' shards on the "
-                   "device, and stored in the offload tier they are not fetched there yet; use ZeRO<2> or less");
   HEADROOM_REQUIRE(!offload_params || offload_optimizer,
                    "Train<Model, OffloadParameters>: the parameters in the offload tier are updated there by the host, which "
                    "needs the optimizer there too; add OffloadOptimizer");

@@ -2,7 +2,8 @@
 // mpi.data_parallel_memory.np2 / .np4): the arena is the rank's plan, a step
 // allocates nothing outside MPI's own calls, and the rank's peak resident
 // memory stays within its plan plus a stated constant, for each ZeRO stage,
-// with the collectives in order and on the communication thread; on 2
+// with the collectives in order and on the communication thread (and for
+// ZeRO 3 with the model states in the offload tier); on 2
 // processes also for TensorParallel<2> and for each stage of
 // PipelineParallel<2>.
 //
@@ -142,6 +143,13 @@ void planned_is_used(host::Communicator& c, bool overlap) {
 using TensorRun = Train<models::Llama<llama_mem>, Batch<4>, Seq<64>, AdamW, Accumulate<2>, TensorParallel<2>>;
 using PipelineRun = Train<models::Llama<llama_mem>, Batch<4>, Seq<64>, AdamW, Accumulate<4>, PipelineParallel<2>>;
 
+// ZeRO-Infinity: ZeRO 3 with the shards, optimizer state and gradients in
+// the offload tier's file (fetched and gathered for each event, updated
+// there by the host).
+template <int N>
+using InfinityRun = Train<models::Llama<llama_mem>, Batch<4>, Seq<64>, AdamW, Accumulate<2>, DataParallel<N>, ZeRO<3>,
+                          OffloadOptimizer, OffloadParameters>;
+
 template <int N>
 void every_stage(host::Communicator& c) {
   for (bool overlap : {false, true}) {
@@ -149,6 +157,8 @@ void every_stage(host::Communicator& c) {
     planned_is_used<N, 1>(c, overlap);
     planned_is_used<N, 2>(c, overlap);
     planned_is_used<N, 3>(c, overlap);
+    measured<host::Trainer<InfinityRun<N>>>(c, "ZeRO 3 + OffloadOptimizer + OffloadParameters, " + std::to_string(N) + " ranks",
+                                            overlap);
   }
 }
 

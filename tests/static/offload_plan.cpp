@@ -88,6 +88,23 @@ constexpr bool device_weights_fetched(const P& p) {
   }
   return true;
 }
+// ZeRO 3 with OffloadParameters: every device buffer of role weights is a
+// fetched shard, and each fetch is followed by the gather (a collective) of
+// the same op instance, which reads it.
+template <class P>
+constexpr bool fetches_then_gathers(const P& p) {
+  const int last = static_cast<int>(p.event_count()) - 1;
+  for (const auto& b : p.buffers)
+    if (b.role == Role::weights && b.tier == Tier::device && (b.name != "fetched" || b.first == 0 || b.last == last)) return false;
+  int fetches = 0;
+  for (int e = 0; e < last; ++e) {
+    if (p.events[e].kind != EventKind::fetch) continue;
+    const auto& x = p.events[e + 1];
+    if (x.kind != EventKind::collective || x.node != p.events[e].node || x.instance != p.events[e].instance) return false;
+    ++fetches;
+  }
+  return fetches > 0;
+}
 template <class P>
 constexpr int64_t model_states(const P& p, Tier t) {
   return p.bytes(Role::weights, t) + p.bytes(Role::master_weights, t) + p.bytes(Role::grads, t) +
@@ -404,5 +421,39 @@ static_assert(q_par.bytes_at(Role::weights, q_q, Tier::device) == 8'192 + 1'024 
 static_assert(most_alive(q_par, Role::weights, Tier::device) == 256 + 65'536);  // the final norm and lm_head
 static_assert(q_off.lower_bound() - q_par.lower_bound() >= q_w + q_s - (256 + 65'536));
 static_assert(q_par.peak_bytes() < q_off.peak_bytes());
+
+// ============================================================================
+// 7. ZeRO-Infinity: OffloadParameters with DataParallel<2> and ZeRO<3> on the
+//    Llama of section 1 (bf16, AdamW)
+// ============================================================================
+// Each rank stores its shard of every parameter, ceil(n / 2) elements
+// rounded up to 256: 15,360; 48 -> 256; 4,608; 2,304; 7,680.
+constexpr Tensor l_shards[] = {{15'360, 2}, {256, 2 * 2 + 1}, {4'608, 2 * 2}, {2'304, 2 * 2}, {7'680, 3 * 2}};
+constexpr int64_t z_w2 = reserved(l_shards, [](int64_t n) { return 2 * n; });
+constexpr int64_t z_w4 = reserved(l_shards, [](int64_t n) { return 4 * n; });
+constexpr int64_t z_w8 = reserved(l_shards, [](int64_t n) { return 8 * n; });
+static_assert(z_w2 == 211'456);
+template <class... O>
+using ZRun = LRun<AdamW, DataParallel<2>, ZeRO<3>, OffloadOptimizer, O...>;
+constexpr auto z_off = plan<ZRun<>>();
+constexpr auto z_par = plan<ZRun<OffloadParameters>>();
+static_assert(z_off.valid() && z_par.valid());
+// Without OffloadParameters the shards are on the device; with it, in the
+// offload tier beside the shards' gradients, master weights and state.
+static_assert(z_off.bytes(Role::weights, Tier::device) == z_w2 && z_off.bytes(Role::weights, Tier::offload) == 0);
+static_assert(z_par.bytes(Role::weights, Tier::offload) == z_w2);
+static_assert(z_par.peak_bytes(Tier::offload) == 2 * z_w2 + z_w4 + z_w8);
+static_assert(z_par.peak_bytes(Tier::offload) == 1'691'648);
+// Before each gather (ZeRO 3 gathers for the same 41 events as section 5
+// fetches) a fetch copies the rank's shards to the device, into buffers
+// "fetched" that the gather reads: every shard twice, lm_head's once.
+static_assert(count_events(z_par, EventKind::fetch) == 41);
+static_assert(count_events(z_par, EventKind::collective) == count_events(z_off, EventKind::collective) &&
+              count_events(z_par, EventKind::collective) > 41);
+static_assert(fetches_then_gathers(z_par));
+static_assert(z_par.bytes(Role::weights, Tier::device) == 2 * z_w2 - 30'720);
+// The gathered parameters (role communication) are the same buffers with or without the option.
+static_assert(z_par.bytes(Role::communication, Tier::device) == z_off.bytes(Role::communication, Tier::device));
+static_assert(z_par.peak_bytes() < z_off.peak_bytes());
 
 }  // namespace

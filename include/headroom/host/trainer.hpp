@@ -199,9 +199,15 @@ class Trainer {
     initialize(o.seed);
     if constexpr (config.offload_params)  // the parameters written to the file need not stay in RAM
       for (const ParamSlot& p : sched.params) {
-        offload_.release(p.weight, p.quant.kind == QuantKind::none ? p.elements() * static_cast<std::int64_t>(sizeof(T))
-                                                                   : p.quant.code_bytes(p.elements()));
-        if (p.scales >= 0) offload_.release(p.scales, p.quant.scale_bytes(p.elements()));
+        const std::int64_t n = p.elements();
+        if (p.quant.kind == QuantKind::none) {
+          const std::int64_t stored = config.sharded(3) ? p.shard : p.trainable && config.sharded(1) ? p.shard * config.dp : n;
+          offload_.release(p.weight, stored * static_cast<std::int64_t>(sizeof(T)));
+        } else {  // ZeRO 3: this rank's shards of the codes and of the scales
+          auto stored = [](std::int64_t b) { return config.sharded(3) ? config.shard_bytes(b) : b; };
+          offload_.release(p.weight, stored(p.quant.code_bytes(n)));
+          offload_.release(p.scales, stored(p.quant.scale_bytes(n)));
+        }
       }
   }
 
@@ -551,7 +557,11 @@ class Trainer {
   // (Step::issue_before), as a list per step (CSR: [first[h], first[h + 1])).
   static constexpr auto hoisted = step_lists([](std::size_t g) { return sched.steps[g].issue_before; });
   void issue_hoisted(int h) {
-    for (int k = hoisted.first[h]; k < hoisted.first[h + 1]; ++k) forward(sched.steps[hoisted.step[k]], true);
+    for (int k = hoisted.first[h]; k < hoisted.first[h + 1]; ++k) {
+      const Step& st = sched.steps[hoisted.step[k]];
+      if (st.kind == EventKind::fetch) fetch(st, true);  // ZeRO 3's shards in the offload tier: before their gather
+      else forward(st, true);
+    }
   }
   // Data parallelism: the mean over the ranks of a value each rank computed
   // for its own micro-batch (the loss), on every rank. The communication
@@ -704,13 +714,18 @@ class Trainer {
         break;
       case EventKind::update: break;  // run by step() after the micro-batches
       case EventKind::collective: forward(st); break;
-      case EventKind::fetch:  // OffloadParameters: the next event's parameters
-        for (int c = st.copy_begin; c < st.copy_end; ++c) {
-          const CopyStep& cp = sched.copies[c];
-          offload_.read(cp.from, device_.at<std::byte>(cp.to), cp.bytes);
-          traffic_.to_device += cp.bytes;
-        }
-        break;
+      case EventKind::fetch: fetch(st); break;
+    }
+  }
+  // OffloadParameters: the next event's parameters (with ZeRO 3, this rank's
+  // shards of them, for the gather), from the offload tier's file.
+  // `hoisted` as for forward().
+  void fetch(const Step& st, bool hoisted = false) {
+    if (st.issue_before >= 0 && !hoisted) return;
+    for (int c = st.copy_begin; c < st.copy_end; ++c) {
+      const CopyStep& cp = sched.copies[c];
+      offload_.read(cp.from, device_.at<std::byte>(cp.to), cp.bytes);
+      traffic_.to_device += cp.bytes;
     }
   }
 
@@ -1242,7 +1257,7 @@ class Trainer {
       const std::int64_t block = config.shard_bytes(static_cast<std::int64_t>(all.size()));
       const std::int64_t begin = rank() * block;
       const std::int64_t count = std::clamp<std::int64_t>(static_cast<std::int64_t>(all.size()) - begin, 0, block);
-      if (count > 0) std::memcpy(device_.at<std::uint8_t>(at), all.data() + begin, static_cast<std::size_t>(count));
+      if (count > 0) std::memcpy(params_arena().template at<std::uint8_t>(at), all.data() + begin, static_cast<std::size_t>(count));
     };
     keep(codes, p.weight);
     keep(scales, p.scales);

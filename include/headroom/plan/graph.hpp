@@ -995,10 +995,15 @@ class Builder {
   // the same group (the op before, in the same Repeat instance): the engine
   // may then issue the gather before that event and overlap it (a prefetch
   // one op ahead). Returns the collective's event, or none.
+  //
+  // With OffloadParameters too (ZeRO-Infinity), the shards are stored in the
+  // offload tier: a fetch event first copies this rank's shards to the device
+  // and the gather reads them there (its weight bindings).
   constexpr int gather_params(const Op& op) {
-    if (cfg.offload_params) return fetch_params(op);
+    if (cfg.offload_params && !cfg.sharded(3)) return fetch_params(op);
     if (!cfg.sharded(3) || (op.param[0] == none && op.param[1] == none)) return none;
     const int ahead = compute_event_ahead(op);
+    const int shards = cfg.offload_params ? fetch_params(op) : none;
     Op c{};
     c.kind = collective::all_gather_params;
     c.node = op.node;
@@ -1026,6 +1031,7 @@ class Builder {
       bindings[e].out[o] = g.out[o];
       born_ahead(g.out[o], ahead, e);
     }
+    read_gathered(shards, e);
     return e;
   }
   // The compute event before op's first, skipping collectives and fetches,

@@ -121,7 +121,9 @@ struct Step {
   bool fused_into_previous = false;
   // ZeRO 3: a gather whose buffers the plan has alive from an earlier step
   // (the op before it): the engine may issue it before that step, so the
-  // communication overlaps it (a prefetch one op ahead). -1: at its place.
+  // communication overlaps it (a prefetch one op ahead); with
+  // OffloadParameters the fetch of the shards it gathers, which comes before
+  // it, likewise. -1: at its place.
   int issue_before = -1;
   std::string_view epilogue_of{};
   int epilogue_input = 0;
@@ -328,7 +330,10 @@ constexpr auto schedule() {
         st.weight[q] = index.slot(bd.weight[q], j, g);
         st.scales[q] = index.slot(bd.scales[q], j, g);
       }
-      if (ev.kind == EventKind::collective && st.op == graph::collective::all_gather_params) {
+      // ZeRO 3's gathers may start as early as their buffers are born (with
+      // OffloadParameters, the fetches of the shards they gather with them)
+      if ((ev.kind == EventKind::collective && st.op == graph::collective::all_gather_params) ||
+          (ev.kind == EventKind::fetch && b.cfg.sharded(3))) {
         int earliest = g;
         for (int q = 0; q < graph::max_out; ++q)
           if (bd.out[q].valid()) earliest = std::min(earliest, x.buffers[index.buffer(bd.out[q], j)].first);
