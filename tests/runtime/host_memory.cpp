@@ -158,13 +158,14 @@ TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the ti
 }
 
 // OffloadOptimizer: the optimizer state and the gradients stay in the
-// file; the process holds the device tier, plus the constant above and the
-// update's ranges in flight (host::Trainer::update_chunk elements of
-// gradient and state, one range on the update thread and one on the
-// compute thread: 2 x 65,536 x (4 + 8) B = 1.5 MiB with AdamW). With
-// OffloadParameters the parameters too: each fetch and each update range
-// gives their pages back. The offload tier is larger than the allowance, so
-// the check fails if it is resident.
+// file; the process holds the device tier (whose planned update staging
+// buffer takes each update range read from the file), plus the constant
+// above. The allowance also admits two ranges of gradient and state
+// (host::Trainer::update_chunk elements, 2 x 16,384 x (4 + 8) B with AdamW)
+// in the page cache's copies charged to the process. With OffloadParameters
+// the parameters stay in the file too: fetches and updates read and write
+// it (pread / pwrite), no page of it is mapped in a step. The offload tier
+// is larger than the allowance, so the check fails if it is resident.
 template <class Run>
 void resident_is_the_device_tier(const char* what) {
   using Tr = host::Trainer<Run>;
