@@ -160,9 +160,9 @@ TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the ti
 // OffloadOptimizer: the optimizer state and the gradients stay in the
 // file; the process holds the device tier (whose planned update staging
 // buffer takes each update range read from the file), plus the constant
-// above. The allowance also admits two ranges of gradient and state
-// (host::Trainer::update_chunk elements, 2 x 16,384 x (4 + 8) B with AdamW)
-// in the page cache's copies charged to the process. With OffloadParameters
+// above; the allowance adds two ranges of gradient and state as a margin
+// (host::Trainer::update_chunk elements, 2 x 16,384 x (4 + 8) B with
+// AdamW). With OffloadParameters
 // the parameters stay in the file too: fetches and updates read and write
 // it (pread / pwrite), no page of it is mapped in a step. The offload tier
 // is larger than the allowance, so the check fails if it is resident.
