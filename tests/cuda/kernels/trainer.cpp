@@ -694,12 +694,11 @@ namespace {
 // parameter is updated on the CPU as soon as its gradient is offloaded, until
 // the first gradient in backward order that is not finite or whose squares
 // leave f32's range: those before keep their update (and their new weights
-// reach the device), none after it is updated, the step count stays.
-TEST_CASE("cuda::Trainer OffloadOptimizer: a non-finite gradient stops the updates and names the parameter",
-          "[trainer][offload][non_finite]") {
-  using M = models::GPT2<nan_gpt2>;
-  using C = Train<M, Batch<1>, Seq<8>, OffloadOptimizer, OnCuda>;
-  using Twin = Train<M, Batch<1>, Seq<8>, OnCuda>;  // keeps every gradient in the arena
+// reach the device, or with OffloadParameters the stored values the next
+// fetches read), none after it is updated, the step count stays.
+// C: the offloaded run; Twin: the same on the device, which keeps every gradient in the arena.
+template <class C, class Twin>
+void check_offloaded_non_finite() {
   constexpr auto& sched = cuda::Trainer<C>::sched;
   int trainable = 0;
   for (const ParamSlot& p : sched.params) trainable += p.trainable ? 1 : 0;
@@ -760,6 +759,19 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: a non-finite gradient stops the updat
       copy.upload_weight(cuda::Trainer<Twin>::param(k), c.download_weight(cuda::Trainer<C>::param(k)));
     CHECK(copy.evaluate(tokens, targets) == c.evaluate(tokens, targets));
   }
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer: a non-finite gradient stops the updates and names the parameter",
+          "[trainer][offload][non_finite]") {
+  using M = models::GPT2<nan_gpt2>;
+  check_offloaded_non_finite<Train<M, Batch<1>, Seq<8>, OffloadOptimizer, OnCuda>, Train<M, Batch<1>, Seq<8>, OnCuda>>();
+}
+
+TEST_CASE("cuda::Trainer OffloadParameters: a non-finite gradient stops the updates and names the parameter",
+          "[trainer][offload][offload_params][non_finite]") {
+  using M = models::GPT2<nan_gpt2>;
+  check_offloaded_non_finite<Train<M, Batch<1>, Seq<8>, OffloadOptimizer, OffloadParameters, OnCuda>,
+                             Train<M, Batch<1>, Seq<8>, OnCuda>>();
 }
 
 // A CUDA graph would replay the device work without the CPU's update between
