@@ -1,12 +1,15 @@
-// OffloadOptimizer (ZeRO-Offload) on the host engine against the same run
-// on the device tier alone: the GPT-2-shaped benchmark model (d 768, 4
-// layers, 12 heads, GPT-2's vocabulary, B4 T256; bench/host_step.cpp,
+// Each offload level on the host engine against the same run on the device
+// tier alone: the GPT-2-shaped benchmark model (d 768, 4 layers, 12 heads,
+// GPT-2's vocabulary, B4 T256; bench/host_step.cpp,
 // bench/compare_headroom.cpp) trained with the same seed and batch, for
 //   on-device   clip_norm 0 and 1.0
-//   offload     clip_norm 0   (each parameter updated from the offload tier
-//                              by the update thread while the backward runs on)
-//   offload     clip_norm 1.0 (the update thread sums the squares during the
-//                              backward; the updates run after it)
+//   offload     OffloadOptimizer (ZeRO-Offload), clip_norm 0 (each parameter
+//               updated from the offload tier by the update thread while the
+//               backward runs on) and 1.0 (the update thread sums the squares
+//               during the backward; the updates run after it)
+//   params      OffloadOptimizer + OffloadParameters (ZeRO-Infinity): the
+//               parameters too, fetched from the file before each event that
+//               reads them; clip_norm 0 and 1.0
 // with AdamW and AdamW8bit. Each configuration lives in its own trainer; their
 // timed steps are interleaved (the order rotating each round) after a
 // warm-up step each, so the machine's noise falls on all alike. Printed per
@@ -18,7 +21,10 @@
 // involuntary context switches per step, and with offloading the bytes a
 // step copied between the tiers (tier_traffic()) against the plan's figure
 // (every trainable parameter's gradient, elements x sizeof(float), once per
-// micro-batch). Then three traced steps of each configuration (trace_into),
+// micro-batch; with OffloadParameters also the schedule's fetch copies:
+// every stored parameter for its forward and backward, the tied table's
+// for the embedding's forward, the LM head's loss event and the
+// embedding's backward). Then three traced steps of each configuration (trace_into),
 // of which the fastest is kept: where the step's time goes (forward, loss,
 // backward, what follows the last compute step, the update thread's busy
 // time), and, with --svg, the timeline of AdamW's steps drawn as SVG
@@ -60,6 +66,8 @@ template <class O>
 using OnDevice = Train<GPT2, Batch<4>, Seq<256>, O, Workers<max_workers>>;
 template <class O>
 using Offloaded = Train<GPT2, Batch<4>, Seq<256>, O, Workers<max_workers>, OffloadOptimizer>;
+template <class O>
+using OffloadedParams = Train<GPT2, Batch<4>, Seq<256>, O, Workers<max_workers>, OffloadOptimizer, OffloadParameters>;
 
 struct Args {
   int steps = 5, warmup = 1, threads = max_workers;
@@ -142,13 +150,19 @@ TrainOptions options(const Args& a, double clip) {
 
 // The plan's bytes copied between the tiers in one step: every trainable
 // parameter's gradient, once per micro-batch, to the offload tier (and with
-// Accumulate<K> the K - 1 sums back), counted from the parameter list.
+// Accumulate<K> the K - 1 sums back), counted from the parameter list; with
+// OffloadParameters the schedule's fetch copies too.
 template <class Tr>
 std::int64_t expected_traffic() {
   std::int64_t bytes = 0;
   for (std::size_t k = 0; k < Tr::param_count; ++k)
     if (Tr::param(k).trainable) bytes += Tr::param(k).elements() * static_cast<std::int64_t>(sizeof(float));
-  return bytes * (2 * Tr::config.accumulate - 1);
+  bytes *= 2 * Tr::config.accumulate - 1;
+  if constexpr (Tr::config.offload_params)
+    for (const auto& st : Tr::sched.steps)
+      if (st.kind == EventKind::fetch)
+        for (int c = st.copy_begin; c < st.copy_end; ++c) bytes += Tr::sched.copies[static_cast<std::size_t>(c)].bytes;
+  return bytes;
 }
 
 // Peak resident memory of a process that trains this configuration alone
@@ -339,8 +353,8 @@ bool write_svg(const std::string& path, const std::vector<const Case*>& rows, co
       const char* fill = in_flight ? (n++ % 2 ? "#59a14f" : "#8cd17d") : (n++ % 2 ? "#b07aa1" : "#d4a6c8");
       const double yy = in_flight ? y : y - lane - gap;  // update_after runs on the compute thread's lane
       rect(sp.begin, sp.end, yy, fill,
-           std::string(in_flight ? "update thread: parameter " : "update after the backward: parameter ") +
-               std::to_string(sp.index));
+           in_flight ? "update thread: parameter " + std::to_string(sp.index)
+                     : std::string("update after the backward (every parameter, on the compute workers)"));
     }
     y += lane + pair_gap;
   }
@@ -387,16 +401,16 @@ Usage usage() {
 
 constexpr int traced_steps = 3;
 
+enum class Level { device, optimizer, parameters };
 struct Spec {
   std::string name;
-  bool offload;
+  Level level;
   double clip;
 };
 std::vector<Spec> specs_of(const std::string& optim) {
-  return {{optim + " on-device clip 0", false, 0.0},
-          {optim + " on-device clip 1", false, 1.0},
-          {optim + " offload clip 0", true, 0.0},
-          {optim + " offload clip 1", true, 1.0}};
+  return {{optim + " on-device clip 0", Level::device, 0.0},     {optim + " on-device clip 1", Level::device, 1.0},
+          {optim + " offload clip 0", Level::optimizer, 0.0},    {optim + " offload clip 1", Level::optimizer, 1.0},
+          {optim + " params clip 0", Level::parameters, 0.0},    {optim + " params clip 1", Level::parameters, 1.0}};
 }
 
 // Each configuration's resident memory, in a process of its own. Called
@@ -409,7 +423,9 @@ std::vector<Resident> resident_of(const Args& a, const std::string& optim) {
   std::vector<Resident> rss(specs.size());
   if (a.rss)
     for (std::size_t i = 0; i < specs.size(); ++i)
-      rss[i] = specs[i].offload ? measure_resident<Offloaded<O>>(a, specs[i].clip) : measure_resident<OnDevice<O>>(a, specs[i].clip);
+      rss[i] = specs[i].level == Level::parameters ? measure_resident<OffloadedParams<O>>(a, specs[i].clip)
+               : specs[i].level == Level::optimizer  ? measure_resident<Offloaded<O>>(a, specs[i].clip)
+                                                     : measure_resident<OnDevice<O>>(a, specs[i].clip);
   return rss;
 }
 
@@ -420,8 +436,9 @@ void run_optimizer(const Args& a, const std::string& optim, const std::vector<Re
   std::vector<std::shared_ptr<void>> keep(specs.size());
   std::vector<std::unique_ptr<Case>> cases;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    cases.push_back(specs[i].offload ? make_case<Offloaded<O>>(a, specs[i].name, specs[i].clip, keep[i])
-                                     : make_case<OnDevice<O>>(a, specs[i].name, specs[i].clip, keep[i]));
+    cases.push_back(specs[i].level == Level::parameters ? make_case<OffloadedParams<O>>(a, specs[i].name, specs[i].clip, keep[i])
+                    : specs[i].level == Level::optimizer  ? make_case<Offloaded<O>>(a, specs[i].name, specs[i].clip, keep[i])
+                                                          : make_case<OnDevice<O>>(a, specs[i].name, specs[i].clip, keep[i]));
     cases.back()->rss = rss[i];
   }
   for (int w = 0; w < a.warmup; ++w)
@@ -554,7 +571,7 @@ int main(int argc, char** argv) {
     std::vector<const Case*> rows;
     for (const auto& c : cases)
       if (c->name.rfind("AdamW ", 0) == 0 || (a.optim == "adamw8bit"))
-        if (c->offload || c->clip == 0) rows.push_back(c.get());
+        if ((c->offload && c->name.find(" params ") == std::string::npos) || c->clip == 0) rows.push_back(c.get());
     const std::string caption = "GPT-2 shape d 768, 4 layers, B4 T256, " + std::string(rows.empty() ? "" : rows[0]->name.substr(0, rows[0]->name.find(' '))) +
                                 ", " + std::to_string(a.threads) + " compute thread(s), " + cpu + " (" +
                                 std::to_string(::sysconf(_SC_NPROCESSORS_ONLN)) + " cores); the fastest of " +

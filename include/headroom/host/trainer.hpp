@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -373,8 +374,9 @@ class Trainer {
       if (p.trainable) largest = std::max(largest, config.sharded(1) ? p.shard : p.elements());
     return std::min(largest, update_chunk);
   }();
-  static_assert(!config.offload_optimizer || sched.update_staging.bytes >= config.update_staging_bytes(staged_range),
-                "host::Trainer: the plan's update staging buffer holds one range");
+  static constexpr std::int64_t staging_slot = config.update_staging_slot_bytes(staged_range);
+  static_assert(!config.offload_optimizer || sched.update_staging.bytes >= config.workers * staging_slot,
+                "host::Trainer: the plan's update staging buffer holds one range per worker");
   // A step's timeline, for tools that draw it (bench/offload.cpp): when
   // given a buffer, each step records the compute thread's schedule steps
   // and the update thread's work into it, as spans of seconds since the
@@ -382,7 +384,7 @@ class Trainer {
   // traced step allocates nothing.
   struct Span {
     enum Kind : std::uint8_t { step, update_in_flight, update_after } kind = step;
-    int index = -1;  // the schedule step, or the parameter (sched.params)
+    int index = -1;  // the schedule step, or the parameter (sched.params); update_after: -1, the whole update
     double begin = 0, end = 0;
   };
   void trace_into(std::span<Span> spans) { trace_ = spans; }
@@ -836,16 +838,13 @@ class Trainer {
     const double norm = std::sqrt(sq);
     T scale = T(1);
     if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
-    for (std::size_t k = 0; k < sched.params.size(); ++k) {
-      const ParamSlot& p = sched.params[k];
-      if (!p.trainable) continue;
-      if constexpr (config.offload_optimizer) {
-        const double began = trace_.empty() ? 0 : since_step_began();
-        update_offloaded(p, step_no, scale, workers_);
-        record(Span::update_after, static_cast<int>(k), began);
-      } else {
-        update_param(p, step_no, scale);
-      }
+    if constexpr (config.offload_optimizer) {
+      const double began = trace_.empty() ? 0 : since_step_began();
+      update_offloaded_all(step_no, scale);
+      record(Span::update_after, -1, began);
+    } else {
+      for (const ParamSlot& p : sched.params)
+        if (p.trainable) update_param(p, step_no, scale);
     }
     // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
     if constexpr (config.sharded(1) && !config.sharded(3))
@@ -1017,7 +1016,8 @@ class Trainer {
     squares_[static_cast<std::size_t>(k)] = sq;
     if (updates_in_flight()) {
       if (checked_.first < 0 && sq <= max_squares) {
-        update_offloaded(p, step_no, T(1), 1);
+        for (std::int64_t from = 0; from < owned(p).count; from += staged_range)
+          update_offloaded_range(p, from, 0, step_no, T(1));
         ++checked_.updated;
         return;
       }
@@ -1029,7 +1029,7 @@ class Trainer {
   // staging buffer (the same sum: the ranges are multiples of 8 elements).
   double offloaded_squares(const ParamSlot& p) const {
     const std::int64_t n = owned(p).count, e = sizeof(T);
-    T* g = device_.template at<T>(sched.update_staging.offset);
+    T* g = device_.template at<T>(sched.update_staging.offset);  // the first worker's slot
     double lane[8] = {};
     for (std::int64_t from = 0; from < n; from += staged_range) {
       const std::int64_t len = std::min(staged_range, n - from);
@@ -1066,49 +1066,69 @@ class Trainer {
     return squared_norm(update_grad(p), owned(p).count);
   }
 
-  // The update of p from the offload tier, range by range: each range's
-  // gradient, optimizer state (and with OffloadParameters values) read from
-  // the file into the staging buffer (sched.update_staging), updated there
-  // (the device's weights in place otherwise), and written back.
-  void update_offloaded(const ParamSlot& p, int step_no, T grad_scale, int workers) {
+  // The update from the offload tier after the backward: every trainable
+  // parameter's ranges (staged_range elements) dealt round-robin to a team
+  // of the workers, each updating its ranges in its own slot of the staging
+  // buffer (one fork for the whole update, not one per range: a range's
+  // work is too short to share).
+  void update_offloaded_all(int step_no, T grad_scale) {
+    std::exception_ptr failed[config.workers] = {};
+    team(workers_, [&](int w, int team_size) {
+      try {
+        std::int64_t i = 0;  // the range's index over all parameters
+        for (const ParamSlot& p : sched.params) {
+          if (!p.trainable) continue;
+          for (std::int64_t from = 0; from < owned(p).count; from += staged_range, ++i)
+            if (i % team_size == w) update_offloaded_range(p, from, w, step_no, grad_scale);
+        }
+      } catch (...) {
+        failed[w] = std::current_exception();
+      }
+    });
+    for (const std::exception_ptr& f : failed)
+      if (f) std::rethrow_exception(f);
+  }
+  // Elements [from, from + staged_range) of what this process updates of p
+  // (fewer at its end), updated from the offload tier in staging slot
+  // `slot`: the range's gradient, optimizer state (and with
+  // OffloadParameters values) read from the file into the slot, updated
+  // there (the device's weights in place otherwise), and written back.
+  void update_offloaded_range(const ParamSlot& p, std::int64_t from, int slot, int step_no, T grad_scale) {
     using O = typename R::optimizer;
-    const std::int64_t n = owned(p).count, e = sizeof(T);
-    std::byte* stage = device_.template at<std::byte>(sched.update_staging.offset);
+    const std::int64_t len = std::min(staged_range, owned(p).count - from), e = sizeof(T);
+    std::byte* stage = device_.template at<std::byte>(sched.update_staging.offset + slot * staging_slot);
     T* g = reinterpret_cast<T*>(stage);
     T* staged_w = g + staged_range;  // OffloadParameters: the range's values
     std::byte* state = stage + align_up((config.offload_params ? 2 : 1) * staged_range * e, 256);
-    for (std::int64_t from = 0; from < n; from += staged_range) {
-      const std::int64_t len = std::min(staged_range, n - from);
-      offload_.read(p.host_grad + (owned(p).grad_at + from) * e, g, len * e);
-      T* w = weight_storage(p) + owned(p).weight_at + from;
-      if constexpr (config.offload_params) {
-        offload_.read(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
-        w = staged_w;
-      }
-      // the range's state: the file's pieces of it, one after another in the staging buffer
-      const auto pieces = state_pieces(p, from, len);
-      std::int64_t at = 0;
-      for (const auto& [offset, bytes] : pieces) {
-        if (bytes > 0) offload_.read(p.state + offset, state + at, bytes);
-        at += bytes;
-      }
-      StateView sv{};
-      if constexpr (O::desc.kind == OptimKind::adamw8bit) {
-        const std::int64_t blocks = adam8bit_blocks(len);
-        sv.q = Adam8bitState{reinterpret_cast<float*>(state), reinterpret_cast<float*>(state) + blocks,
-                             reinterpret_cast<std::uint8_t*>(state) + blocks * 8, reinterpret_cast<std::uint8_t*>(state) + blocks * 8 + len};
-      } else if (p.state >= 0) {
-        sv.m = reinterpret_cast<float*>(state);
-        sv.v = sv.m + len;
-      }
-      apply_update(w, g, sv, len, step_no, grad_scale, workers);
-      at = 0;
-      for (const auto& [offset, bytes] : pieces) {
-        if (bytes > 0) offload_.write(p.state + offset, state + at, bytes);
-        at += bytes;
-      }
-      if constexpr (config.offload_params) offload_.write(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
+    offload_.read(p.host_grad + (owned(p).grad_at + from) * e, g, len * e);
+    T* w = weight_storage(p) + owned(p).weight_at + from;
+    if constexpr (config.offload_params) {
+      offload_.read(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
+      w = staged_w;
     }
+    // the range's state: the file's pieces of it, one after another in the slot
+    const auto pieces = state_pieces(p, from, len);
+    std::int64_t at = 0;
+    for (const auto& [offset, bytes] : pieces) {
+      if (bytes > 0) offload_.read(p.state + offset, state + at, bytes);
+      at += bytes;
+    }
+    StateView sv{};
+    if constexpr (O::desc.kind == OptimKind::adamw8bit) {
+      const std::int64_t blocks = adam8bit_blocks(len);
+      sv.q = Adam8bitState{reinterpret_cast<float*>(state), reinterpret_cast<float*>(state) + blocks,
+                           reinterpret_cast<std::uint8_t*>(state) + blocks * 8, reinterpret_cast<std::uint8_t*>(state) + blocks * 8 + len};
+    } else if (p.state >= 0) {
+      sv.m = reinterpret_cast<float*>(state);
+      sv.v = sv.m + len;
+    }
+    apply_update(w, g, sv, len, step_no, grad_scale, 1);
+    at = 0;
+    for (const auto& [offset, bytes] : pieces) {
+      if (bytes > 0) offload_.write(p.state + offset, state + at, bytes);
+      at += bytes;
+    }
+    if constexpr (config.offload_params) offload_.write(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
   }
   // Where the state of elements [from, from + len) of p lies in its state
   // buffer (the layouts of kernels/optimizer.hpp): (offset, bytes) pieces,

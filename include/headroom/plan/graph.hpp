@@ -115,10 +115,16 @@ struct RunConfig {
   // The staging buffer for ranges of `elements` (update_chunk, or fewer
   // when no parameter has so many): the gradient (and the values), then the
   // optimizer state.
-  constexpr std::int64_t update_staging_bytes(std::int64_t elements) const {
+  // One slot holds a range: its gradient (and with OffloadParameters its
+  // values), then its optimizer state; the buffer has a slot per worker,
+  // which updates its own ranges in it after the backward.
+  constexpr std::int64_t update_staging_slot_bytes(std::int64_t elements) const {
     if (!offload_optimizer || cuda()) return 0;
     const std::int64_t values = (offload_params ? 2 : 1) * elements * act_bytes();
     return align_up(values, 256) + align_up(optim.state_bytes(elements), 256);
+  }
+  constexpr std::int64_t update_staging_bytes(std::int64_t elements) const {
+    return workers * update_staging_slot_bytes(elements);
   }
 };
 
@@ -389,7 +395,7 @@ class Builder {
   detail::cvec<Op> collectives;    // the data-parallel collectives, one per collective event
   Ref tokens{}, targets{}, loss{};
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
-  int update_staging = none;  // OffloadOptimizer on the host engine: one update range in RAM (RunConfig::update_staging_bytes)
+  int update_staging = none;  // OffloadOptimizer on the host engine: one update range per worker in RAM (RunConfig::update_staging_bytes)
   int tied_weight = none;  // the embedding table an LM head may share
   bool tied_table_missing = false;  // a tied LM head built on a stage without the table (plan<Run>() refuses it)
   // tensor parallelism: set by a layer (LoRA) that adds to a row-parallel

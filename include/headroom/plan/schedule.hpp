@@ -139,7 +139,7 @@ struct Schedule {
   std::int64_t peak[tier_count]{};
   Slot tokens{}, targets{}, loss{};
   Slot gemm_panels{};             // the workers' GEMM packing panels (CUDA: the cuBLASLt workspace)
-  Slot update_staging{};          // OffloadOptimizer on the host engine: one update range (RunConfig::update_staging_bytes)
+  Slot update_staging{};          // OffloadOptimizer on the host engine: one update range per worker (RunConfig::update_staging_bytes)
   Slot reductions{};              // CUDA: gradient-norm partials and the update's control block
   Slot staging{};                 // CUDA: pinned host staging of the step (offload tier)
   std::int64_t quant_table = -1;  // NF4 code values (+ the dynamic map for double quantization)
