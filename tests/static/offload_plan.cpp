@@ -456,4 +456,32 @@ static_assert(z_par.bytes(Role::weights, Tier::device) == 2 * z_w2 - 30'720);
 static_assert(z_par.bytes(Role::communication, Tier::device) == z_off.bytes(Role::communication, Tier::device));
 static_assert(z_par.peak_bytes() < z_off.peak_bytes());
 
+// ============================================================================
+// 8. The host engine's update staging buffer (device tier, role scratch):
+//    one range per worker of the largest trainable parameter's elements, at
+//    most 16,384 (the update range); a slot holds the range's gradient
+//    (e B / element; with OffloadParameters its values too) and then its
+//    optimizer state, each reserved at align_up(bytes, 256)
+// ============================================================================
+template <class P>
+constexpr int64_t staging_bytes(const P& p) {
+  int64_t b = -1;
+  for (const auto& x : p.buffers)
+    if (x.name == "update staging") b = x.tier == Tier::device && x.role == Role::scratch ? x.bytes : -2;
+  return b;
+}
+// Section 1's Llama: the largest parameter has 30,720 elements, so a range is 16,384.
+static_assert(staging_bytes(plan<LRun<AdamW, OffloadOptimizer>>()) == 16'384 * 2 + 16'384 * 8);
+static_assert(staging_bytes(plan<LRun<AdamW, OffloadOptimizer, Workers<2>>>()) == 2 * (16'384 * 2 + 16'384 * 8));
+static_assert(staging_bytes(plan<LRun<AdamW, OffloadOptimizer, OffloadParameters, Workers<2>>>()) == 2 * (2 * 16'384 * 2 + 16'384 * 8));
+// AdamW8bit: 2 (n + 64 blocks x 4) B of state
+static_assert(staging_bytes(plan<LRun<AdamW8bit, OffloadOptimizer, Workers<2>>>()) == 2 * (16'384 * 2 + 2 * (16'384 + 64 * 4)));
+// SGD with momentum: 4 B
+static_assert(staging_bytes(plan<LRun<SGD<>, OffloadOptimizer, Workers<2>>>()) == 2 * (16'384 * 2 + 16'384 * 4));
+// ZeRO 3 on 2 ranks (section 7): a rank updates its shard, at most 15,360 elements
+static_assert(staging_bytes(plan<ZRun<Workers<2>>>()) == 2 * (15'360 * 2 + 15'360 * 8));
+// Without OffloadOptimizer, or planned for the CUDA engine (whose update reads pinned memory): none
+static_assert(staging_bytes(plan<LRun<AdamW, Workers<2>>>()) == -1);
+static_assert(staging_bytes(plan<LRun<AdamW, OffloadOptimizer, OnCuda>>()) == -1);
+
 }  // namespace
