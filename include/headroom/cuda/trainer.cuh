@@ -75,7 +75,11 @@
 // completes it, the CPU updates (during the backward without clipping, on an
 // update thread handed the parameters by cudaLaunchHostFunc; after it with
 // clipping, with the norm summed in the kernels' order) and the new weights
-// go back on the copy stream before the next step's forward. See the
+// go back on the copy stream before the next step's forward. With
+// DataParallel<N> (ZeRO 0-3) the gradients go out after the collective that
+// averages them (ZeRO 2 and 3: this rank's shard), the updates run after the
+// backward with the norm summed over the ranks, and each rank's new weights
+// go back to its device (ZeRO 1 and 2: then the all-gather). See the
 // section "OffloadOptimizer (ZeRO-Offload)" below and docs/cuda.md.
 //
 // OffloadParameters (ZeRO-Infinity, with OffloadOptimizer): every
@@ -192,13 +196,16 @@ class Trainer {
   // OffloadOptimizer (ZeRO-Offload): master weights, optimizer state and the
   // offloaded gradients in the pinned offload tier, the update on the CPU
   static constexpr bool offloaded = config.offload_optimizer;
-  static_assert(!offloaded || config.world() == 1,
-                "cuda::Trainer<Run>: OffloadOptimizer (and OffloadParameters) with DataParallel, TensorParallel or "
-                "PipelineParallel runs on the host engine only so far; on the CUDA engine they train one process");
+  static_assert(!offloaded || (config.tp == 1 && config.pp == 1),
+                "cuda::Trainer<Run>: OffloadOptimizer with TensorParallel or PipelineParallel runs on the host engine only so "
+                "far; on the CUDA engine it trains one process or DataParallel<N> ranks");
   // OffloadParameters (ZeRO-Infinity): every parameter's stored tensor in the
   // pinned offload tier, copied to the plan's `fetched` device buffers by the
   // schedule's fetch steps (see "OffloadParameters" below)
   static constexpr bool params_offloaded = config.offload_params;
+  static_assert(!params_offloaded || config.world() == 1,
+                "cuda::Trainer<Run>: OffloadParameters with DataParallel runs on the host engine only so far; on the CUDA "
+                "engine it trains one process");
   using S = storage_t<config.dtype>;
   static constexpr bool half = is_half(config.dtype);
   static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
@@ -467,8 +474,8 @@ class Trainer {
   std::vector<float> download_weight(const ParamSlot& p) const {
     if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_weight: " + path_of(p) + " is quantized");
     const std::int64_t n = config.sharded(3) ? shard_of(p).count : p.elements();
-    if constexpr (offloaded)  // the master copy, in the offload tier
-      if (p.master >= 0) return from_offload_tier<float>(p.master, n);
+    if constexpr (offloaded)  // the master copy, in the offload tier (where it holds what the weight holds)
+      if (p.master >= 0 && config.sharded(1) == config.sharded(3)) return from_offload_tier<float>(p.master, n);
     // the master copy, where it holds what the weight holds (ZeRO 1 and 2 keep a shard of it beside whole weights)
     if (half && p.master >= 0 && config.sharded(1) == config.sharded(3)) return download<float>(device_.at<float>(p.master), n);
     return download_stored(p);
@@ -510,7 +517,7 @@ class Trainer {
   std::vector<float> download_grad(const ParamSlot& p) const {
     if (p.grad < 0) return {};
     if constexpr (offloaded) {
-      const std::vector<S> g = from_offload_tier<S>(p.host_grad, p.elements());
+      const std::vector<S> g = from_offload_tier<S>(p.host_grad, config.sharded(2) ? shard_of(p).count : p.elements());
       std::vector<float> v(g.size());
       for (std::size_t i = 0; i < g.size(); ++i) v[i] = to_float(g[i]);
       return v;
@@ -532,7 +539,7 @@ class Trainer {
     if constexpr (offloaded) {
       if (p.master >= 0) {  // in the offload tier (no copy of it reads or writes it between steps)
         settle_offload();
-        std::memcpy(offload_.at<float>(p.master), x.data(), x.size() * sizeof(float));
+        std::memcpy(offload_.at<float>(p.master), x.data() + own.begin, static_cast<std::size_t>(own.count) * sizeof(float));
       }
     } else if (half && p.master >= 0) {
       upload(device_.at<float>(p.master), x.data() + own.begin, own.count, "upload master");
@@ -751,6 +758,11 @@ class Trainer {
       apply_update(trainable_, opt_.clip_norm > 0);
     }
     // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
+    // (OffloadOptimizer: once the CPU's update is back on the device, offloaded_step)
+    if (!offloaded) gather_weights();
+  }
+  // ZeRO 1 and 2: each rank's shard of every trainable weight to every rank, on the communication stream.
+  void gather_weights() {
     if constexpr (config.sharded(1) && !config.sharded(3))
       on_communication_stream([&](cudaStream_t s) {
         for (const ParamSlot& p : sched.params)
@@ -909,7 +921,7 @@ class Trainer {
       if (st.kind == EventKind::loss) {
         loss_step(st, true);
         if constexpr (offloaded) {
-          if (offload_updating_ && micro_ == config.accumulate - 1) stage_loss_flags();
+          if (offload_updating_ && micro_ == config.accumulate - 1 && updates_in_flight()) stage_loss_flags();
           stream_gradients(g);
         }
         continue;
@@ -1225,6 +1237,19 @@ class Trainer {
   // micro-batch k > 0 starts from the offload tier's sum (Step::grad_load);
   // the updates follow the last micro-batch.
   //
+  // Data parallelism (DataParallel<N>, ZeRO 0-3): the step that completes a
+  // gradient is the collective that averages it (the all-reduce; with ZeRO
+  // 2 and 3 the reduce-scatter, and the offloaded gradient is this rank's
+  // shard, which with Accumulate<K> is loaded from the offload tier's sum
+  // before the reduce-scatter adds to it). No update runs during the
+  // backward: after it, norm_over_ranks gives every rank the norm and clip
+  // scale of the run without OffloadOptimizer, a norm that is not finite
+  // stops every rank before any update, and each rank updates the elements
+  // it holds (trainers::owned: with ZeRO 1-3 its shard of master and state)
+  // on update_threads_ threads; weights_to_device copies them into its
+  // device weights, and with ZeRO 1 and 2 gather_weights brings the other
+  // ranks' blocks.
+  //
   // OffloadParameters: the parameters' stored tensors are in the offload
   // tier too, and the device holds only the copies the schedule's fetch
   // steps make for the event after them (Step::weight / scales, which
@@ -1297,20 +1322,33 @@ class Trainer {
 
   // Accumulate<K>: before a step that writes a gradient first in its
   // micro-batch, the gradient starts at zero (micro-batch 0) or at the offload
-  // tier's sum so far, on the compute stream (Step::grad_load).
+  // tier's sum so far, on the compute stream (Step::grad_load). With ZeRO 2
+  // and 3 that step is the reduce-scatter, and the gradient this rank's shard.
   void load_gradients(const Step& st, int micro) {
     for (int q = 0; q < graph::max_weights; ++q) {
       if (!st.grad_load[q]) continue;
       const ParamSlot& p = sched.params[static_cast<std::size_t>(st.param[q])];
-      const auto bytes = static_cast<std::size_t>(p.elements()) * sizeof(S);
+      const auto [device, n] = streamed_gradient(p);
+      const auto bytes = static_cast<std::size_t>(n) * sizeof(S);
       if (micro == 0)
-        check(cudaMemsetAsync(device_.at<std::byte>(p.grad), 0, bytes, compute_), "zero a gradient");
+        check(cudaMemsetAsync(device, 0, bytes, compute_), "zero a gradient");
       else
-        check(cudaMemcpyAsync(device_.at<std::byte>(p.grad), offload_.at<std::byte>(p.host_grad), bytes, cudaMemcpyHostToDevice,
-                              compute_),
+        check(cudaMemcpyAsync(device, offload_.at<std::byte>(p.host_grad), bytes, cudaMemcpyHostToDevice, compute_),
               "load an offloaded gradient");
     }
   }
+  // The device gradient that goes to the offload tier: the whole one, or with
+  // ZeRO 2 and 3 this rank's shard (what the update reads); and its elements.
+  std::pair<std::byte*, std::int64_t> streamed_gradient(const ParamSlot& p) const {
+    if (config.sharded(2)) return {device_.at<std::byte>(p.grad_shard), p.shard};
+    return {device_.at<std::byte>(p.grad), p.elements()};
+  }
+  // Whether each update runs on the update thread as soon as its gradient is
+  // offloaded: without clipping, on one process. With data parallelism the
+  // updates wait for the backward, so that the ranks agree on the norm (the
+  // sum of their shards' squares with ZeRO 1-3) and on whether every gradient
+  // is finite before any update.
+  bool updates_in_flight() const { return opt_.clip_norm <= 0 && comm_ == nullptr; }
 
   // The loss flags of the step (UpdateControl::skip, set by a non-finite loss
   // of any micro-batch) for the update thread: after the last micro-batch's
@@ -1325,19 +1363,27 @@ class Trainer {
   bool loss_not_finite() const { return staged_control_in()->skip != 0.0f; }
 
   // After step g: the gradients it completes to the offload tier, and in
-  // step()'s last micro-batch to the update thread.
+  // step()'s last micro-batch to the update thread. With data parallelism
+  // step g is the collective that averages them (on the communication
+  // stream, whose work on step g the copies wait for; the compute stream
+  // joins the copies where it would have joined the collective).
   void stream_gradients(int g) {
     const Step& st = sched.steps[static_cast<std::size_t>(g)];
     if (st.update_end == st.update_begin) return;
-    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    if (lane_join[static_cast<std::size_t>(g)] >= 0) {
+      check(cudaStreamWaitEvent(copy_, copy_done_[static_cast<std::size_t>(g)], 0), "cudaStreamWaitEvent");
+    } else {
+      check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+      check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    }
     for (int u = st.update_begin; u < st.update_end; ++u) {
       const ParamSlot& p = sched.params[static_cast<std::size_t>(sched.updates[u])];
-      check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), device_.at<std::byte>(p.grad),
-                            static_cast<std::size_t>(p.elements()) * sizeof(S), cudaMemcpyDeviceToHost, copy_),
+      const auto [from, n] = streamed_gradient(p);
+      check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), from, static_cast<std::size_t>(n) * sizeof(S), cudaMemcpyDeviceToHost,
+                            copy_),
             "offload a gradient");
     }
-    if (offload_updating_ && micro_ == config.accumulate - 1 && opt_.clip_norm <= 0)
+    if (offload_updating_ && micro_ == config.accumulate - 1 && updates_in_flight())
       check(cudaLaunchHostFunc(copy_, &gradients_offloaded, &host_calls_[static_cast<std::size_t>(g)]), "cudaLaunchHostFunc");
     check(cudaEventRecord(copy_done_[static_cast<std::size_t>(g)], copy_), "cudaEventRecord");
   }
@@ -1390,7 +1436,19 @@ class Trainer {
     s.step = step_no;
     s.loss = r.loss;
     s.lr = lr_at(step_no);
-    if (opt_.clip_norm <= 0) {
+    if (comm_ != nullptr) {
+      // data parallelism: the norm over the ranks, then every rank's update of what it holds
+      const UpdateControl n = norm_over_ranks();
+      if (!(n.norm - n.norm == 0.0f)) stop_before_update(step_no, n.norm);
+      for (std::size_t k = 0; k < sched.params.size(); ++k)
+        if (sched.params[k].trainable) {
+          update_on_host(sched.params[k], n.grad_scale, update_threads_);
+          updated_[k] = 1;
+        }
+      weights_to_device();
+      gather_weights();
+      s.grad_norm = n.norm;
+    } else if (opt_.clip_norm <= 0) {
       double sq = 0;
       for (std::size_t k = 0; k < sched.params.size(); ++k)
         if (sched.params[k].trainable) sq += squares_[k];
@@ -1417,9 +1475,44 @@ class Trainer {
     return s;
   }
 
+  // Data parallelism: the gradient norm and clip scale of the run without
+  // OffloadOptimizer, bit for bit on the emulator. The CPU sums the squares
+  // of the offloaded gradients (of the elements this rank updates) into the
+  // norm kernel's partial sums (squared_norm_partials_on_host); uploaded to
+  // the reductions buffer, the device adds them as gradient_norm() does (with
+  // ZeRO 1-3 each rank its shards, then the ranks' sums all-reduced), and the
+  // host reads norm and clip scale back: the same on every rank.
+  UpdateControl norm_over_ranks() {
+    std::vector<const S*> held(offloaded_grads_.size());
+    std::size_t i = 0;
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable) {
+        held[i] = offloaded_grads_[i] + trainers::owned(config, p, rank()).grad_at;
+        ++i;
+      }
+    std::vector<float> partials;
+    const int blocks = squared_norm_partials_on_host<S>(trainable_, held, partials, [&](int b, auto&& f) {
+      host::parallel_for(b, update_threads_, [&](std::int64_t x, int) { f(static_cast<int>(x)); });
+    });
+    const float clip = static_cast<float>(opt_.clip_norm);
+    if (blocks > 0) upload(reductions(), partials.data(), partials.size(), "upload the squares' partial sums");
+    if constexpr (!config.sharded(1)) {
+      clip_scale(reductions(), blocks, control(), clip, compute_);
+    } else {
+      float* total = reductions() + (reduction_slots - 1);
+      if (blocks == 0) check(cudaMemsetAsync(total, 0, sizeof(float), compute_), "zero a sum of squares");
+      else sum_rows(reductions(), blocks, total, compute_);
+      on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
+      clip_scale(total, 1, control(), clip, compute_);
+    }
+    return results();
+  }
+
   // The updated parameters' new weights to the device (16-bit: from
   // host_grad's bytes, f32: the master), on the copy stream; the compute
-  // stream's next work waits for them. With OffloadParameters there are no
+  // stream's next work waits for them. With ZeRO 1 and 2 a rank's shard goes
+  // into its block of the whole weight (gather_weights then brings the
+  // others'), with ZeRO 3 into its shard. With OffloadParameters there are no
   // device weights: the update wrote the stored values, and the next step's
   // fetches copy them.
   void weights_to_device() {
@@ -1427,9 +1520,12 @@ class Trainer {
       for (std::size_t k = 0; k < sched.params.size(); ++k) {
         if (updated_[k] == 0) continue;
         const ParamSlot& p = sched.params[k];
-        const void* from = half ? static_cast<const void*>(offload_.at<S>(p.host_grad)) : static_cast<const void*>(offload_.at<float>(p.master));
-        check(cudaMemcpyAsync(device_.at<S>(p.weight), from, static_cast<std::size_t>(p.elements()) * sizeof(S), cudaMemcpyHostToDevice,
-                              copy_),
+        const trainers::Owned own = trainers::owned(config, p, rank());
+        if (own.count == 0) continue;
+        const void* from = half ? static_cast<const void*>(offload_.at<S>(p.host_grad) + own.grad_at)
+                                : static_cast<const void*>(offload_.at<float>(p.master));
+        check(cudaMemcpyAsync(device_.at<S>(p.weight) + own.weight_at, from, static_cast<std::size_t>(own.count) * sizeof(S),
+                              cudaMemcpyHostToDevice, copy_),
               "copy updated weights to the device");
       }
       check(cudaEventRecord(weights_back_, copy_), "cudaEventRecord");
@@ -1439,31 +1535,33 @@ class Trainer {
 
   // p's update on the CPU, in ranges of update_range_elements on `threads` threads.
   void update_on_host(const ParamSlot& p, float grad_scale, int threads) {
-    const std::int64_t n = p.elements(), ranges = ceil_div(n, update_range_elements);
+    const std::int64_t n = trainers::owned(config, p, rank()).count, ranges = ceil_div(n, update_range_elements);
     host::parallel_for(ranges, std::min<std::int64_t>(threads, ranges) > 1 ? threads : 1, [&](std::int64_t r, int) {
       const std::int64_t from = r * update_range_elements;
       update_range(p, from, std::min(update_range_elements, n - from), grad_scale);
     });
   }
 
-  // Elements [from, from + count) of p's update: the element math of the
-  // update kernels (kernels/optimizer.cuh) over the master weights, the state
+  // Elements [from, from + count) of p's update (of the elements this rank
+  // updates: trainers::owned; the master and the state hold those only): the
+  // element math of the update kernels (kernels/optimizer.cuh) over the master weights, the state
   // and the offloaded gradient read as f32; a 16-bit run's new weights are
   // written over the gradient's bytes (each after its gradient element or
   // AdamW8bit block is read), with OffloadParameters (any precision) into
   // the parameter's stored values.
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t count, float grad_scale) {
     using O = typename R::optimizer;
-    const std::int64_t n = p.elements();
+    const trainers::Owned own = trainers::owned(config, p, rank());
+    const std::int64_t n = own.count;
     const UpdateControl& c = step_control_;
-    S* g = offload_.at<S>(p.host_grad);
+    S* g = offload_.at<S>(p.host_grad) + own.grad_at;
     float* w = offload_.at<float>(p.master);
     // the new weights in the storage type: with OffloadParameters into the
     // stored values (the offload tier, which the next fetches read), else a
     // 16-bit run's over the gradient's bytes (weights_to_device copies them);
     // an f32 run's master is its weight
     constexpr bool store = params_offloaded || half;
-    S* stored = params_offloaded ? offload_.at<S>(p.weight) : g;
+    S* stored = params_offloaded ? offload_.at<S>(p.weight) + own.weight_at : g;
     if constexpr (O::desc.kind == OptimKind::sgd) {
       float* buf = c.sgd_momentum != 0.0f ? offload_.at<float>(p.state) : nullptr;
       for (std::int64_t i = from; i < from + count; ++i) {
@@ -1504,11 +1602,13 @@ class Trainer {
     }
   }
 
-  // The squares of p's offloaded gradient, in double (a fixed order).
+  // p's offloaded gradient from the first element this rank updates.
+  S* offloaded_gradient(const ParamSlot& p) const { return offload_.at<S>(p.host_grad) + trainers::owned(config, p, rank()).grad_at; }
+  // The squares of p's offloaded gradient (the elements this rank updates), in double (a fixed order).
   double offloaded_squares(const ParamSlot& p) const {
-    const S* g = offload_.at<S>(p.host_grad);
+    const S* g = offloaded_gradient(p);
     double lane[8] = {};
-    const std::int64_t n = p.elements();
+    const std::int64_t n = trainers::owned(config, p, rank()).count;
     std::int64_t i = 0;
     for (; i + 8 <= n; i += 8)
       for (int l = 0; l < 8; ++l) {
@@ -1524,8 +1624,8 @@ class Trainer {
     return s;
   }
   std::int64_t first_non_finite_offloaded(const ParamSlot& p) const {
-    const S* g = offload_.at<S>(p.host_grad);
-    for (std::int64_t i = 0; i < p.elements(); ++i)
+    const S* g = offloaded_gradient(p);
+    for (std::int64_t i = 0; i < trainers::owned(config, p, rank()).count; ++i)
       if (!std::isfinite(to_float(g[i]))) return i;
     return -1;
   }
@@ -1541,7 +1641,7 @@ class Trainer {
     if (checked_.first < 0 || (non_finite && !named_non_finite) || (non_finite == named_non_finite && k < checked_.first)) {
       checked_.first = k;
       checked_.element = at;
-      checked_.value = non_finite ? static_cast<double>(to_float(offload_.at<S>(p.host_grad)[at])) : sq;
+      checked_.value = non_finite ? static_cast<double>(to_float(offloaded_gradient(p)[at])) : sq;
       checked_.own = true;
     }
     return true;

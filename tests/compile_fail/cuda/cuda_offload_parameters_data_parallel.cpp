@@ -1,5 +1,5 @@
-// The CUDA engine offloads (OffloadOptimizer, OffloadParameters) for one process; a parallel layout with them runs on the host engine.
-// expect: cuda::Trainer<Run>: OffloadOptimizer (and OffloadParameters) with DataParallel, TensorParallel or PipelineParallel runs on the host engine only so far
+// The CUDA engine runs OffloadOptimizer on data-parallel ranks, but OffloadParameters on one process only; a data-parallel run with it runs on the host engine.
+// expect: cuda::Trainer<Run>: OffloadParameters with DataParallel runs on the host engine only so far; on the CUDA engine it trains one process
 #include "../../cuda/emulator/cuda_emulator.hpp"
 #include "../../cuda/emulator/runtime_emulator.hpp"
 

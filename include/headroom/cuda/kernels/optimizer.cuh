@@ -261,8 +261,13 @@ inline float host_block_sum(const float* v) {
 // does (the CPU emulator; a GPU contracts acc + x x into one FMA, which the
 // host may not). for_blocks(blocks, f) calls f(b) for every b in [0, blocks),
 // in any order or concurrently.
+//
+// In two parts, as on the device: squared_norm_partials_on_host leaves
+// squared_norm_partials's partial sums in `partials` (returns how many),
+// squared_norm_on_host adds them as clip_scale_kernel does.
 template <class S, class ForBlocks>
-float squared_norm_on_host(std::span<const ParamRef> params, std::span<const S* const> values, ForBlocks&& for_blocks) {
+int squared_norm_partials_on_host(std::span<const ParamRef> params, std::span<const S* const> values, std::vector<float>& partials,
+                                  ForBlocks&& for_blocks) {
   struct Entry {
     const S* g;
     std::int64_t n, first_chunk;
@@ -283,7 +288,7 @@ float squared_norm_on_host(std::span<const ParamRef> params, std::span<const S* 
     chunks += c;
   }
   const int blocks = static_cast<int>(chunks < reduction_slots - 1 ? chunks : reduction_slots - 1);
-  std::vector<float> partials(static_cast<std::size_t>(blocks), 0.0f);
+  partials.assign(static_cast<std::size_t>(blocks), 0.0f);
   for (std::size_t l = 0; l < lists.size(); ++l) {
     const std::vector<Entry>& list = lists[l];
     for_blocks(blocks, [&](int b) {
@@ -311,6 +316,12 @@ float squared_norm_on_host(std::span<const ParamRef> params, std::span<const S* 
       partials[static_cast<std::size_t>(b)] = l > 0 ? partials[static_cast<std::size_t>(b)] + sum : sum;
     });
   }
+  return blocks;
+}
+template <class S, class ForBlocks>
+float squared_norm_on_host(std::span<const ParamRef> params, std::span<const S* const> values, ForBlocks&& for_blocks) {
+  std::vector<float> partials;
+  const int blocks = squared_norm_partials_on_host<S>(params, values, partials, for_blocks);
   float s[optimizer_threads] = {};
   for (int t = 0; t < optimizer_threads; ++t)
     for (int i = t; i < blocks; i += optimizer_threads) s[t] += partials[static_cast<std::size_t>(i)];
