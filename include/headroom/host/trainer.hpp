@@ -1094,7 +1094,6 @@ class Trainer {
   // OffloadParameters values) read from the file into the slot, updated
   // there (the device's weights in place otherwise), and written back.
   void update_offloaded_range(const ParamSlot& p, std::int64_t from, int slot, int step_no, T grad_scale) {
-    using O = typename R::optimizer;
     const std::int64_t len = std::min(staged_range, owned(p).count - from), e = sizeof(T);
     std::byte* stage = device_.template at<std::byte>(sched.update_staging.offset + slot * staging_slot);
     T* g = reinterpret_cast<T*>(stage);
@@ -1113,15 +1112,7 @@ class Trainer {
       if (bytes > 0) offload_.read(p.state + offset, state + at, bytes);
       at += bytes;
     }
-    StateView sv{};
-    if constexpr (O::desc.kind == OptimKind::adamw8bit) {
-      const std::int64_t blocks = adam8bit_blocks(len);
-      sv.q = Adam8bitState{reinterpret_cast<float*>(state), reinterpret_cast<float*>(state) + blocks,
-                           reinterpret_cast<std::uint8_t*>(state) + blocks * 8, reinterpret_cast<std::uint8_t*>(state) + blocks * 8 + len};
-    } else if (p.state >= 0) {
-      sv.m = reinterpret_cast<float*>(state);
-      sv.v = sv.m + len;
-    }
+    const StateView sv = p.state >= 0 ? state_view(state, len, 0) : StateView{};
     apply_update(w, g, sv, len, step_no, grad_scale, 1);
     at = 0;
     for (const auto& [offset, bytes] : pieces) {
@@ -1199,19 +1190,22 @@ class Trainer {
   // own, so a parameter may be updated range by range; AdamW8bit's ranges
   // start on a 256-element block).
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, T grad_scale, int workers) const {
-    using O = typename R::optimizer;
     const Owned own = owned(p);
-    StateView sv{};
-    if (p.state >= 0) {
-      const Arena& a = states_arena();
-      if constexpr (O::desc.kind == OptimKind::adamw8bit) {
-        sv.q = Adam8bitState::of(a.template at<std::uint8_t>(p.state), own.count, from);
-      } else {
-        sv.m = a.template at<float>(p.state) + from;
-        sv.v = a.template at<float>(p.state) + own.count + from;
-      }
-    }
+    const StateView sv = p.state >= 0 ? state_view(states_arena().template at<std::byte>(p.state), own.count, from) : StateView{};
     apply_update(weight_storage(p) + own.weight_at + from, update_grad(p) + from, sv, n, step_no, grad_scale, workers);
+  }
+  // The state of elements [from, ...) of a count-element parameter whose
+  // state buffer starts at `state` (the layouts of kernels/optimizer.hpp).
+  static StateView state_view(std::byte* state, std::int64_t count, std::int64_t from) {
+    using O = typename R::optimizer;
+    StateView sv{};
+    if constexpr (O::desc.kind == OptimKind::adamw8bit) {
+      sv.q = Adam8bitState::of(reinterpret_cast<std::uint8_t*>(state), count, from);
+    } else {
+      sv.m = reinterpret_cast<float*>(state) + from;
+      sv.v = reinterpret_cast<float*>(state) + count + from;
+    }
+    return sv;
   }
   void apply_update(T* w, const T* g, const StateView& sv, std::int64_t n, int step_no, T grad_scale, int workers) const {
     using O = typename R::optimizer;
