@@ -484,4 +484,38 @@ static_assert(staging_bytes(plan<ZRun<Workers<2>>>()) == 2 * (15'360 * 2 + 15'36
 static_assert(staging_bytes(plan<LRun<AdamW, Workers<2>>>()) == -1);
 static_assert(staging_bytes(plan<LRun<AdamW, OffloadOptimizer, OnCuda>>()) == -1);
 
+// ============================================================================
+// 9. Gradients several processes sum: section 1's Llama with LoRA<4> beside
+//    q_proj and o_proj, TensorParallel<2>, AdamW, bf16. Per layer and rank
+//    q's A (4 x 96) and o's B (96 x 4) are held whole, each rank with a
+//    partial gradient that the group sums before the update; q's B (48 x 4)
+//    and o's A (4 x 48) are split. Planned OnCuda, the summed ones stay on
+//    the device the whole step (the collective that sums them reads device
+//    memory) and go to the offload tier after it; the host engine sums the
+//    offload tier's copies, so its device holds no gradient at the update.
+// ============================================================================
+using LLora = models::Llama<lc, Apply<LoRA<4>, On<q_proj, o_proj>>>;
+template <class... O>
+using TpRun = Train<LLora, Batch<1>, Seq<32>, Precision<BF16>, AdamW, OffloadOptimizer, TensorParallel<2>, O...>;
+constexpr auto t_host = plan<TpRun<>>();
+constexpr auto t_cuda = plan<TpRun<OnCuda>>();
+constexpr auto t_cuda_acc = plan<TpRun<OnCuda, Accumulate<2>>>();
+static_assert(t_host.valid() && t_cuda.valid() && t_cuda_acc.valid());
+// whole: 384 elements, 768 B; split: 192 elements, 384 B -> 512; 2 of each per layer, 2 layers
+constexpr int64_t t_whole = 2 * 2 * a256(384 * 2), t_split = 2 * 2 * a256(192 * 2);
+static_assert(t_whole == 3'072 && t_split == 2'048);
+constexpr int t_update = static_cast<int>(t_cuda.event_count()) - 1;
+static_assert(t_cuda.events[t_update].kind == EventKind::update);
+static_assert(t_cuda.bytes_at(Role::grads, t_update, Tier::device) == t_whole);
+static_assert(t_host.bytes_at(Role::grads, static_cast<int>(t_host.event_count()) - 1, Tier::device) == 0);
+// every offloaded gradient is in the offload tier at the update, on both engines
+static_assert(t_cuda.bytes_at(Role::grads, t_update, Tier::offload) == t_whole + t_split);
+static_assert(t_host.bytes(Role::grads, Tier::offload) == t_whole + t_split);
+// the split ones live on the device one event each: at most one layer's pair
+// (q's B and o's A complete at different events) beside the summed ones
+static_assert(most_alive(t_cuda, Role::grads, Tier::device) == t_whole + a256(192 * 2));
+// With Accumulate<2> the summed ones add up on the device over the micro-batches (whole step) as without offload
+static_assert(t_cuda_acc.bytes_at(Role::grads, 0, Tier::device) == t_whole);
+static_assert(t_cuda_acc.bytes_at(Role::grads, 0, Tier::offload) == t_whole + t_split);
+
 }  // namespace

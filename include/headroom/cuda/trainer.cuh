@@ -79,8 +79,10 @@
 // DataParallel<N> (ZeRO 0-3) the gradients go out after the collective that
 // averages them (ZeRO 2 and 3: this rank's shard), the updates run after the
 // backward with the norm summed over the ranks, and each rank's new weights
-// go back to its device (ZeRO 1 and 2: then the all-gather). See the
-// section "OffloadOptimizer (ZeRO-Offload)" below and docs/cuda.md.
+// go back to its device (ZeRO 1 and 2: then the all-gather); with
+// TensorParallel<M> and PipelineParallel<S> likewise, the gradients several
+// processes sum staying on the device until summed there. See the section
+// "OffloadOptimizer (ZeRO-Offload)" below and docs/cuda.md.
 //
 // OffloadParameters (ZeRO-Infinity, with OffloadOptimizer): every
 // parameter's stored tensor (values, NF4 / Int8 codes and scales) lives in
@@ -89,7 +91,9 @@
 // stream (issued one op ahead where the plan has those buffers alive
 // there), and the compute stream waits for the copy before that event. The
 // CPU's update writes the new values (and the master) in the offload tier,
-// where the next fetches read them: no weights go back to the device.
+// where the next fetches read them: no weights go back to the device. With
+// DataParallel<N> and ZeRO<3> a rank stores and fetches its shards, and the
+// all-gather after each fetch reads them (ZeRO 1 and 2 are refused).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -196,16 +200,14 @@ class Trainer {
   // OffloadOptimizer (ZeRO-Offload): master weights, optimizer state and the
   // offloaded gradients in the pinned offload tier, the update on the CPU
   static constexpr bool offloaded = config.offload_optimizer;
-  static_assert(!offloaded || (config.tp == 1 && config.pp == 1),
-                "cuda::Trainer<Run>: OffloadOptimizer with TensorParallel or PipelineParallel runs on the host engine only so "
-                "far; on the CUDA engine it trains one process or DataParallel<N> ranks");
   // OffloadParameters (ZeRO-Infinity): every parameter's stored tensor in the
   // pinned offload tier, copied to the plan's `fetched` device buffers by the
   // schedule's fetch steps (see "OffloadParameters" below)
   static constexpr bool params_offloaded = config.offload_params;
-  static_assert(!params_offloaded || config.world() == 1,
-                "cuda::Trainer<Run>: OffloadParameters with DataParallel runs on the host engine only so far; on the CUDA "
-                "engine it trains one process");
+  static_assert(!params_offloaded || !config.sharded(1) || config.sharded(3),
+                "cuda::Trainer<Run>: OffloadParameters with ZeRO<1> or ZeRO<2> runs on the host engine only (each rank's "
+                "updated block of the stored weights would have to reach the others' pinned memory); on the CUDA engine use "
+                "ZeRO<3>, where each rank stores, fetches and updates its own shards");
   using S = storage_t<config.dtype>;
   static constexpr bool half = is_half(config.dtype);
   static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
@@ -385,9 +387,10 @@ class Trainer {
     check_batch(tokens, targets, tokens_per_micro_batch);
     stage(tokens, targets, step_ + 1);
     upload_control();
-    if (config.accumulate > 1 && !offloaded) zero_grads();
+    if (config.accumulate > 1) zero_grads();
     micro_batch(0, config.accumulate - 1);  // as the last micro-batch: a data-parallel run averages the gradients
     mean_over_ranks();
+    if constexpr (offloaded) offload_summed_gradients();  // (not summed: as without OffloadOptimizer)
     const double loss = results().loss * config.accumulate;
     if constexpr (offloaded) settle_offload();  // the gradients are in the offload tier (download_grad)
     return loss;
@@ -588,7 +591,16 @@ class Trainer {
   // the gradient norm's: every trainable parameter but the last stage's copy
   // of a table the first stage holds too (counted there), all of them
   // (counted_) or with tensor parallelism split (each rank its block) or whole
-  std::vector<ParamRef> counted_, counted_split_, counted_whole_;
+  // OffloadOptimizer: with the offloaded gradients (from the first element the process updates)
+  struct Counted {
+    std::vector<ParamRef> on_device;
+    std::vector<const S*> offloaded;
+    void add(const ParamRef& r, const S* g) {
+      on_device.push_back(r);
+      offloaded.push_back(g);
+    }
+  };
+  Counted counted_, counted_split_, counted_whole_;
   std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
   int step_ = 0;
   std::array<float, 16 + 256> host_tables_{};  // NF4 codes + the dynamic map, for quantizing on the host
@@ -745,7 +757,7 @@ class Trainer {
     upload_control();
     if constexpr (config.update_in_backward)  // the step's finiteness flags, one per update position
       check(cudaMemsetAsync(reductions(), 0, sched.params.size() * sizeof(float), compute_), "clear gradient flags");
-    if (config.accumulate > 1 && !offloaded) zero_grads();  // OffloadOptimizer: Step::grad_load
+    if (config.accumulate > 1) zero_grads();  // OffloadOptimizer: most start from Step::grad_load
     if constexpr (config.pp > 1) {
       pipeline_micro_batches();
       loss_over_stages();
@@ -753,6 +765,10 @@ class Trainer {
       for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
     }
     mean_over_ranks();
+    if constexpr (offloaded) {
+      sum_partial_gradients();
+      offload_summed_gradients();
+    }
     if (!config.update_in_backward && !offloaded) {
       gradient_norm();
       apply_update(trainable_, opt_.clip_norm > 0);
@@ -777,9 +793,11 @@ class Trainer {
   // The global gradient norm and the clip scale into the control block
   // (squared_norm); with ZeRO 1-3 each rank sums the squares of the shards
   // it updates and the ranks add their sums (one f32 all-reduce, in the
-  // last partial-sum slot) before the norm is taken.
+  // last partial-sum slot) before the norm is taken. With OffloadOptimizer
+  // the squares' partial sums come from the CPU (sum_of_squares), whose
+  // gradients were summed before they left the device.
   void gradient_norm() {
-    sum_partial_gradients();
+    if constexpr (!offloaded) sum_partial_gradients();
     const float clip = static_cast<float>(opt_.clip_norm);
     if constexpr (config.tp > 1) {
       // the whole parameters' squares into the last slot, the split ones' (summed over
@@ -792,7 +810,12 @@ class Trainer {
       if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 2, DType::F32, compute_);  // each stage its parameters
       clip_scale(total, 2, control(), clip, compute_);
     } else if constexpr (!config.sharded(1) && config.pp == 1) {
-      squared_norm<S>(counted_, reductions(), control(), clip, compute_);
+      if constexpr (offloaded) {
+        const int blocks = offloaded_partial_squares(counted_);
+        clip_scale(reductions(), blocks, control(), clip, compute_);
+      } else {
+        squared_norm<S>(counted_.on_device, reductions(), control(), clip, compute_);
+      }
     } else {
       float* total = reductions() + (reduction_slots - 1);
       sum_of_squares(counted_, total);
@@ -819,11 +842,23 @@ class Trainer {
 
   // The sum of the squares of params' gradients into *out (the partials use
   // the reductions buffer's first slots; out may be one of them).
-  void sum_of_squares(std::span<const ParamRef> params, float* out) {
+  void sum_of_squares(const Counted& params, float* out) {
     std::int64_t elements = 0;
-    for (const ParamRef& p : params) elements += p.n;
+    for (const ParamRef& p : params.on_device) elements += p.n;
     if (elements == 0) check(cudaMemsetAsync(out, 0, sizeof(float), compute_), "zero a sum of squares");
-    else sum_rows(reductions(), squared_norm_partials<S>(params, reductions(), compute_), out, compute_);
+    else if constexpr (offloaded) sum_rows(reductions(), offloaded_partial_squares(params), out, compute_);
+    else sum_rows(reductions(), squared_norm_partials<S>(params.on_device, reductions(), compute_), out, compute_);
+  }
+  // OffloadOptimizer: the squares of params' offloaded gradients summed on
+  // the CPU in the norm kernel's partial sums (squared_norm_partials_on_host),
+  // uploaded to the reductions buffer's first slots; returns how many.
+  int offloaded_partial_squares(const Counted& params) {
+    std::vector<float> partials;
+    const int blocks = squared_norm_partials_on_host<S>(params.on_device, params.offloaded, partials, [&](int b, auto&& f) {
+      host::parallel_for(b, update_threads_, [&](std::int64_t x, int) { f(static_cast<int>(x)); });
+    });
+    if (blocks > 0) upload(reductions(), partials.data(), partials.size(), "upload the squares' partial sums");
+    return blocks;
   }
 
   // Pipeline parallelism: the loss in the control block (the last stage's;
@@ -852,8 +887,10 @@ class Trainer {
         const Step& st = sched.steps[g];
         wait_for_copies(g);
         issue_hoisted(g);
+        if constexpr (offloaded && config.accumulate > 1) load_gradients(st, m);
         if (st.kind == EventKind::loss) loss_step(st, true);
         else run_step(g);
+        if constexpr (offloaded) stream_gradients(g);  // a fused loss completes the LM head's
       }
     };
     auto backward_one = [&](int m) {
@@ -863,7 +900,9 @@ class Trainer {
       for (int g = forward_end; g < micro_batch_end; ++g) {
         wait_for_copies(g);
         issue_hoisted(g);
+        if constexpr (offloaded && config.accumulate > 1) load_gradients(sched.steps[g], m);
         run_step(g);
+        if constexpr (offloaded) stream_gradients(g);
       }
       wait_for_copies(micro_batch_end);
     };
@@ -954,10 +993,13 @@ class Trainer {
   }
 
   // Accumulate<K>: the gradients that live the whole step start at zero
-  // (ZeRO 2 and 3: this rank's gradient shards; the buckets are written first by backward).
+  // (ZeRO 2 and 3: this rank's gradient shards; the buckets are written first
+  // by backward). OffloadOptimizer: only those summed over processes before
+  // they go to the offload tier (the others start from Step::grad_load).
   void zero_grads() {
     for (const ParamSlot& p : sched.params)
-      if (p.grad_shard >= 0)
+      if (offloaded && !graph::offloaded_after_sum(config, p)) continue;
+      else if (p.grad_shard >= 0)
         check(cudaMemsetAsync(device_.at<std::byte>(p.grad_shard), 0, static_cast<std::size_t>(p.shard * sizeof(S)), compute_),
               "zero gradient shards");
       else if (p.grad >= 0)
@@ -1183,6 +1225,9 @@ class Trainer {
   void on_communication_lane(std::size_t g, OpContext<S> k, Run run) {
     check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
     check(cudaStreamWaitEvent(communication_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    // ZeRO 3 with OffloadParameters: a gather reads the shards the fetch just before it copies (graph.hpp gather_params)
+    if (params_offloaded && g > 0 && sched.steps[g - 1].kind == EventKind::fetch)
+      check(cudaStreamWaitEvent(communication_, copy_done_[g - 1], 0), "cudaStreamWaitEvent");
     k.compute = communication_;
     run(k);
     check(cudaEventRecord(copy_done_[g], communication_), "cudaEventRecord");
@@ -1237,18 +1282,25 @@ class Trainer {
   // micro-batch k > 0 starts from the offload tier's sum (Step::grad_load);
   // the updates follow the last micro-batch.
   //
-  // Data parallelism (DataParallel<N>, ZeRO 0-3): the step that completes a
+  // Several processes (DataParallel<N> with ZeRO 0-3, TensorParallel<M>,
+  // PipelineParallel<S>). With data parallelism the step that completes a
   // gradient is the collective that averages it (the all-reduce; with ZeRO
   // 2 and 3 the reduce-scatter, and the offloaded gradient is this rank's
   // shard, which with Accumulate<K> is loaded from the offload tier's sum
   // before the reduce-scatter adds to it). No update runs during the
-  // backward: after it, norm_over_ranks gives every rank the norm and clip
-  // scale of the run without OffloadOptimizer, a norm that is not finite
-  // stops every rank before any update, and each rank updates the elements
-  // it holds (trainers::owned: with ZeRO 1-3 its shard of master and state)
-  // on update_threads_ threads; weights_to_device copies them into its
-  // device weights, and with ZeRO 1 and 2 gather_weights brings the other
-  // ranks' blocks.
+  // backward: after it, norm_over_processes gives every process the norm
+  // and clip scale of the run without OffloadOptimizer, a norm that is not
+  // finite stops every process before any update, and each updates the
+  // elements it holds (trainers::owned: with ZeRO 1-3 its shard of master
+  // and state) on update_threads_ threads; weights_to_device copies them
+  // into its device weights, and with ZeRO 1 and 2 gather_weights brings the
+  // other ranks' blocks. A pipeline stage streams its gradients micro-batch
+  // by micro-batch under 1F1B as one process does over its micro-batches. A
+  // gradient several processes sum (graph::offloaded_after_sum: a LoRA
+  // matrix each tensor-parallel rank holds whole, a tied table on the first
+  // and last stage) stays on the device for the step and is summed there
+  // after the backward (sum_partial_gradients), then copied out
+  // (offload_summed_gradients).
   //
   // OffloadParameters: the parameters' stored tensors are in the offload
   // tier too, and the device holds only the copies the schedule's fetch
@@ -1284,7 +1336,6 @@ class Trainer {
   std::vector<OffloadTask> host_calls_;  // per schedule step: cudaLaunchHostFunc's user data
   std::vector<double> squares_;          // per parameter: its gradient's squares (clip_norm = 0)
   std::vector<char> updated_;            // per parameter: updated on the CPU this step (its weights go back)
-  std::vector<const S*> offloaded_grads_;  // per trainable parameter (trainable_ order): its offloaded gradient
   OffloadCheck checked_{};
   UpdateControl step_control_{};         // the step's hyperparameters (stage())
   bool offload_updating_ = false;        // in step(): the last micro-batch hands its gradients to the update thread
@@ -1298,8 +1349,6 @@ class Trainer {
     for (std::size_t g = 0; g < sched.steps.size(); ++g) host_calls_[g] = OffloadTask{this, static_cast<int>(g)};
     squares_.assign(sched.params.size(), 0.0);
     updated_.assign(sched.params.size(), 0);
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable) offloaded_grads_.push_back(offload_.at<S>(p.host_grad));
     check(cudaEventCreateWithFlags(&weights_back_, cudaEventDisableTiming), "cudaEventCreate");
     zero_offloaded_states();
   }
@@ -1344,11 +1393,11 @@ class Trainer {
     return {device_.at<std::byte>(p.grad), p.elements()};
   }
   // Whether each update runs on the update thread as soon as its gradient is
-  // offloaded: without clipping, on one process. With data parallelism the
-  // updates wait for the backward, so that the ranks agree on the norm (the
-  // sum of their shards' squares with ZeRO 1-3) and on whether every gradient
-  // is finite before any update.
-  bool updates_in_flight() const { return opt_.clip_norm <= 0 && comm_ == nullptr; }
+  // offloaded: without clipping, on one process. With several processes
+  // the updates wait for the backward, so that they agree on the norm (the
+  // sum of their gradients' squares) and on whether every gradient is
+  // finite before any update.
+  bool updates_in_flight() const { return opt_.clip_norm <= 0 && config.world() == 1; }
 
   // The loss flags of the step (UpdateControl::skip, set by a non-finite loss
   // of any micro-batch) for the update thread: after the last micro-batch's
@@ -1436,9 +1485,9 @@ class Trainer {
     s.step = step_no;
     s.loss = r.loss;
     s.lr = lr_at(step_no);
-    if (comm_ != nullptr) {
-      // data parallelism: the norm over the ranks, then every rank's update of what it holds
-      const UpdateControl n = norm_over_ranks();
+    if constexpr (config.world() > 1) {
+      // several processes: the norm over all of them, then each one's update of what it holds
+      const UpdateControl n = norm_over_processes();
       if (!(n.norm - n.norm == 0.0f)) stop_before_update(step_no, n.norm);
       for (std::size_t k = 0; k < sched.params.size(); ++k)
         if (sched.params[k].trainable) {
@@ -1457,7 +1506,7 @@ class Trainer {
       s.grad_norm = std::sqrt(sq);
     } else {
       // the device's norm and clip scale (clip_scale_kernel), from the offloaded gradients
-      const float total = squared_norm_on_host<S>(trainable_, offloaded_grads_, [&](int blocks, auto&& f) {
+      const float total = squared_norm_on_host<S>(counted_.on_device, counted_.offloaded, [&](int blocks, auto&& f) {
         host::parallel_for(blocks, update_threads_, [&](std::int64_t b, int) { f(static_cast<int>(b)); });
       });
       const float norm = std::sqrt(total), clip = static_cast<float>(opt_.clip_norm);
@@ -1475,37 +1524,37 @@ class Trainer {
     return s;
   }
 
-  // Data parallelism: the gradient norm and clip scale of the run without
-  // OffloadOptimizer, bit for bit on the emulator. The CPU sums the squares
-  // of the offloaded gradients (of the elements this rank updates) into the
-  // norm kernel's partial sums (squared_norm_partials_on_host); uploaded to
-  // the reductions buffer, the device adds them as gradient_norm() does (with
-  // ZeRO 1-3 each rank its shards, then the ranks' sums all-reduced), and the
-  // host reads norm and clip scale back: the same on every rank.
-  UpdateControl norm_over_ranks() {
-    std::vector<const S*> held(offloaded_grads_.size());
-    std::size_t i = 0;
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable) {
-        held[i] = offloaded_grads_[i] + trainers::owned(config, p, rank()).grad_at;
-        ++i;
-      }
-    std::vector<float> partials;
-    const int blocks = squared_norm_partials_on_host<S>(trainable_, held, partials, [&](int b, auto&& f) {
-      host::parallel_for(b, update_threads_, [&](std::int64_t x, int) { f(static_cast<int>(x)); });
-    });
-    const float clip = static_cast<float>(opt_.clip_norm);
-    if (blocks > 0) upload(reductions(), partials.data(), partials.size(), "upload the squares' partial sums");
-    if constexpr (!config.sharded(1)) {
-      clip_scale(reductions(), blocks, control(), clip, compute_);
-    } else {
-      float* total = reductions() + (reduction_slots - 1);
-      if (blocks == 0) check(cudaMemsetAsync(total, 0, sizeof(float), compute_), "zero a sum of squares");
-      else sum_rows(reductions(), blocks, total, compute_);
-      on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
-      clip_scale(total, 1, control(), clip, compute_);
-    }
+  // Several processes: the gradient norm and clip scale of the run without
+  // OffloadOptimizer, bit for bit on the emulator. gradient_norm() runs as
+  // it does without offload, but the CPU sums the squares of the offloaded
+  // gradients (of the elements this process updates) into the norm kernel's
+  // partial sums (offloaded_partial_squares); the device adds them and the
+  // processes' sums (ZeRO 1-3: the data-parallel ranks' shards; tensor
+  // parallelism: the split gradients' over the group; pipeline stages: each
+  // stage's), and the host reads norm and clip scale back: the same on
+  // every process.
+  UpdateControl norm_over_processes() {
+    gradient_norm();
     return results();
+  }
+
+  // The gradients several processes sum before the update
+  // (graph::offloaded_after_sum), from the device to the offload tier after
+  // the backward, on the copy stream (which offloaded_step waits for).
+  void offload_summed_gradients() {
+    bool waited = false;
+    for (const ParamSlot& p : sched.params) {
+      if (!p.trainable || !graph::offloaded_after_sum(config, p)) continue;
+      if (!waited) {
+        check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+        check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+        waited = true;
+      }
+      const auto [from, n] = streamed_gradient(p);
+      check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), from, static_cast<std::size_t>(n) * sizeof(S), cudaMemcpyDeviceToHost,
+                            copy_),
+            "offload a summed gradient");
+    }
   }
 
   // The updated parameters' new weights to the device (16-bit: from
@@ -1752,8 +1801,9 @@ class Trainer {
       if (p.trainable) {
         trainable_.push_back(ref(p));
         if (p.stage_shared && !config.first_stage()) continue;  // counted by the first stage
-        counted_.push_back(ref(p));
-        (p.split.split() ? counted_split_ : counted_whole_).push_back(ref(p));
+        const S* g = offloaded ? offloaded_gradient(p) : nullptr;
+        counted_.add(ref(p), g);
+        (p.split.split() ? counted_split_ : counted_whole_).add(ref(p), g);
       }
     if (config.update_in_backward)
       for (std::size_t i = 0; i < sched.params.size(); ++i) {

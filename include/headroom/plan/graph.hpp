@@ -241,6 +241,17 @@ struct Param {
   constexpr std::int64_t elements() const { return rows * cols; }
 };
 
+// OffloadOptimizer on the CUDA engine: a gradient that several processes
+// sum before the update (Param::stage_shared, Param::tensor_partial) stays
+// in its device buffer for the whole step, as without offload, because the
+// collective that sums it reads device memory; after the backward the
+// engine sums it there and then copies it to the offload tier. (The host
+// engine sums the offload tier's copy.) P: graph::Param or ParamSlot.
+template <class P>
+constexpr bool offloaded_after_sum(const RunConfig& c, const P& p) {
+  return c.offload_optimizer && c.cuda() && (p.stage_shared || (p.tensor_partial && c.tp > 1));
+}
+
 // What an op's kernels exchange each time its event runs: over its
 // tensor-parallel group (ops/tensor_parallel.hpp; the vocabulary-parallel LM
 // head), payload bytes and calls; with the pipeline's neighbouring stages
@@ -635,7 +646,15 @@ class Builder {
       // what the update reads: the gradient, or this rank's shard of it, or
       // its copy in the offload tier
       const int g = p.host_grad != none ? p.host_grad : p.grad_shard != none ? p.grad_shard : p.grad;
-      if (cfg.accumulate > 1) {
+      if (offloaded_after_sum(cfg, p)) {  // summed on the device, then copied to the offload tier at the update
+        const int d = p.grad_shard != none ? p.grad_shard : p.grad;
+        if (cfg.accumulate > 1) {
+          tensors[d].persistent = tensors[g].persistent = true;
+        } else {
+          use(Ref{d, none}, upd);
+          born(Ref{g, none}, upd);
+        }
+      } else if (cfg.accumulate > 1) {
         tensors[g].persistent = true;
       } else if (!cfg.update_in_backward) {
         use(Ref{g, none}, upd);
@@ -1144,7 +1163,7 @@ class Builder {
       // accumulated over micro-batches: the shard lives the whole step
       // (OffloadOptimizer: in the offload tier; the shard here lives one
       // event, filled with the sum so far first: Step::grad_load)
-      if (cfg.accumulate > 1 && !cfg.offload_optimizer) use(c.out[q], e);
+      if (cfg.accumulate > 1 && (!cfg.offload_optimizer || offloaded_after_sum(cfg, params[c.param[q]]))) use(c.out[q], e);
       else born(c.out[q], e);
     }
     return e;
@@ -1159,7 +1178,7 @@ class Builder {
     if (!cfg.offload_optimizer) return;
     for (int q = 0; q < max_weights; ++q) {
       const int p = ops[i].param[q];
-      if (p == none || first_user_[p] != i || params[p].host_grad == none) continue;
+      if (p == none || first_user_[p] != i || params[p].host_grad == none || offloaded_after_sum(cfg, params[p])) continue;
       use(Ref{params[p].grad_shard != none ? params[p].grad_shard : params[p].grad, none}, e);
       if (cfg.accumulate > 1) use(Ref{params[p].host_grad, none}, e);
       else born(Ref{params[p].host_grad, none}, e);

@@ -310,7 +310,8 @@ constexpr auto schedule() {
             st.param_grad[q] = index.slot_of_tensor(pr.grad, inst, g);
             st.grad_first[q] = st.param_grad[q].first;
             // (ZeRO 2 and 3: the shard the reduce-scatter writes, below; the bucket starts anew)
-            if (b.cfg.offload_optimizer && b.cfg.accumulate > 1 && !b.cfg.sharded(2) && st.grad_first[q]) {
+            if (b.cfg.offload_optimizer && b.cfg.accumulate > 1 && !b.cfg.sharded(2) && st.grad_first[q] &&
+                !graph::offloaded_after_sum(b.cfg, pr)) {
               st.grad_first[q] = false;
               st.grad_load[q] = true;
             }

@@ -1,16 +1,21 @@
-// OffloadOptimizer (ZeRO-Offload) with data parallelism on the CUDA engine:
-// each rank of a DataParallel<2> run with OffloadOptimizer against the same
-// rank of the same run without it, over ten steps. The offloaded run streams
-// each gradient to the pinned offload tier once the collective after its
-// backward has averaged it (ZeRO 2 and 3: this rank's shard), and after the
-// backward the CPU sums the squares of what this rank updates in the norm
-// kernel's order, the ranks add their sums on the device, and every rank
-// updates its master weights and optimizer state on the CPU; the new
-// weights go back to the device (ZeRO 1 and 2: this rank's block, then the
-// all-gather; ZeRO 3: its shard). So every loss, gradient norm, weight,
-// master weight and optimizer state a rank holds is the same bits as the
-// run without it (the emulator rounds the host's f32 as the kernels' f32).
-// Each rank compares its two trainers in its own process (ranks.hpp).
+// OffloadOptimizer (ZeRO-Offload) and OffloadParameters (ZeRO-Infinity)
+// over several processes on the CUDA engine: every process of a
+// DataParallel<2>, TensorParallel<2> or PipelineParallel<2> run (and
+// products of them) with the offload against the same process of the same
+// run without it, over ten steps. The offloaded run streams each gradient
+// to the pinned offload tier once it is complete (with data parallelism:
+// once the collective after its backward has averaged it; ZeRO 2 and 3:
+// this rank's shard), keeps on the device, and sums there, the gradients
+// several processes sum (graph::offloaded_after_sum), and after the
+// backward the CPU sums the squares of what this process updates in the
+// norm kernel's order, the processes add their sums on the device, and
+// every process updates its master weights and optimizer state on the CPU;
+// the new weights go back to the device (ZeRO 1 and 2: this rank's block,
+// then the all-gather; ZeRO 3: its shard) or, with OffloadParameters, into
+// the stored values the next fetches read. So every loss, gradient norm,
+// weight, master weight and optimizer state a process holds is the same
+// bits as the run without it (the emulator rounds the host's f32 as the
+// kernels' f32). Each process compares its two trainers (ranks.hpp).
 #include "../support/kernel_test.hpp"
 
 #include <chrono>
@@ -18,6 +23,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <headroom/cuda/trainer.cuh>
@@ -56,51 +62,64 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-// On each of 2 ranks: Off (OffloadOptimizer) and Ref (the same run without
-// it) trained on the same batches; throws naming the first difference.
-// Returns nothing; a rank's report holds how many steps clipped.
+// On every process of Off (DataParallel, TensorParallel, PipelineParallel:
+// with stages, its stage, cuda::with_pipeline_stage): Off (OffloadOptimizer)
+// and Ref (the same run without it) trained on the same batches (each
+// data-parallel rank its own); throws naming the first difference. A
+// process's report holds how many steps clipped.
 template <class Off, class Ref>
 void offloaded_ranks_match(double clip) {
-  static_assert(Off::config().offload_optimizer && !Ref::config().offload_optimizer && Off::config().dp == 2);
-  static_assert(plan<Off>().bytes(Role::optimizer_state, Tier::device) == 0 && plan<Off>().bytes(Role::master_weights, Tier::device) == 0);
-  static_assert(plan<Off>().bytes(Role::optimizer_state, Tier::offload) == plan<Ref>().bytes(Role::optimizer_state));
-  constexpr int N = 2;
+  constexpr RunConfig c = Off::config();
+  static_assert(c.offload_optimizer && !Ref::config().offload_optimizer && c.world() > 1);
+  constexpr int N = c.world();
   const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
-  const std::vector<RankReport> r = run_ranks(N, [&](int rank, RankReport& out) {
-    use_device(rank);
-    cuda::NcclCommunicator comm(id, rank, N, std::chrono::seconds(120));
-    cuda::Trainer<Ref> ref(options(clip), comm);
-    cuda::Trainer<Off> off(options(clip), comm);
-    using T = cuda::Trainer<Ref>;
-    const std::size_t n = static_cast<std::size_t>(T::tokens_per_step);
-    auto fail = [](const std::string& what) { throw std::runtime_error(what); };
-    int clipped = 0;
-    for (int s = 1; s <= steps; ++s) {
-      const std::vector<std::int32_t> tokens = ids(n, s, rank, false), targets = ids(n, s, rank, true);
-      const StepStats a = ref.step(tokens, targets);
-      const StepStats b = off.step(tokens, targets);
-      if (a.loss != b.loss || a.grad_norm != b.grad_norm)
-        fail("step " + std::to_string(s) + ": loss " + std::to_string(a.loss) + " offloaded " + std::to_string(b.loss) + ", norm " +
-             std::to_string(a.grad_norm) + " offloaded " + std::to_string(b.grad_norm));
-      clipped += clip > 0 && a.grad_norm > clip ? 1 : 0;
-    }
-    for (std::size_t k = 0; k < T::param_count; ++k) {
-      const ParamSlot& p = T::param(k);
-      const ParamSlot& q = cuda::Trainer<Off>::param(k);
-      const std::string path = T::path_of(p);
-      if (!same_bits(off.download_weight(q), ref.download_weight(p))) fail(path + ": the weights (master) differ");
-      if (!same_bits(off.download_stored(q), ref.download_stored(p))) fail(path + ": the stored weights differ");
-      if (off.download_state(q) != ref.download_state(p)) fail(path + ": the optimizer states differ");
-    }
-    // the device's weights: what the next forward reads
-    const std::size_t one = static_cast<std::size_t>(T::tokens_per_micro_batch);
-    const std::vector<std::int32_t> tokens = ids(one, steps + 1, rank, false), targets = ids(one, steps + 1, rank, true);
-    if (off.evaluate(tokens, targets) != ref.evaluate(tokens, targets)) fail("the evaluation after the steps differs");
-    out.steps = clipped;
+  const std::vector<RankReport> r = run_ranks(N, [&](int w, RankReport& out) {
+    use_device(w);
+    cuda::NcclCommunicator comm(id, w, N, std::chrono::seconds(120));
+    auto both = [&]<class OffPart>() {
+      using RefPart = std::conditional_t<(Off::config().pp > 1), pipeline_stage<Ref, OffPart::config().stage>, Ref>;
+      static_assert(plan<OffPart>().bytes(Role::optimizer_state, Tier::device) == 0 &&
+                    plan<OffPart>().bytes(Role::master_weights, Tier::device) == 0);
+      static_assert(plan<OffPart>().bytes(Role::optimizer_state, Tier::offload) == plan<RefPart>().bytes(Role::optimizer_state));
+      cuda::Trainer<RefPart> ref(options(clip), comm);
+      cuda::Trainer<OffPart> off(options(clip), comm);
+      using T = cuda::Trainer<RefPart>;
+      const int d = (w / Off::config().tp) % Off::config().dp;  // the data-parallel rank: its batches
+      const std::size_t n = static_cast<std::size_t>(T::tokens_per_step);
+      auto fail = [](const std::string& what) { throw std::runtime_error(what); };
+      int clipped = 0;
+      for (int s = 1; s <= steps; ++s) {
+        const std::vector<std::int32_t> tokens = ids(n, s, d, false), targets = ids(n, s, d, true);
+        const StepStats a = ref.step(tokens, targets);
+        const StepStats b = off.step(tokens, targets);
+        if (a.loss != b.loss || a.grad_norm != b.grad_norm)
+          fail("step " + std::to_string(s) + ": loss " + std::to_string(a.loss) + " offloaded " + std::to_string(b.loss) + ", norm " +
+               std::to_string(a.grad_norm) + " offloaded " + std::to_string(b.grad_norm));
+        clipped += clip > 0 && a.grad_norm > clip ? 1 : 0;
+      }
+      for (std::size_t k = 0; k < T::param_count; ++k) {
+        const ParamSlot& p = T::param(k);
+        const ParamSlot& q = cuda::Trainer<OffPart>::param(k);
+        const std::string path = T::path_of(p);
+        if (p.quant.kind != QuantKind::none) continue;  // frozen codes (the evaluation below reads them)
+        if (!same_bits(off.download_weight(q), ref.download_weight(p))) fail(path + ": the weights (master) differ");
+        if (!same_bits(off.download_stored(q), ref.download_stored(p))) fail(path + ": the stored weights differ");
+        if (off.download_state(q) != ref.download_state(p)) fail(path + ": the optimizer states differ");
+      }
+      // the device's weights: what the next forward reads
+      const std::size_t one = static_cast<std::size_t>(T::tokens_per_micro_batch);
+      const std::vector<std::int32_t> tokens = ids(one, steps + 1, d, false), targets = ids(one, steps + 1, d, true);
+      if (off.evaluate(tokens, targets) != ref.evaluate(tokens, targets)) fail("the evaluation after the steps differs");
+      out.steps = clipped;
+    };
+    if constexpr (Off::config().pp > 1)
+      cuda::with_pipeline_stage<Off>(comm, both);
+    else
+      both.template operator()<Off>();
   });
   for (int q = 0; q < N; ++q) {
     const RankReport& rq = r[static_cast<std::size_t>(q)];
-    INFO("rank " << q << ": " << rq.error);
+    INFO("process " << q << ": " << rq.error);
     REQUIRE(rq.done);
     if (clip > 0) CHECK(rq.steps > 0);  // the clip scale acts
   }
@@ -146,4 +165,99 @@ TEST_CASE("cuda::Trainer OffloadOptimizer, DataParallel<2> ZeRO 3: AdamW bf16, c
 TEST_CASE("cuda::Trainer OffloadOptimizer, DataParallel<2> ZeRO 3: SGD f32 and AdamW8bit bf16 with Accumulate<2>", "[data_parallel][offload]") {
   offloaded_ranks_match<OffRun<3, Accumulate<2>, SGD<>>, DeviceRun<3, Accumulate<2>, SGD<>>>(0.0);
   offloaded_ranks_match<OffRun<3, Accumulate<2>, Precision<BF16>, AdamW8bit>, DeviceRun<3, Accumulate<2>, Precision<BF16>, AdamW8bit>>(1.0);
+}
+
+// ---- tensor and pipeline parallelism ---------------------------------------------------------------------------
+// A LoRA matrix every tensor-parallel rank holds whole (q's, k's, v's, gate's,
+// up's A; o's and down's B) has a partial gradient on each: it stays on the
+// device, is summed over the group after the backward and only then goes to
+// the offload tier (graph::offloaded_after_sum); the norm adds the split
+// gradients' squares over the group and the whole ones' once.
+using ModelLora = models::Llama<llama_off, Apply<LoRA<4>, On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>>>;
+template <class M, class... Options>
+using OffTp = Train<M, Batch<batch>, Seq<seq>, Options..., OffloadOptimizer, OnCuda, TensorParallel<2>>;
+template <class M, class... Options>
+using DeviceTp = Train<M, Batch<batch>, Seq<seq>, Options..., OnCuda, TensorParallel<2>>;
+
+TEST_CASE("cuda::Trainer OffloadOptimizer, TensorParallel<2>: AdamW bf16 bit for bit as on the device, clipped and not",
+          "[tensor_parallel][offload]") {
+  offloaded_ranks_match<OffTp<Model, Precision<BF16>>, DeviceTp<Model, Precision<BF16>>>(0.0);
+  offloaded_ranks_match<OffTp<Model, Precision<BF16>>, DeviceTp<Model, Precision<BF16>>>(1.0);
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer, TensorParallel<2> with LoRA: AdamW bf16, and AdamW8bit with Accumulate<2>",
+          "[tensor_parallel][offload]") {
+  offloaded_ranks_match<OffTp<ModelLora, Precision<BF16>>, DeviceTp<ModelLora, Precision<BF16>>>(0.02);
+  offloaded_ranks_match<OffTp<ModelLora, Accumulate<2>, Precision<BF16>, AdamW8bit>,
+                        DeviceTp<ModelLora, Accumulate<2>, Precision<BF16>, AdamW8bit>>(0.0);
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer, DataParallel<2> x TensorParallel<2> ZeRO 2 with LoRA: AdamW bf16, Accumulate<2>",
+          "[tensor_parallel][offload]") {
+  offloaded_ranks_match<OffTp<ModelLora, Accumulate<2>, Precision<BF16>, DataParallel<2>, ZeRO<2>>,
+                        DeviceTp<ModelLora, Accumulate<2>, Precision<BF16>, DataParallel<2>, ZeRO<2>>>(1.0);
+}
+
+// Pipeline stages under 1F1B: each stage streams its gradients as its
+// backwards complete them (the last stage's fused loss the LM head's), and
+// the norm adds the stages' squares. GPT-2's LM head is tied to the
+// embedding table: the first and the last stage sum its gradient on the
+// device after the backward, then offload it.
+using Gpt2 = models::GPT2<models::GPT2Config{48, 64, 4, 4, 32}>;  // vocab, d, layers, heads, positions
+template <class M, class... Options>
+using OffPp = Train<M, Batch<batch>, Seq<seq>, Options..., OffloadOptimizer, OnCuda, PipelineParallel<2>>;
+template <class M, class... Options>
+using DevicePp = Train<M, Batch<batch>, Seq<seq>, Options..., OnCuda, PipelineParallel<2>>;
+
+TEST_CASE("cuda::Trainer OffloadOptimizer, PipelineParallel<2>: AdamW bf16 with Accumulate<4>, clipped and not",
+          "[pipeline_parallel][offload]") {
+  offloaded_ranks_match<OffPp<Model, Accumulate<4>, Precision<BF16>>, DevicePp<Model, Accumulate<4>, Precision<BF16>>>(0.0);
+  offloaded_ranks_match<OffPp<Model, Accumulate<4>, Precision<BF16>>, DevicePp<Model, Accumulate<4>, Precision<BF16>>>(1.0);
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer, PipelineParallel<2>: GPT-2 with its LM head tied, AdamW8bit bf16 with Accumulate<2>",
+          "[pipeline_parallel][offload]") {
+  offloaded_ranks_match<OffPp<Gpt2, Accumulate<2>, Precision<BF16>, AdamW8bit>, DevicePp<Gpt2, Accumulate<2>, Precision<BF16>, AdamW8bit>>(1.0);
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer, PipelineParallel<2> x DataParallel<2> ZeRO 3: SGD f32 with Accumulate<2>",
+          "[pipeline_parallel][offload]") {
+  offloaded_ranks_match<OffPp<Model, Accumulate<2>, SGD<>, DataParallel<2>, ZeRO<3>>, DevicePp<Model, Accumulate<2>, SGD<>, DataParallel<2>, ZeRO<3>>>(1.0);
+}
+
+// ---- OffloadParameters (ZeRO-Infinity) -------------------------------------------------------------------------
+// Every parameter's stored tensor in the pinned offload tier too. With
+// ZeRO 3 a rank stores its shards there: a fetch copies them to the device
+// on the copy stream, and the all-gather after it (on the communication
+// stream, which waits for the fetch) reads them; the CPU's update writes the
+// rank's new shard values into the offload tier, where the next step's
+// fetches find them.
+template <int Stage, class M, class... Options>
+using InfinityDp = Train<M, Batch<batch>, Seq<seq>, Options..., OffloadOptimizer, OffloadParameters, OnCuda, DataParallel<2>, ZeRO<Stage>>;
+template <int Stage, class M, class... Options>
+using DeviceDp = Train<M, Batch<batch>, Seq<seq>, Options..., OnCuda, DataParallel<2>, ZeRO<Stage>>;
+// QLoRA with checkpointed blocks: NF4 codes and scales fetched and gathered in forward and recompute
+using QLoraModel = models::Llama<llama_off, Apply<Quantized<NF4, LoRA<4>>, On<q_proj, v_proj>>, Apply<Checkpointed<>, EveryBlock>>;
+
+TEST_CASE("cuda::Trainer OffloadParameters, DataParallel<2> ZeRO 3: AdamW bf16 clipped and not, AdamW8bit with Accumulate<2>",
+          "[data_parallel][offload][offload_params]") {
+  offloaded_ranks_match<InfinityDp<3, Model, Precision<BF16>>, DeviceDp<3, Model, Precision<BF16>>>(0.0);
+  offloaded_ranks_match<InfinityDp<3, Model, Precision<BF16>>, DeviceDp<3, Model, Precision<BF16>>>(1.0);
+  offloaded_ranks_match<InfinityDp<3, Model, Accumulate<2>, Precision<BF16>, AdamW8bit>,
+                        DeviceDp<3, Model, Accumulate<2>, Precision<BF16>, AdamW8bit>>(1.0);
+}
+
+TEST_CASE("cuda::Trainer OffloadParameters, DataParallel<2> ZeRO 3: QLoRA with checkpointed blocks, AdamW bf16",
+          "[data_parallel][offload][offload_params]") {
+  offloaded_ranks_match<InfinityDp<3, QLoraModel, Precision<BF16>>, DeviceDp<3, QLoraModel, Precision<BF16>>>(0.02);
+}
+
+TEST_CASE("cuda::Trainer OffloadParameters, DataParallel<2> ZeRO 0: SGD f32 with Accumulate<2>", "[data_parallel][offload][offload_params]") {
+  offloaded_ranks_match<InfinityDp<0, Model, Accumulate<2>, SGD<>>, DeviceDp<0, Model, Accumulate<2>, SGD<>>>(1.0);
+}
+
+TEST_CASE("cuda::Trainer OffloadParameters, TensorParallel<2> with LoRA and PipelineParallel<2>: AdamW bf16",
+          "[tensor_parallel][pipeline_parallel][offload][offload_params]") {
+  offloaded_ranks_match<OffTp<ModelLora, Precision<BF16>, OffloadParameters>, DeviceTp<ModelLora, Precision<BF16>>>(0.02);
+  offloaded_ranks_match<OffPp<Model, Accumulate<2>, Precision<BF16>, OffloadParameters>, DevicePp<Model, Accumulate<2>, Precision<BF16>>>(1.0);
 }
