@@ -261,3 +261,97 @@ TEST_CASE("cuda::Trainer OffloadParameters, TensorParallel<2> with LoRA and Pipe
   offloaded_ranks_match<OffTp<ModelLora, Precision<BF16>, OffloadParameters>, DeviceTp<ModelLora, Precision<BF16>>>(0.02);
   offloaded_ranks_match<OffPp<Model, Accumulate<2>, Precision<BF16>, OffloadParameters>, DevicePp<Model, Accumulate<2>, Precision<BF16>>>(1.0);
 }
+
+// ---- a non-finite gradient over several processes ----------------------------------------------------------------
+// GPT-2 whose first MLP computes GELU at 1e20 and multiplies it by a zero
+// c_proj: the loss stays finite, but GELU's derivative there is NaN, so the
+// gradients of c_fc and everything before it in the backward are NaN. Every
+// process (the data-parallel ranks average, the tensor-parallel group sums
+// the NaN into every rank's input gradient) stops before any update, clipped
+// or not (several processes never update during the backward): it throws
+// non_finite_gradient naming what the run on the device names, at step 2,
+// and its weights and optimizer state stay those of step 1.
+constexpr models::GPT2Config nan_gpt2{96, 32, 2, 2, 16};  // vocab, d, layers, heads, positions
+using NanGpt2 = models::GPT2<nan_gpt2>;
+
+template <class Trainer>
+void break_mlp_backward(Trainer& t) {
+  const ParamSlot& bias = *Trainer::find("h.0.mlp.c_fc.bias");
+  const ParamSlot& proj = *Trainer::find("h.0.mlp.c_proj.weight");
+  t.upload_weight(bias, std::vector<float>(static_cast<std::size_t>(bias.elements()), 1e20f));
+  t.upload_weight(proj, std::vector<float>(static_cast<std::size_t>(proj.elements()), 0.0f));
+}
+
+template <class Off, class Dev>
+void every_process_stops() {
+  constexpr RunConfig c = Off::config();
+  static_assert(c.offload_optimizer && !Dev::config().offload_optimizer && c.pp == 1 && c.world() > 1);
+  constexpr int N = c.world();
+  const ncclUniqueId id = cuda::NcclCommunicator::unique_id();
+  const std::vector<RankReport> r = run_ranks(N, [&](int w, RankReport& out) {
+    use_device(w);
+    cuda::NcclCommunicator comm(id, w, N, std::chrono::seconds(120));
+    auto fail = [](const std::string& what) { throw std::runtime_error(what); };
+    using O = cuda::Trainer<Off>;
+    using D = cuda::Trainer<Dev>;
+    const int d = (w / c.tp) % c.dp;
+    const std::size_t n = static_cast<std::size_t>(O::tokens_per_step);
+    for (const double clip : {1.0, 0.0}) {
+      TrainOptions o = options(clip);
+      D dev(o, comm);
+      O off(o, comm);
+      dev.step(ids(n, 1, d, false), ids(n, 1, d, true));
+      off.step(ids(n, 1, d, false), ids(n, 1, d, true));
+      break_mlp_backward(dev);
+      break_mlp_backward(off);
+      std::vector<std::vector<float>> weights;
+      std::vector<std::vector<std::byte>> states;
+      for (std::size_t k = 0; k < O::param_count; ++k) {
+        weights.push_back(off.download_weight(O::param(k)));
+        states.push_back(off.download_state(O::param(k)));
+      }
+      std::string expected;
+      try {
+        dev.step(ids(n, 2, d, false), ids(n, 2, d, true));
+      } catch (const non_finite_gradient& e) {
+        expected = e.parameter();
+      }
+      if (expected.empty()) fail("the run on the device did not stop");
+      bool thrown = false;
+      try {
+        off.step(ids(n, 2, d, false), ids(n, 2, d, true));
+      } catch (const non_finite_gradient& e) {
+        thrown = true;
+        if (e.step() != 2 || e.parameter() != expected || std::string(e.what()).find("nothing was updated") == std::string::npos)
+          fail("clip " + std::to_string(clip) + ": expected step 2 and " + expected + ", got " + e.what());
+      }
+      if (!thrown) fail("clip " + std::to_string(clip) + ": the offloaded run did not stop");
+      if (off.steps_done() != 1) fail("the step count moved");
+      for (std::size_t k = 0; k < O::param_count; ++k) {
+        if (!same_bits(off.download_weight(O::param(k)), weights[k])) fail(O::path_of(O::param(k)) + ": the weights changed");
+        if (off.download_state(O::param(k)) != states[k]) fail(O::path_of(O::param(k)) + ": the optimizer state changed");
+      }
+    }
+    out.steps = 1;
+  });
+  for (int q = 0; q < N; ++q) {
+    INFO("process " << q << ": " << r[static_cast<std::size_t>(q)].error);
+    CHECK(r[static_cast<std::size_t>(q)].done);
+  }
+}
+
+TEST_CASE("cuda::Trainer OffloadOptimizer over several processes: a non-finite gradient stops every process before any update",
+          "[data_parallel][tensor_parallel][offload][non_finite]") {
+  SECTION("DataParallel<2> ZeRO 0") {
+    every_process_stops<Train<NanGpt2, Batch<1>, Seq<8>, OffloadOptimizer, OnCuda, DataParallel<2>>,
+                        Train<NanGpt2, Batch<1>, Seq<8>, OnCuda, DataParallel<2>>>();
+  }
+  SECTION("DataParallel<2> ZeRO 3 with OffloadParameters") {
+    every_process_stops<Train<NanGpt2, Batch<1>, Seq<8>, OffloadOptimizer, OffloadParameters, OnCuda, DataParallel<2>, ZeRO<3>>,
+                        Train<NanGpt2, Batch<1>, Seq<8>, OnCuda, DataParallel<2>, ZeRO<3>>>();
+  }
+  SECTION("TensorParallel<2>") {
+    every_process_stops<Train<NanGpt2, Batch<1>, Seq<8>, OffloadOptimizer, OnCuda, TensorParallel<2>>,
+                        Train<NanGpt2, Batch<1>, Seq<8>, OnCuda, TensorParallel<2>>>();
+  }
+}
