@@ -2,7 +2,7 @@
 // over several processes on the CUDA engine: every process of a
 // DataParallel<2>, TensorParallel<2> or PipelineParallel<2> run (and
 // products of them) with the offload against the same process of the same
-// run without it, over ten steps. The offloaded run streams each gradient
+// run without it, over 20 steps. The offloaded run streams each gradient
 // to the pinned offload tier once it is complete (with data parallelism:
 // once the collective after its backward has averaged it; ZeRO 2 and 3:
 // this rank's shard), keeps on the device, and sums there, the gradients
@@ -41,10 +41,10 @@ using cuda_test::use_device;
 constexpr models::LlamaConfig llama_off{48, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
 using Model = models::Llama<llama_off>;
 constexpr std::int64_t batch = 2, seq = 12;
-constexpr int steps = 10;
+constexpr int steps = 20;
 
 TrainOptions options(double clip) {
-  return {.seed = 5, .lr = 5e-2, .warmup_steps = 2, .total_steps = 20, .clip_norm = clip};
+  return {.seed = 5, .lr = 5e-2, .warmup_steps = 2, .total_steps = 30, .clip_norm = clip};
 }
 
 // Rank r's tokens or targets of step s (every rank its own).

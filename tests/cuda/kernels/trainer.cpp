@@ -611,14 +611,14 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW bf16 trains bit for bit as on t
   TrainOptions o = options();
   o.clip_norm = 0.5;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 0);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_gpt2.vocab, 0);
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_gpt2.vocab, 1e-5);
 }
 
 // A Llama small enough for the emulator's AdamW8bit kernel (a block of 256
-// threads per 256 elements) over ten steps.
+// threads per 256 elements) over 20 steps.
 constexpr models::LlamaConfig small_llama{64, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW8bit", "[trainer][offload]") {
@@ -626,7 +626,7 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW8bit", "[trainer][offload]") {
   TrainOptions o = options();
   o.clip_norm = 0.5;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 10, small_llama.vocab, 0);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 0);
 }
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: SGD with Accumulate<2> (f32)", "[trainer][offload]") {
@@ -634,7 +634,7 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: SGD with Accumulate<2> (f32)", "[trai
   TrainOptions o = options();
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OffloadOptimizer, OnCuda>,
-                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 20, small_gpt2.vocab, 1e-5);
 }
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: LoRA", "[trainer][offload]") {
@@ -642,7 +642,7 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: LoRA", "[trainer][offload]") {
   TrainOptions o = options();
   o.clip_norm = 0.01;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_llama.vocab, 0);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_llama.vocab, 0);
 }
 
 // ---- OffloadParameters (ZeRO-Infinity) ----------------------------------------------------------------------
@@ -655,10 +655,10 @@ TEST_CASE("cuda::Trainer OffloadParameters: AdamW bf16, GPT-2's tied head, clipp
   TrainOptions o = options();
   o.clip_norm = 0.5;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OffloadParameters, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 0);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_gpt2.vocab, 0);
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OffloadParameters, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_gpt2.vocab, 1e-5);
 }
 
 TEST_CASE("cuda::Trainer OffloadParameters: QLoRA (NF4 + LoRA, checkpointed blocks, AdamW8bit) with Accumulate<2>",
@@ -667,10 +667,10 @@ TEST_CASE("cuda::Trainer OffloadParameters: QLoRA (NF4 + LoRA, checkpointed bloc
   TrainOptions o = options();
   o.clip_norm = 0.01;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OffloadParameters, OnCuda>,
-                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 10, small_llama.vocab, 0);
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 0);
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OffloadParameters, OnCuda>,
-                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 10, small_llama.vocab, 1e-5);
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 1e-5);
 }
 
 // f32 (the master is the weight; the update writes both), with the blocks'
@@ -680,7 +680,7 @@ TEST_CASE("cuda::Trainer OffloadParameters: f32 SGD, offloaded blocks, Accumulat
   TrainOptions o = options();
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OffloadOptimizer, OffloadParameters, OnCuda>,
-                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 10, small_gpt2.vocab, 1e-5);
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 20, small_gpt2.vocab, 1e-5);
 }
 
 }  // namespace
