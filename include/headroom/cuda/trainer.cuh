@@ -919,13 +919,18 @@ class Trainer {
     mean_loss(control(), 1.0f / static_cast<float>(comm_->size()), compute_);
   }
 
+  // Stream s's next work waits for the compute stream's work so far.
+  void wait_for_compute(cudaStream_t s) {
+    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(s, ready_for_copy_, 0), "cudaStreamWaitEvent");
+  }
+
   // The trainer's own collectives, on the communication stream (NCCL's
   // calls of one communicator stay in one stream's order): after the
   // compute stream's work so far, and joined back before its next.
   template <class Collectives>
   void on_communication_stream(Collectives collectives) {
-    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(communication_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    wait_for_compute(communication_);
     collectives(communication_);
     check(cudaEventRecord(communicated_, communication_), "cudaEventRecord");
     check(cudaStreamWaitEvent(compute_, communicated_, 0), "cudaStreamWaitEvent");
@@ -1112,8 +1117,7 @@ class Trainer {
   }
   void copy_step(int g) {
     const Step& st = sched.steps[g];
-    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    wait_for_compute(copy_);
     for (int c = st.copy_begin; c < st.copy_end; ++c) {
       const CopyStep& cp = sched.copies[c];
       if (st.kind == EventKind::offload)
@@ -1223,8 +1227,7 @@ class Trainer {
   // it before the first later step that needs its bytes (plan_copy_waits).
   template <class Run>
   void on_communication_lane(std::size_t g, OpContext<S> k, Run run) {
-    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(communication_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    wait_for_compute(communication_);
     // ZeRO 3 with OffloadParameters: a gather reads the shards the fetch just before it copies (graph.hpp gather_params)
     if (params_offloaded && g > 0 && sched.steps[g - 1].kind == EventKind::fetch)
       check(cudaStreamWaitEvent(communication_, copy_done_[g - 1], 0), "cudaStreamWaitEvent");
@@ -1405,8 +1408,7 @@ class Trainer {
   // by upload_control at the start of the step, free since), ahead of the
   // gradients; a step whose loss is not finite updates nothing.
   void stage_loss_flags() {
-    check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+    wait_for_compute(copy_);
     check(cudaMemcpyAsync(staged_control_in(), control(), sizeof(UpdateControl), cudaMemcpyDeviceToHost, copy_), "copy the loss flags");
   }
   bool loss_not_finite() const { return staged_control_in()->skip != 0.0f; }
@@ -1422,16 +1424,9 @@ class Trainer {
     if (lane_join[static_cast<std::size_t>(g)] >= 0) {
       check(cudaStreamWaitEvent(copy_, copy_done_[static_cast<std::size_t>(g)], 0), "cudaStreamWaitEvent");
     } else {
-      check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
-      check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
+      wait_for_compute(copy_);
     }
-    for (int u = st.update_begin; u < st.update_end; ++u) {
-      const ParamSlot& p = sched.params[static_cast<std::size_t>(sched.updates[u])];
-      const auto [from, n] = streamed_gradient(p);
-      check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), from, static_cast<std::size_t>(n) * sizeof(S), cudaMemcpyDeviceToHost,
-                            copy_),
-            "offload a gradient");
-    }
+    for (int u = st.update_begin; u < st.update_end; ++u) offload_gradient(sched.params[static_cast<std::size_t>(sched.updates[u])]);
     if (offload_updating_ && micro_ == config.accumulate - 1 && updates_in_flight())
       check(cudaLaunchHostFunc(copy_, &gradients_offloaded, &host_calls_[static_cast<std::size_t>(g)]), "cudaLaunchHostFunc");
     check(cudaEventRecord(copy_done_[static_cast<std::size_t>(g)], copy_), "cudaEventRecord");
@@ -1542,19 +1537,15 @@ class Trainer {
   // (graph::offloaded_after_sum), from the device to the offload tier after
   // the backward, on the copy stream (which offloaded_step waits for).
   void offload_summed_gradients() {
-    bool waited = false;
-    for (const ParamSlot& p : sched.params) {
-      if (!p.trainable || !graph::offloaded_after_sum(config, p)) continue;
-      if (!waited) {
-        check(cudaEventRecord(ready_for_copy_, compute_), "cudaEventRecord");
-        check(cudaStreamWaitEvent(copy_, ready_for_copy_, 0), "cudaStreamWaitEvent");
-        waited = true;
-      }
-      const auto [from, n] = streamed_gradient(p);
-      check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), from, static_cast<std::size_t>(n) * sizeof(S), cudaMemcpyDeviceToHost,
-                            copy_),
-            "offload a summed gradient");
-    }
+    wait_for_compute(copy_);
+    for (const ParamSlot& p : sched.params)
+      if (p.trainable && graph::offloaded_after_sum(config, p)) offload_gradient(p);
+  }
+  // p's gradient (streamed_gradient) to its copy in the offload tier, on the copy stream.
+  void offload_gradient(const ParamSlot& p) {
+    const auto [from, n] = streamed_gradient(p);
+    check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), from, static_cast<std::size_t>(n) * sizeof(S), cudaMemcpyDeviceToHost, copy_),
+          "offload a gradient");
   }
 
   // The updated parameters' new weights to the device (16-bit: from

@@ -1162,7 +1162,8 @@ class Builder {
       bindings[e].out[q] = c.out[q];
       // accumulated over micro-batches: the shard lives the whole step
       // (OffloadOptimizer: in the offload tier; the shard here lives one
-      // event, filled with the sum so far first: Step::grad_load)
+      // event, filled with the sum so far first: Step::grad_load; but a
+      // gradient summed on the device first, offloaded_after_sum, as without)
       if (cfg.accumulate > 1 && (!cfg.offload_optimizer || offloaded_after_sum(cfg, params[c.param[q]]))) use(c.out[q], e);
       else born(c.out[q], e);
     }
