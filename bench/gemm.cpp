@@ -1,6 +1,10 @@
 // The arena-fed host::gemm against Eigen's own product, and OpenBLAS's
 // cblas_sgemm, on the same shapes: the ceiling a training step's GEMMs can
-// reach here.
+// reach here. host::gemm runs once per kernel this CPU has (gemm/host-avx512,
+// gemm/host-avx2; host/cpu.hpp), and gemm/fma_peak/... measures the core's
+// FMA rate (independent FMA chains, nothing loaded) with 256- and 512-bit
+// vectors, the ceiling each kernel is judged against. The CPU and the
+// kernels chosen are printed first (host::cpu_report()).
 //
 //   build/bench/gemm                                        everything (about 3 minutes)
 //   build/bench/gemm --benchmark_filter='arena|product'     the headline pair (one thread)
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <headroom/host/gemm.hpp>
+#include <headroom/host/target.hpp>
 #include <string>
 #include <vector>
 
@@ -76,7 +81,8 @@ Mat filled(long rows, long cols, unsigned seed) {
   return x;
 }
 
-void host_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers) {
+void host_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers, host::Isa isa) {
+  const host::Isa before = host::use_isa(isa);
   const Mat a = ta ? filled(k, m, 1) : filled(m, k, 1), b = tb ? filled(n, k, 2) : filled(k, n, 2);
   Mat c(m, n);
   const std::int64_t per = GemmBlocking::panel_elements(m, n, k);
@@ -88,8 +94,57 @@ void host_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  host::use_isa(before);
   flops(state, m, n, k);
 }
+
+// ---- the core's FMA peak ---------------------------------------------------
+// 12 independent accumulator chains (more than latency x ports on the cores
+// seen: 4 cycles x 2 FMA ports), 100 FMAs each per call, nothing loaded or
+// stored: FLOP/s = chains x 100 x lanes x 2 per call.
+constexpr int chains = 12, fmas_per_chain = 100;
+#if HEADROOM_X86_KERNELS
+HEADROOM_TARGET_AVX2_BEGIN
+float fma_chains_256(float x) {
+  __m256 acc[chains];
+  for (int i = 0; i < chains; ++i) acc[i] = _mm256_set1_ps(x + static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-4f);
+  for (int r = 0; r < fmas_per_chain; ++r)
+#pragma GCC unroll 12
+    for (int i = 0; i < chains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  __m256 s = acc[0];
+  for (int i = 1; i < chains; ++i) s = _mm256_add_ps(s, acc[i]);
+  return _mm256_cvtss_f32(s);
+}
+HEADROOM_TARGET_END
+HEADROOM_TARGET_AVX512_BEGIN
+float fma_chains_512(float x) {
+  __m512 acc[chains];
+  for (int i = 0; i < chains; ++i) acc[i] = _mm512_set1_ps(x + static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-4f);
+  for (int r = 0; r < fmas_per_chain; ++r)
+#pragma GCC unroll 12
+    for (int i = 0; i < chains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < chains; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+HEADROOM_TARGET_END
+
+void fma_peak(benchmark::State& state, int lanes, int workers) {
+  double calls = 0;
+  for (auto _ : state) {
+    host::team(workers, [&](int w, int) {
+      float x = static_cast<float>(w);
+      for (int i = 0; i < 1000; ++i) x = lanes == 16 ? fma_chains_512(x) : fma_chains_256(x);
+      benchmark::DoNotOptimize(x);
+    });
+    calls += 1000.0 * workers;
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(calls * chains * fmas_per_chain * lanes * 2.0 * 1e-9, benchmark::Counter::kIsRate);
+}
+#endif
 
 void eigen_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers) {
   Eigen::setNbThreads(workers);
@@ -188,6 +243,19 @@ constexpr Shape shapes[] = {
 };
 
 int register_cases() {
+#if HEADROOM_X86_KERNELS
+  for (int workers = 1; workers <= 2; ++workers) {
+    const std::string threads = "/threads:" + std::to_string(workers);
+    if (host::cpu_features().avx2_fma)
+      benchmark::RegisterBenchmark(("gemm/fma_peak/ymm" + threads).c_str(),
+                                   [=](benchmark::State& st) { fma_peak(st, 8, workers); })
+          ->UseRealTime();
+    if (host::cpu_features().avx512)
+      benchmark::RegisterBenchmark(("gemm/fma_peak/zmm" + threads).c_str(),
+                                   [=](benchmark::State& st) { fma_peak(st, 16, workers); })
+          ->UseRealTime();
+  }
+#endif
   const char* names[] = {"nn", "nt", "tn", "tt"};
   for (const Shape& s : shapes) {
     for (int tr = 0; tr < 4; ++tr) {
@@ -198,10 +266,13 @@ int register_cases() {
                                 names[tr] + "/threads:" + std::to_string(workers);
         const long m = s.m, n = s.n, k = s.k;
         const bool a_t = ta != 0, b_t = tb != 0;
-        benchmark::RegisterBenchmark(("gemm/host/" + tag).c_str(),
-                                     [=](benchmark::State& st) { host_case(st, m, n, k, a_t, b_t, workers); })
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
+        for (host::Isa isa : {host::Isa::avx512, host::Isa::avx2}) {
+          if (host::cpu_features().best < isa) continue;
+          benchmark::RegisterBenchmark(("gemm/host-" + std::string(host::isa_name(isa)) + "/" + tag).c_str(),
+                                       [=](benchmark::State& st) { host_case(st, m, n, k, a_t, b_t, workers, isa); })
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+        }
         benchmark::RegisterBenchmark(("gemm/eigen/" + tag).c_str(),
                                      [=](benchmark::State& st) { eigen_case(st, m, n, k, a_t, b_t, workers); })
             ->Unit(benchmark::kMillisecond)
@@ -223,6 +294,7 @@ BENCHMARK(host_gemm_nt)->Name("gemm/host_arena_panels_2048x768x768")->Unit(bench
 BENCHMARK(eigen_nt)->Name("gemm/eigen_product_2048x768x768")->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
+  std::fprintf(stderr, "%s\n", host::cpu_report().c_str());
   load_openblas();
   register_cases();
   benchmark::Initialize(&argc, argv);

@@ -5,8 +5,9 @@
 // dimensions wider than the matrices. Panels are exactly the plan's size
 // (GemmBlocking::panel_elements) with guard elements after them, C has guard
 // columns (ldc > N): nothing may be written outside. beta 0 must not read C
-// (C starts as NaN). Repeated runs are bit-identical. float runs headroom's
-// AVX2 kernel where the build has it, double Eigen's.
+// (C starts as NaN). Repeated runs are bit-identical. float runs every kernel
+// this CPU can (host::use_isa: Eigen's product, the AVX2 tile, the AVX-512
+// tile), and headroom's tiles must give the same bits; double runs Eigen's.
 #include <catch2/catch.hpp>
 
 #include <headroom/host/gemm.hpp>
@@ -94,12 +95,34 @@ void check(bool ta, bool tb, Case s, double alpha, double beta, int workers, boo
   REQUIRE(bad == 0);
 }
 
-// Sizes: tiny, fringes of the 6 x 16 tile, K > kc (256) and not a multiple of
+// Sizes: tiny, fringes of the 6 x 16 and 12 x 32 tiles, K > kc (256) and not a multiple of
 // 8, M > mc (192), N > nc (1024), tall and wide (the split goes by rows or by
 // columns), and small products whose zero-padded slivers do not fit the
 // plan's panels at full kc.
 const Case cases[] = {{1, 1, 1},     {1, 1, 300},   {7, 5, 3},     {6, 16, 8},    {17, 17, 256}, {13, 35, 257},
-                      {25, 3, 70},   {200, 37, 513}, {385, 49, 31}, {35, 1100, 70}, {3, 2100, 19}, {97, 130, 260}};
+                      {25, 3, 70},   {200, 37, 513}, {385, 49, 31}, {35, 1100, 70}, {3, 2100, 19}, {97, 130, 260},
+                      {12, 32, 9},   {25, 65, 300}};
+
+// The kernels this CPU runs (the portable one always).
+std::vector<host::Isa> runnable() {
+  std::vector<host::Isa> v{host::Isa::portable};
+  if (host::cpu_features().best >= host::Isa::avx2) v.push_back(host::Isa::avx2);
+  if (host::cpu_features().best >= host::Isa::avx512) v.push_back(host::Isa::avx512);
+  return v;
+}
+
+// Runs f() with the kernels of `i`, then restores the previous choice.
+template <class F>
+void with_isa(host::Isa i, F&& f) {
+  const host::Isa before = host::use_isa(i);
+  try {
+    f();
+  } catch (...) {
+    host::use_isa(before);
+    throw;
+  }
+  host::use_isa(before);
+}
 
 template <class T>
 void all_cases(int workers, bool serial) {
@@ -116,35 +139,7 @@ void all_cases(int workers, bool serial) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("host.gemm: float vs a double reference, four transpositions, fringes", "[host][gemm]") {
-  for (int workers : {1, 2, 3}) all_cases<float>(workers, false);
-  all_cases<float>(1, true);
-}
-
-TEST_CASE("host.gemm: double vs a double reference, four transpositions, fringes", "[host][gemm]") {
-  for (int workers : {1, 2}) all_cases<double>(workers, false);
-  all_cases<double>(1, true);
-}
-
-TEST_CASE("host.gemm: every alpha / beta combination on one shape", "[host][gemm]") {
-  for (double alpha : {1.0, 0.5, -3.0})
-    for (double beta : {0.0, 1.0, 0.25, -1.0})
-      for (int tr = 0; tr < 4; ++tr) check<float>((tr & 2) != 0, (tr & 1) != 0, {29, 45, 270}, alpha, beta, 2, false, 3);
-}
-
-TEST_CASE("host.gemm: K = 0 or alpha = 0 only scales C by beta", "[host][gemm]") {
-  for (double beta : {0.0, 1.0, 0.5}) {
-    check<float>(false, true, {9, 21, 0}, 1.0, beta, 1, false, 2);
-    check<float>(true, false, {9, 21, 40}, 0.0, beta, 2, false, 2);
-  }
-}
-
-#if HEADROOM_GEMM_AVX2
-TEST_CASE("host.gemm: float results do not depend on panel alignment", "[host][gemm]") {
-  // The plan may hand a worker a region that is not 64-byte aligned (per_worker
-  // from bytes / workers): the float kernel uses unaligned accesses only.
+void alignment_case() {
   const i64 M = 50, N = 70, K = 300;
   const auto A = uniform<float>(M * K, 4), B = uniform<float>(N * K, 5);
   const i64 per = GemmBlocking::panel_elements(M, N, K);
@@ -158,4 +153,82 @@ TEST_CASE("host.gemm: float results do not depend on panel alignment", "[host][g
     REQUIRE(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
   }
 }
-#endif
+
+}  // namespace
+
+TEST_CASE("host.gemm: float vs a double reference, four transpositions, fringes", "[host][gemm]") {
+  INFO(host::cpu_report());
+  for (host::Isa i : runnable()) {
+    INFO("kernels " << host::isa_name(i));
+    with_isa(i, [] {
+      for (int workers : {1, 2, 3}) all_cases<float>(workers, false);
+      all_cases<float>(1, true);
+    });
+  }
+}
+
+TEST_CASE("host.gemm: headroom's tiles sum in the stated order, to the bit", "[host][gemm]") {
+  // sgemm/pack.hpp: each element of C sums k in chunks of kc (256), one FMA per
+  // k in increasing order from 0, then alpha acc + beta C per chunk (beta only
+  // for the first). The same order written out in scalar std::fma must give
+  // the same bits as every x86 tile this CPU runs: so they agree with each
+  // other, whatever their shape.
+  const auto t = [](bool x) { return x ? host::Trans::yes : host::Trans::no; };
+  for (const Case& s : {Case{200, 37, 513}, Case{35, 1100, 70}, Case{97, 130, 260}, Case{25, 65, 300}})
+    for (int tr = 0; tr < 4; ++tr) {
+      const bool ta = (tr & 2) != 0, tb = (tr & 1) != 0;
+      const i64 M = s.m, N = s.n, K = s.k, lda = ta ? M : K, ldb = tb ? K : N;
+      const auto A = uniform<float>(M * K, 7), B = uniform<float>(N * K, 8), C0 = uniform<float>(M * N, 9);
+      const float alpha = 0.5f, beta = -1.0f;
+      std::vector<float> ref = C0;
+      for (i64 i = 0; i < M; ++i)
+        for (i64 j = 0; j < N; ++j) {
+          float c = ref[i * N + j];
+          for (i64 pc = 0; pc < K; pc += GemmBlocking::kc) {
+            float acc = 0.0f;
+            for (i64 k = pc; k < K && k < pc + GemmBlocking::kc; ++k)
+              acc = std::fma(ta ? A[k * lda + i] : A[i * lda + k], tb ? B[j * ldb + k] : B[k * ldb + j], acc);
+            c = std::fma(alpha, acc, pc == 0 ? beta * c : c);
+          }
+          ref[i * N + j] = c;
+        }
+      const i64 per = GemmBlocking::panel_elements(M, N, K);
+      std::vector<float, Eigen::aligned_allocator<float>> panels(static_cast<std::size_t>(2 * per));
+      for (host::Isa i : runnable()) {
+        if (i == host::Isa::portable) continue;  // Eigen's product sums in its own order
+        std::vector<float> got = C0;
+        with_isa(i, [&] {
+          host::gemm(t(ta), t(tb), M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), N,
+                     host::GemmPanels<float>{panels.data(), per}, 2);
+        });
+        INFO("kernels " << host::isa_name(i) << " ta " << ta << " tb " << tb << " M " << M << " N " << N << " K " << K);
+        REQUIRE(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
+      }
+    }
+}
+
+TEST_CASE("host.gemm: every alpha / beta combination on one shape", "[host][gemm]") {
+  for (host::Isa i : runnable())
+    with_isa(i, [] {
+      for (double alpha : {1.0, 0.5, -3.0})
+        for (double beta : {0.0, 1.0, 0.25, -1.0})
+          for (int tr = 0; tr < 4; ++tr) check<float>((tr & 2) != 0, (tr & 1) != 0, {29, 45, 270}, alpha, beta, 2, false, 3);
+    });
+}
+
+TEST_CASE("host.gemm: K = 0 or alpha = 0 only scales C by beta", "[host][gemm]") {
+  for (double beta : {0.0, 1.0, 0.5}) {
+    check<float>(false, true, {9, 21, 0}, 1.0, beta, 1, false, 2);
+    check<float>(true, false, {9, 21, 40}, 0.0, beta, 2, false, 2);
+  }
+}
+
+TEST_CASE("host.gemm: float results do not depend on panel alignment", "[host][gemm]") {
+  // The plan may hand a worker a region that is not 64-byte aligned (per_worker
+  // from bytes / workers): headroom's float tiles use unaligned accesses only.
+  for (host::Isa i : runnable()) {
+    if (i == host::Isa::portable) continue;  // Eigen's packing stores aligned vectors
+    with_isa(i, [] { alignment_case(); });
+  }
+}
+
