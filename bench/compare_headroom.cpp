@@ -8,13 +8,20 @@
 //
 //   compare_headroom CONFIG [--steps N] [--warmup N] [--threads N] [--save-init FILE]
 //   CONFIG: tiny_full tiny_lora tiny_lora_ckpt gpt2_full gpt2_lora gpt2_lora_ckpt gpt2_llmc
+//   compare_headroom sgemm [--threads N]   host::gemm's rate on the MLP's up projection
+//                      (1024 x 3072 x 768, C = A B), the figure bench/compare
+//                      sets beside PyTorch's torch.mm on the same shape
+// Every JSON line carries host::cpu_report(): the CPU and the kernels chosen.
 //   --save-init FILE   the initial weights, Hugging Face names (bench/compare
 //                      converts them to llm.c's checkpoint format)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <headroom/headroom.hpp>
+#include <headroom/host/cpu.hpp>
+#include <headroom/host/gemm.hpp>
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <string>
@@ -76,10 +83,33 @@ int run(const Args& a, double clip_norm = 1.0) {
   for (int s = 0; s < a.steps; ++s) step();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("{\"side\": \"headroom\", \"config\": \"%s\", \"tokens_per_s\": %.3f, \"step_s\": %.5f, \"losses\": [%s], "
-              "\"arena_bytes\": %llu, \"plan_bytes\": %llu, \"threads\": %d}\n",
+              "\"arena_bytes\": %llu, \"plan_bytes\": %llu, \"threads\": %d, \"cpu\": \"%s\"}\n",
               a.config.c_str(), a.steps * static_cast<double>(n) / secs, secs / a.steps, losses.c_str(),
               static_cast<unsigned long long>(t.arena_bytes()), static_cast<unsigned long long>(Tr::plan.peak_bytes()),
-              a.threads);
+              a.threads, host::cpu_report().c_str());
+  return 0;
+}
+
+// host::gemm on (1024 x 768) by (768 x 3072), best of 5 rounds of 10 products.
+int sgemm_rate(const Args& a) {
+  constexpr std::int64_t m = 1024, n = 3072, k = 768;
+  std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n);
+  const std::int64_t per = GemmBlocking::panel_elements(m, n, k);
+  std::vector<float> panels(static_cast<std::size_t>(per * a.threads + 64));
+  const host::GemmPanels<float> ws{panels.data(), per};
+  const auto product = [&] {
+    host::gemm(host::Trans::no, host::Trans::no, m, n, k, 1.0f, A.data(), k, B.data(), n, 0.0f, C.data(), n, ws, a.threads);
+  };
+  product();
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) product();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 10 * 2.0 * m * n * k / secs * 1e-9);
+  }
+  std::printf("{\"side\": \"headroom\", \"sgemm_gflops\": %.1f, \"threads\": %d, \"cpu\": \"%s\"}\n", best, a.threads,
+              host::cpu_report().c_str());
   return 0;
 }
 
@@ -103,6 +133,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "compare_headroom: --steps must be >= 1 and --warmup >= 0\n");
     return 2;
   }
+  if (a.config == "sgemm") return sgemm_rate(a);
   if (a.config == "tiny_full") return run<Run<Tiny, 16, 128>>(a);
   if (a.config == "tiny_lora") return run<Run<TinyLoRA, 16, 128>>(a);
   if (a.config == "tiny_lora_ckpt") return run<Run<TinyLoRACkpt, 16, 128>>(a);

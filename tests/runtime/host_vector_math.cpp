@@ -1,9 +1,11 @@
 // host/vector_math.hpp: the float exp / tanh / GELU / SwiGLU / cross-entropy
 // the host kernels run, against the same formulas in double (math/*.hpp and
 // std::exp), over ranges that include the clamps and odd row lengths (the
-// 8-wide AVX2 body and the scalar tail both run).
+// 8-wide AVX2 body and the scalar tail both run), under every kernel choice
+// this CPU has (host::use_isa: the scalar forms alone, and with AVX2).
 #include <catch2/catch.hpp>
 
+#include <headroom/host/cpu.hpp>
 #include <headroom/host/vector_math.hpp>
 #include <headroom/math/activations.hpp>
 #include <headroom/math/cross_entropy.hpp>
@@ -23,6 +25,19 @@ std::vector<float> spread(int n, float lo, float hi) {
   return v;
 }
 
+// The element loops have two forms: the scalar one and, where the CPU has it, AVX2.
+std::vector<headroom::host::Isa> element_loop_choices() {
+  std::vector<headroom::host::Isa> v{headroom::host::Isa::portable};
+  if (headroom::host::cpu_features().avx2_fma) v.push_back(headroom::host::Isa::avx2);
+  return v;
+}
+
+struct IsaScope {
+  headroom::host::Isa before;
+  explicit IsaScope(headroom::host::Isa i) : before(headroom::host::use_isa(i)) {}
+  ~IsaScope() { headroom::host::use_isa(before); }
+};
+
 }  // namespace
 
 TEST_CASE("vec::exp: relative error within 3e-7 over the normal range, finite at the clamps", "[host][math]") {
@@ -39,6 +54,9 @@ TEST_CASE("vec::exp: relative error within 3e-7 over the normal range, finite at
 }
 
 TEST_CASE("vec rows: GELU, its backward and SwiGLU match math/activations.hpp in double", "[host][math]") {
+  const auto isa = GENERATE(from_range(element_loop_choices()));
+  const IsaScope scope(isa);
+  INFO("element loops " << headroom::host::isa_name(isa));
   for (int n : {1, 7, 8, 9, 61, 1000}) {
     const auto x = spread(n, -12.0f, 12.0f);
     auto up = spread(n, 2.0f, -1.5f);
@@ -64,6 +82,9 @@ TEST_CASE("vec rows: GELU, its backward and SwiGLU match math/activations.hpp in
 }
 
 TEST_CASE("vec::cross_entropy_row: loss and gradient match math::cross_entropy_row in double", "[host][math]") {
+  const auto isa = GENERATE(from_range(element_loop_choices()));
+  const IsaScope scope(isa);
+  INFO("element loops " << headroom::host::isa_name(isa));
   std::mt19937 rng(7);
   std::normal_distribution<float> d(0.0f, 4.0f);
   for (int vocab : {1, 5, 16, 17, 50257}) {

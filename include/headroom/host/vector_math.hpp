@@ -4,7 +4,8 @@
 // (Cody-Waite range reduction and Cephes' degree-5 polynomial for e^r on
 // [-ln2/2, ln2/2], relative error about 1e-7), with no library call. The row
 // helpers (gelu_rows, swiglu_rows, ..., cross_entropy_row) run 8 floats at a
-// time with AVX2 + FMA: GCC does not vectorize the scalar forms (under its
+// time with AVX2 + FMA where host::isa() has it (compiled for AVX2 whatever
+// the build's flags, host/target.hpp): GCC does not vectorize the scalar forms (under its
 // default -ftrapping-math the clamps' compares stay branches), and libm's
 // scalar expf / tanhf cost 5-30 ns an element here, which kept GELU, SwiGLU
 // and the LM head's softmax far below memory speed. The scalar forms finish
@@ -17,11 +18,9 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "../math/activations.hpp"
+#include "cpu.hpp"
+#include "target.hpp"
 
 namespace headroom::host::vec {
 
@@ -94,9 +93,13 @@ inline void swiglu_backward(T gate, T up, T dh, T& dgate, T& dup) {
   dgate = dh * up * s * (T(1) + gate * (T(1) - s));
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if HEADROOM_X86_KERNELS
+HEADROOM_TARGET_AVX2_BEGIN
 // The same functions on 8 floats (GCC does not vectorize the scalar forms:
-// under -ftrapping-math the clamps' compares stay branches).
+// under -ftrapping-math the clamps' compares stay branches), and the row
+// helpers' 8-wide loops: each returns how far it got, the caller finishes the
+// tail with the scalar forms.
+namespace avx2 {
 inline __m256 exp8(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(exp_lo)), _mm256_set1_ps(exp_hi));
   const __m256 shift = _mm256_set1_ps(exp_shift);
@@ -137,17 +140,87 @@ inline __m256 gelu_grad8(__m256 x) {
                                  _mm256_mul_ps(k, _mm256_add_ps(one, _mm256_mul_ps(c3, _mm256_mul_ps(x, x)))));
   return _mm256_add_ps(a, b);
 }
+
+inline std::int64_t gelu_rows(const float* x, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu8(_mm256_loadu_ps(x + i)));
+  return i;
+}
+inline std::int64_t gelu_backward_rows(const float* x, const float* dy, float* dx, bool first, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_grad8(_mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(dx + i, first ? g : _mm256_add_ps(_mm256_loadu_ps(dx + i), g));
+  }
+  return i;
+}
+inline std::int64_t swiglu_rows(const float* gate, const float* up, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(g)), _mm256_loadu_ps(up + i)));
+  }
+  return i;
+}
+inline std::int64_t swiglu_backward_rows(const float* gate, const float* up, const float* dh, float* dgate,
+                                         bool dgate_first, float* dup, bool dup_first, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i), d = _mm256_loadu_ps(dh + i);
+    const __m256 s = sigmoid8(g), one = _mm256_set1_ps(1.0f);
+    if (dup != nullptr) {
+      const __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, g), s);
+      _mm256_storeu_ps(dup + i, dup_first ? v : _mm256_add_ps(_mm256_loadu_ps(dup + i), v));
+    }
+    if (dgate != nullptr) {
+      const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(d, u), s), _mm256_add_ps(one, _mm256_mul_ps(g, _mm256_sub_ps(one, s))));
+      _mm256_storeu_ps(dgate + i, dgate_first ? v : _mm256_add_ps(_mm256_loadu_ps(dgate + i), v));
+    }
+  }
+  return i;
+}
+// s[0, 16) = the 16 lanes' sums of e^(z - m) over the whole 16-chunks of z
+inline std::int64_t sum_exp(const float* z, std::int64_t n, float m, float* s) {
+  const __m256 mm = _mm256_set1_ps(m);
+  __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+  std::int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    a = _mm256_add_ps(a, exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v), mm)));
+    b = _mm256_add_ps(b, exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v + 8), mm)));
+  }
+  _mm256_storeu_ps(s, a);
+  _mm256_storeu_ps(s + 8, b);
+  return v;
+}
+inline std::int64_t exp_scaled(float* z, std::int64_t n, float m, float scale) {
+  std::int64_t v = 0;
+  for (; v + 8 <= n; v += 8)
+    _mm256_storeu_ps(z + v, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v), _mm256_set1_ps(m))), _mm256_set1_ps(scale)));
+  return v;
+}
+}  // namespace avx2
+HEADROOM_TARGET_END
 #endif
 
-// Whole rows: 8 elements at a time where AVX2 is there, the scalar forms
+// true where the 8-wide loops run (float only)
+template <class T>
+inline bool use_avx2() {
+#if HEADROOM_X86_KERNELS
+  return std::is_same_v<T, float> && isa() >= Isa::avx2;
+#else
+  return false;
+#endif
+}
+
+// Whole rows: 8 elements at a time where AVX2 is chosen, the scalar forms
 // for the rest (and for double).
 // out[i] = gelu(x[i])
 template <class T>
 inline void gelu_rows(const T* x, T* out, std::int64_t n) {
   std::int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if HEADROOM_X86_KERNELS
   if constexpr (std::is_same_v<T, float>)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu8(_mm256_loadu_ps(x + i)));
+    if (use_avx2<T>()) i = avx2::gelu_rows(x, out, n);
 #endif
   for (; i < n; ++i) out[i] = vec::gelu_tanh(x[i]);
 }
@@ -156,12 +229,9 @@ inline void gelu_rows(const T* x, T* out, std::int64_t n) {
 template <class T>
 inline void gelu_backward_rows(const T* x, const T* dy, T* dx, bool first, std::int64_t n) {
   std::int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if HEADROOM_X86_KERNELS
   if constexpr (std::is_same_v<T, float>)
-    for (; i + 8 <= n; i += 8) {
-      const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_grad8(_mm256_loadu_ps(x + i)));
-      _mm256_storeu_ps(dx + i, first ? g : _mm256_add_ps(_mm256_loadu_ps(dx + i), g));
-    }
+    if (use_avx2<T>()) i = avx2::gelu_backward_rows(x, dy, dx, first, n);
 #endif
   for (; i < n; ++i) {
     const T g = dy[i] * vec::gelu_tanh_grad(x[i]);
@@ -173,12 +243,9 @@ inline void gelu_backward_rows(const T* x, const T* dy, T* dx, bool first, std::
 template <class T>
 inline void swiglu_rows(const T* gate, const T* up, T* out, std::int64_t n) {
   std::int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if HEADROOM_X86_KERNELS
   if constexpr (std::is_same_v<T, float>)
-    for (; i + 8 <= n; i += 8) {
-      const __m256 g = _mm256_loadu_ps(gate + i);
-      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(g)), _mm256_loadu_ps(up + i)));
-    }
+    if (use_avx2<T>()) i = avx2::swiglu_rows(gate, up, out, n);
 #endif
   for (; i < n; ++i) out[i] = vec::swiglu(gate[i], up[i]);
 }
@@ -188,20 +255,9 @@ template <class T>
 inline void swiglu_backward_rows(const T* gate, const T* up, const T* dh, T* dgate, bool dgate_first, T* dup, bool dup_first,
                                  std::int64_t n) {
   std::int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if HEADROOM_X86_KERNELS
   if constexpr (std::is_same_v<T, float>)
-    for (; i + 8 <= n; i += 8) {
-      const __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i), d = _mm256_loadu_ps(dh + i);
-      const __m256 s = sigmoid8(g), one = _mm256_set1_ps(1.0f);
-      if (dup != nullptr) {
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, g), s);
-        _mm256_storeu_ps(dup + i, dup_first ? v : _mm256_add_ps(_mm256_loadu_ps(dup + i), v));
-      }
-      if (dgate != nullptr) {
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(d, u), s), _mm256_add_ps(one, _mm256_mul_ps(g, _mm256_sub_ps(one, s))));
-        _mm256_storeu_ps(dgate + i, dgate_first ? v : _mm256_add_ps(_mm256_loadu_ps(dgate + i), v));
-      }
-    }
+    if (use_avx2<T>()) i = avx2::swiglu_backward_rows(gate, up, dh, dgate, dgate_first, dup, dup_first, n);
 #endif
   for (; i < n; ++i) {
     T dg, du;
@@ -232,17 +288,9 @@ template <class T>
 inline T sum_exp(const T* z, std::int64_t n, T m) {
   T s[lanes] = {};
   std::int64_t v = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  if constexpr (std::is_same_v<T, float>) {
-    const __m256 mm = _mm256_set1_ps(m);
-    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
-    for (; v + 16 <= n; v += 16) {
-      a = _mm256_add_ps(a, exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v), mm)));
-      b = _mm256_add_ps(b, exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v + 8), mm)));
-    }
-    _mm256_storeu_ps(s, a);
-    _mm256_storeu_ps(s + 8, b);
-  }
+#if HEADROOM_X86_KERNELS
+  if constexpr (std::is_same_v<T, float>)
+    if (use_avx2<T>()) v = avx2::sum_exp(z, n, m, s);
 #endif
   for (; v + lanes <= n; v += lanes)
     for (int l = 0; l < lanes; ++l) s[l] += vec::exp(z[v + l] - m);
@@ -256,10 +304,9 @@ inline T sum_exp(const T* z, std::int64_t n, T m) {
 template <class T>
 inline void exp_scaled(T* z, std::int64_t n, T m, T scale) {
   std::int64_t v = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if HEADROOM_X86_KERNELS
   if constexpr (std::is_same_v<T, float>)
-    for (; v + 8 <= n; v += 8)
-      _mm256_storeu_ps(z + v, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(z + v), _mm256_set1_ps(m))), _mm256_set1_ps(scale)));
+    if (use_avx2<T>()) v = avx2::exp_scaled(z, n, m, scale);
 #endif
   for (; v < n; ++v) z[v] = vec::exp(z[v] - m) * scale;
 }

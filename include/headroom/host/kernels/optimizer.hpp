@@ -13,12 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "../../math/optim.hpp"
+#include "../cpu.hpp"
 #include "../parallel.hpp"
+#include "../target.hpp"
 
 namespace headroom::host {
 
@@ -55,14 +53,15 @@ std::int64_t first_non_finite(const T* g, std::int64_t n) {
   return -1;
 }
 
-namespace detail {
+#if HEADROOM_X86_KERNELS
+HEADROOM_TARGET_AVX2_BEGIN
+namespace detail::avx2 {
 // AdamW over float elements [i, end), 8 at a time: math::adamw_update's
 // operations in the same order (std::sqrt in a loop is not vectorized while
 // it may set errno, and the scalar loop ran at a fifth of memory speed).
 // Returns where it stopped; the caller finishes the tail.
-inline std::int64_t adamw_avx2(float* p, const float* g, float* m, float* v, std::int64_t i, std::int64_t end,
-                               const math::AdamWStep<float>& s, float grad_scale) {
-#if defined(__AVX2__) && defined(__FMA__)
+inline std::int64_t adamw(float* p, const float* g, float* m, float* v, std::int64_t i, std::int64_t end,
+                          const math::AdamWStep<float>& s, float grad_scale) {
   const __m256 b1 = _mm256_set1_ps(s.beta1), b2 = _mm256_set1_ps(s.beta2), c1 = _mm256_set1_ps(1.0f - s.beta1),
                c2 = _mm256_set1_ps(1.0f - s.beta2), bc1 = _mm256_set1_ps(s.bc1), bc2 = _mm256_set1_ps(s.bc2),
                eps = _mm256_set1_ps(s.eps), lr = _mm256_set1_ps(s.lr), decay = _mm256_set1_ps(1.0f - s.lr * s.weight_decay),
@@ -77,12 +76,11 @@ inline std::int64_t adamw_avx2(float* p, const float* g, float* m, float* v, std
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
   }
-#else
-  (void)p, (void)g, (void)m, (void)v, (void)end, (void)s, (void)grad_scale;
-#endif
   return i;
 }
-}  // namespace detail
+}  // namespace detail::avx2
+HEADROOM_TARGET_END
+#endif
 
 // m, v: the moments of these n elements (AdamW's state is [m x n][v x n]
 // of the whole parameter; a range of it passes m + i, v + i).
@@ -91,7 +89,10 @@ void adamw_pass(T* p, const T* g, float* m, float* v, std::int64_t n, const math
   team(workers, [&](int w, int c) {
     const Range r = share(n, c, w);
     std::int64_t begin = r.begin;
-    if constexpr (std::is_same_v<T, float>) begin = detail::adamw_avx2(p, g, m, v, begin, r.end, s, grad_scale);
+#if HEADROOM_X86_KERNELS
+    if constexpr (std::is_same_v<T, float>)
+      if (isa() >= Isa::avx2) begin = detail::avx2::adamw(p, g, m, v, begin, r.end, s, grad_scale);
+#endif
     for (std::int64_t i = begin; i < r.end; ++i) {
       T mi = m[i], vi = v[i];
       math::adamw_update(p[i], mi, vi, g[i] * grad_scale, s);
