@@ -1,30 +1,32 @@
-// The arena-fed host::gemm against Eigen's own product, and OpenBLAS's
-// cblas_sgemm, on the same shapes: the ceiling a training step's GEMMs can
+// The arena-fed host::gemm against Eigen's own product and the kept
+// libraries' sgemm (OpenBLAS, BLIS, oneDNN), on the same shapes: the ceiling a training step's GEMMs can
 // reach here. host::gemm runs once per kernel this CPU has (gemm/host-avx512,
 // gemm/host-avx2; host/cpu.hpp), and gemm/fma_peak/... measures the core's
 // FMA rate (independent FMA chains, nothing loaded) with 256- and 512-bit
 // vectors, the ceiling each kernel is judged against. The CPU and the
 // kernels chosen are printed first (host::cpu_report()).
 //
-//   build/bench/gemm                                        everything (about 3 minutes)
+//   build/bench/gemm                                        everything (about 8 minutes)
 //   build/bench/gemm --benchmark_filter='arena|product'     the headline pair (one thread)
 //   build/bench/gemm --benchmark_filter='/nt/threads:1'     one case of every shape
 //
 // The first two benchmarks are the headline: C = A B^T, (2048 x 768) by
 // (768 x 768), one thread. Then every shape below in the four transposition
-// cases (nn, nt, tn, tt: op(A), op(B)) on 1 and 2 threads, host::gemm, then
-// Eigen (the same product, Eigen::setNbThreads), then OpenBLAS (cblas_sgemm,
-// openblas_set_num_threads): the linear layer's forward is nt (X W^T), its dX
-// nn (dY W), its dW tn (dY^T X).
+// cases (nn, nt, tn, tt: op(A), op(B)) on 1 and 2 threads, host::gemm per
+// kernel, then Eigen (the same product, Eigen::setNbThreads), then each
+// library: the linear layer's forward is nt (X W^T), its dX nn (dY W), its dW
+// tn (dY^T X).
 //
-// OpenBLAS is not linked: libopenblas.so.0 (Debian libopenblas0-pthread) is
-// dlopen'ed at startup, and without it the gemm/openblas/... benchmarks are
-// not registered (a line on stderr says why). OPENBLAS_CORETYPE and
-// OPENBLAS_L2_SIZE, which OpenBLAS reads when it is loaded and which slow it
-// here, are unset before the dlopen (stderr says so); the same as running
-// under `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`.
+// No library is linked: each is dlopen'ed at startup (see Library below),
+// and one that is missing is not benchmarked (a line on stderr says why).
+// OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which OpenBLAS reads when it is
+// loaded, are unset before its dlopen so that it picks its own core for this
+// CPU (stderr says which); bench/compare times every core instead.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <Eigen/Dense>
 #include <cstdio>
@@ -162,21 +164,48 @@ void eigen_case(benchmark::State& state, long m, long n, long k, bool ta, bool t
   flops(state, m, n, k);
 }
 
-// OpenBLAS's CBLAS through dlopen: the LP64 interface (int dimensions) of
-// libopenblas.so.0, with CBLAS's enum values.
-struct OpenBlas {
-  using Sgemm = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+// The kept libraries, each through dlopen (none is linked; a library that
+// is not installed is left out, with a line on stderr saying why):
+//   openblas  libopenblas.so.0 (Debian libopenblas0-pthread): cblas_sgemm,
+//             openblas_set_num_threads
+//   blis      libblis.so.4 (libblis4-openmp): cblas_sgemm, bli_thread_set_num_threads
+//   onednn    libdnnl.so.2 (libdnnl2): dnnl_sgemm (row-major), its OpenMP
+//             threads from omp_set_num_threads
+struct Library {
+  using Cblas = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                          const float* b, int ldb, float beta, float* c, int ldc);
+  using Dnnl = int (*)(char transa, char transb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                       const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                       std::int64_t ldc);
   using SetThreads = void (*)(int);
   static constexpr int row_major = 101, no_trans = 111, trans = 112;
-  Sgemm sgemm = nullptr;
+  std::string name;
+  Cblas cblas = nullptr;
+  Dnnl dnnl = nullptr;
   SetThreads set_threads = nullptr;
-};
-OpenBlas openblas;
 
-// Loads OpenBLAS into `openblas`, first unsetting the environment that
-// OpenBLAS reads at load time; says on stderr what it did, and, when it
-// fails, why the OpenBLAS benchmarks are left out.
+  void threads(int n) const {
+    if (set_threads) set_threads(n);
+#ifdef _OPENMP
+    else omp_set_num_threads(n);
+#endif
+  }
+  void sgemm(bool ta, bool tb, long m, long n, long k, const float* a, long lda, const float* b, long ldb, float* c,
+             long ldc) const {
+    if (dnnl) {
+      dnnl(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+      return;
+    }
+    const auto i = [](long x) { return static_cast<int>(x); };
+    cblas(row_major, ta ? trans : no_trans, tb ? trans : no_trans, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), 0.0f,
+          c, i(ldc));
+  }
+};
+std::vector<Library> libraries;
+
+// Loads OpenBLAS, first unsetting the environment that OpenBLAS reads at
+// load time (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE: OpenBLAS then picks its
+// core for this CPU); says on stderr what it did.
 void load_openblas() {
   constexpr const char* lib = "libopenblas.so.0";
   const bool preloaded = dlopen(lib, RTLD_NOW | RTLD_NOLOAD) != nullptr;  // e.g. LD_PRELOAD: too late to unset
@@ -186,14 +215,12 @@ void load_openblas() {
       std::fprintf(stderr, "openblas: %s is not set\n", var);
     } else if (preloaded) {
       std::fprintf(stderr,
-                   "openblas: %s=%s is set and %s was loaded before main, so it applies; for OpenBLAS's best, run "
+                   "openblas: %s=%s is set and %s was loaded before main, so it applies; for OpenBLAS's own pick, run "
                    "under `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`\n",
                    var, value, lib);
     } else {
-      std::fprintf(stderr,
-                   "openblas: %s=%s is set (it slows OpenBLAS); unsetting it before loading %s, as `env -u "
-                   "OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` would\n",
-                   var, value, lib);
+      std::fprintf(stderr, "openblas: %s=%s is set; unsetting it before loading %s, so OpenBLAS picks its core\n", var,
+                   value, lib);
       unsetenv(var);
     }
   }
@@ -203,27 +230,58 @@ void load_openblas() {
     std::fprintf(stderr, "openblas: not benchmarked: dlopen(\"%s\") failed: %s\n", lib, err ? err : "unknown error");
     return;
   }
-  const auto sgemm = reinterpret_cast<OpenBlas::Sgemm>(dlsym(handle, "cblas_sgemm"));
-  const auto set_threads = reinterpret_cast<OpenBlas::SetThreads>(dlsym(handle, "openblas_set_num_threads"));
-  if (!sgemm || !set_threads) {
-    std::fprintf(stderr, "openblas: not benchmarked: %s has no %s\n", lib,
-                 !sgemm ? "cblas_sgemm" : "openblas_set_num_threads");
-    dlclose(handle);
+  Library l{"openblas"};
+  l.cblas = reinterpret_cast<Library::Cblas>(dlsym(handle, "cblas_sgemm"));
+  l.set_threads = reinterpret_cast<Library::SetThreads>(dlsym(handle, "openblas_set_num_threads"));
+  if (!l.cblas || !l.set_threads) {
+    std::fprintf(stderr, "openblas: not benchmarked: %s lacks cblas_sgemm or openblas_set_num_threads\n", lib);
     return;
   }
-  openblas = {sgemm, set_threads};
-  std::fprintf(stderr, "openblas: %s loaded; benchmarked as gemm/openblas/...\n", lib);
+  using Corename = char* (*)();
+  if (const auto core = reinterpret_cast<Corename>(dlsym(handle, "openblas_get_corename")))
+    std::fprintf(stderr, "openblas: %s loaded, core %s; benchmarked as gemm/openblas/...\n", lib, core());
+  libraries.push_back(l);
 }
 
-void openblas_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers) {
-  openblas.set_threads(workers);
+void load_blis() {
+  void* handle = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    std::fprintf(stderr, "blis: not benchmarked: %s\n", dlerror());
+    return;
+  }
+  Library l{"blis"};
+  l.cblas = reinterpret_cast<Library::Cblas>(dlsym(handle, "cblas_sgemm"));
+  l.set_threads = reinterpret_cast<Library::SetThreads>(dlsym(handle, "bli_thread_set_num_threads"));
+  if (!l.cblas || !l.set_threads) {
+    std::fprintf(stderr, "blis: not benchmarked: libblis.so.4 lacks cblas_sgemm or bli_thread_set_num_threads\n");
+    return;
+  }
+  std::fprintf(stderr, "blis: libblis.so.4 loaded; benchmarked as gemm/blis/...\n");
+  libraries.push_back(l);
+}
+
+void load_onednn() {
+  void* handle = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    std::fprintf(stderr, "onednn: not benchmarked: %s\n", dlerror());
+    return;
+  }
+  Library l{"onednn"};
+  l.dnnl = reinterpret_cast<Library::Dnnl>(dlsym(handle, "dnnl_sgemm"));
+  if (!l.dnnl) {
+    std::fprintf(stderr, "onednn: not benchmarked: libdnnl.so.2 lacks dnnl_sgemm\n");
+    return;
+  }
+  std::fprintf(stderr, "onednn: libdnnl.so.2 loaded; benchmarked as gemm/onednn/... (its OpenMP threads)\n");
+  libraries.push_back(l);
+}
+
+void library_case(benchmark::State& state, const Library& lib, long m, long n, long k, bool ta, bool tb, int workers) {
+  lib.threads(workers);
   const Mat a = ta ? filled(k, m, 1) : filled(m, k, 1), b = tb ? filled(n, k, 2) : filled(k, n, 2);
   Mat c(m, n);
-  const auto t = [](bool x) { return x ? OpenBlas::trans : OpenBlas::no_trans; };
-  const auto i = [](long x) { return static_cast<int>(x); };
   for (auto _ : state) {
-    openblas.sgemm(OpenBlas::row_major, t(ta), t(tb), i(m), i(n), i(k), 1.0f, a.data(), i(a.cols()), b.data(),
-                   i(b.cols()), 0.0f, c.data(), i(n));
+    lib.sgemm(ta, tb, m, n, k, a.data(), a.cols(), b.data(), b.cols(), c.data(), n);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -277,9 +335,9 @@ int register_cases() {
                                      [=](benchmark::State& st) { eigen_case(st, m, n, k, a_t, b_t, workers); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
-        if (openblas.sgemm)
-          benchmark::RegisterBenchmark(("gemm/openblas/" + tag).c_str(),
-                                       [=](benchmark::State& st) { openblas_case(st, m, n, k, a_t, b_t, workers); })
+        for (std::size_t l = 0; l < libraries.size(); ++l)
+          benchmark::RegisterBenchmark(("gemm/" + libraries[l].name + "/" + tag).c_str(),
+                                       [=](benchmark::State& st) { library_case(st, libraries[l], m, n, k, a_t, b_t, workers); })
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();
       }
@@ -296,6 +354,8 @@ BENCHMARK(eigen_nt)->Name("gemm/eigen_product_2048x768x768")->Unit(benchmark::kM
 int main(int argc, char** argv) {
   std::fprintf(stderr, "%s\n", host::cpu_report().c_str());
   load_openblas();
+  load_blis();
+  load_onednn();
   register_cases();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

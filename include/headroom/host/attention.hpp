@@ -16,9 +16,11 @@
 // GQA: query head h reads kv head h / (heads / kv_heads).
 //
 // Memory: the kernels use only the caller's scratch (sizes below, in elements
-// of T), the inputs and the outputs: no heap, no large stack arrays. The tile
-// products are Eigen products of row-major maps; on 64-row tiles Eigen packs
-// its panels on the stack (EIGEN_STACK_ALLOCATION_LIMIT), never the heap.
+// of T), the inputs and the outputs: no heap. The tile products
+// (tile_product) run host::gemm's kernel for the CPU (float) with 64 KiB of
+// packing panels on the worker's stack, or Eigen products of row-major maps,
+// which on 64-row tiles pack their panels on the stack too
+// (EIGEN_STACK_ALLOCATION_LIMIT).
 //
 // Parallelism: one OpenMP team of `workers` threads; worker w uses its own
 // scratch tiles. Every output element is written by one work item, computed
@@ -42,6 +44,8 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+
+#include "gemm.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -375,6 +379,43 @@ inline ConstTile<T> ctile(const T* p, i64 rows, i64 cols, i64 ld) {
   return ConstTile<T>(p, rows, cols, Eigen::OuterStride<>(ld));
 }
 
+// C (m, n) = op(A) op(B) (accumulate: C +=), a tile product. float runs
+// host::gemm's kernel for host::isa() (AVX2 / AVX-512, chosen at run time:
+// the products are most of attention's work) with its panels on this
+// thread's stack (at most tile_panel_elements floats, 64 KiB: a 64-row tile
+// with head_dim up to 128); double, the portable choice and larger products
+// run Eigen's product on row-major maps. Either way the bits depend only on
+// the operands, not on where the scratch lies, so the backward's recomputed
+// scores equal the forward's.
+inline constexpr i64 tile_panel_elements = 16384;
+template <class T>
+inline void tile_product(bool ta, bool tb, i64 m, i64 n, i64 k, const T* A, i64 lda, const T* B, i64 ldb,
+                         bool accumulate, T* C, i64 ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    const i64 panel = GemmBlocking::panel_elements(m, n, k);
+    if (isa() != Isa::portable && panel <= tile_panel_elements) {
+      alignas(64) float panels[tile_panel_elements];
+      gemm_serial(ta ? Trans::yes : Trans::no, tb ? Trans::yes : Trans::no, m, n, k, 1.0f, A, lda, B, ldb,
+                  accumulate ? 1.0f : 0.0f, C, ldc, GemmPanels<float>{panels, panel}, 0);
+      return;
+    }
+  }
+  const auto a = ctile(A, ta ? k : m, ta ? m : k, lda);
+  const auto b = ctile(B, tb ? n : k, tb ? k : n, ldb);
+  auto c = tile(C, m, n, ldc);
+  if (!accumulate) {
+    if (!ta && !tb) c.noalias() = a * b;
+    else if (!ta) c.noalias() = a * b.transpose();
+    else if (!tb) c.noalias() = a.transpose() * b;
+    else c.noalias() = a.transpose() * b.transpose();
+  } else {
+    if (!ta && !tb) c.noalias() += a * b;
+    else if (!ta) c.noalias() += a * b.transpose();
+    else if (!tb) c.noalias() += a.transpose() * b;
+    else c.noalias() += a.transpose() * b.transpose();
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The team: body(worker) on `workers` threads. Inside, nested parallelism is
 // switched off for this team's tasks only (omp_set_num_threads sets the
@@ -463,7 +504,6 @@ void attention_forward(const AttentionDims& d, const T* q, std::int64_t ldq, con
       const i64 i = nt - 1 - item % nt, bh = item / nt, b = bh / H, h = bh % H, g = h / rep;
       const i64 r0 = i * t, nq = std::min(t, S - r0);
       load_rows(qb, q + (b * S + r0) * ldq + h * hd, ldq, nq, hd, table, r0, scale);
-      auto Q = tile(qb, nq, hd, hd);
       auto O = tile(ob, nq, hd, hd);
       O.setZero();
       for (i64 r = 0; r < nq; ++r) {
@@ -473,8 +513,7 @@ void attention_forward(const AttentionDims& d, const T* q, std::int64_t ldq, con
       for (i64 j = 0; j <= i; ++j) {
         const i64 k0 = j * t, nk = std::min(t, S - k0);
         load_rows(kb, k + (b * S + k0) * ldk + g * hd, ldk, nk, hd, table, k0, T(1));
-        auto Sx = tile(sb, nq, nk, t);
-        Sx.noalias() = Q * ctile(kb, nk, hd, hd).transpose();  // scores: (nq, nk)
+        tile_product(false, true, nq, nk, hd, qb, hd, kb, hd, false, sb, t);  // scores: (nq, nk)
         for (i64 r = 0; r < nq; ++r) {
           T* srow = sb + r * t;
           const i64 n = j == i ? r + 1 : nk;  // diagonal tile: keys k0 + c <= r0 + r, i.e. c <= r
@@ -486,7 +525,7 @@ void attention_forward(const AttentionDims& d, const T* q, std::int64_t ldq, con
           mb[r] = m_new;
           if (alpha != T(1)) O.row(r) *= alpha;
         }
-        O.noalias() += tile(sb, nq, nk, t) * ctile(v + (b * S + k0) * ldv + g * hd, nk, hd, ldv);
+        tile_product(false, false, nq, hd, nk, sb, t, v + (b * S + k0) * ldv + g * hd, ldv, true, ob, hd);
       }
       for (i64 r = 0; r < nq; ++r) {
         const T inv = T(1) / lb[r];
@@ -555,8 +594,6 @@ void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, co
         const i64 k0 = j * t, nk = std::min(t, S - k0);
         load_rows(kb, k + (b * S + k0) * ldk + g * hd, ldk, nk, hd, table, k0, T(1));
         load_rows(vb, v + (b * S + k0) * ldv + g * hd, ldv, nk, hd, static_cast<const T*>(nullptr), k0, T(1));
-        const auto K = ctile(kb, nk, hd, hd);
-        const auto V = ctile(vb, nk, hd, hd);
         auto dK = tile(dkb, nk, hd, hd);
         auto dV = tile(dvb, nk, hd, hd);
         dK.setZero();
@@ -567,27 +604,24 @@ void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, co
           for (i64 i = j; i < nt; ++i) {
             const i64 r0 = i * t, nq = std::min(t, S - r0);
             load_rows(qb, q + (b * S + r0) * ldq + h * hd, ldq, nq, hd, table, r0, scale);
-            const auto Q = ctile(qb, nq, hd, hd);
-            auto P = tile(sb, nq, nk, t);
-            P.noalias() = Q * K.transpose();  // scores: (nq, nk), the forward's bits
+            tile_product(false, true, nq, nk, hd, qb, hd, kb, hd, false, sb, t);  // scores: (nq, nk), the forward's bits
             for (i64 r = 0; r < nq; ++r) {
               T* prow = sb + r * t;
               const i64 n = j == i ? r + 1 : nk;  // causal, as in the forward
               exp_shifted_sum(prow, n, lse_h[r0 + r]);
               for (i64 c = n; c < nk; ++c) prow[c] = T(0);
             }
-            const auto dO = ctile(dout + (b * S + r0) * ldo + h * hd, nq, hd, ldo);
-            dV.noalias() += P.transpose() * dO;
-            auto dP = tile(pb, nq, nk, t);
-            dP.noalias() = dO * V.transpose();
+            const T* dO = dout + (b * S + r0) * ldo + h * hd;  // (nq, hd)
+            tile_product(true, false, nk, hd, nq, sb, t, dO, ldo, true, dvb, hd);   // dV += P^T dO
+            tile_product(false, true, nq, nk, hd, dO, ldo, vb, hd, false, pb, t);   // dP = dO V^T
             for (i64 r = 0; r < nq; ++r) {  // dS = P (dP - delta), in place of P
               T* srow = sb + r * t;
               const T* dprow = pb + r * t;
               const T dr = delta_h[r0 + r];
               for (i64 c = 0; c < nk; ++c) srow[c] = srow[c] * (dprow[c] - dr);
             }
-            dK.noalias() += P.transpose() * Q;  // P now holds dS; Q carries the scale
-            tile(dq + (b * S + r0) * lddq + h * hd, nq, hd, lddq).noalias() += P * K;  // scale applied at the end
+            tile_product(true, false, nk, hd, nq, sb, t, qb, hd, true, dkb, hd);  // dK += dS^T Q; Q carries the scale
+            tile_product(false, false, nq, hd, nk, sb, t, kb, hd, true, dq + (b * S + r0) * lddq + h * hd, lddq);  // dQ += dS K, scale at the end
           }
         }
         store_rows_inverse(dk + (b * S + k0) * lddk + g * hd, lddk, dkb, hd, nk, hd, table, k0, T(1));

@@ -64,10 +64,11 @@ inline CpuFeatures detect_cpu() {
     unsigned* w = reinterpret_cast<unsigned*>(f.brand);
     for (unsigned leaf = 0; leaf < 3; ++leaf)
       __get_cpuid(0x80000002u + leaf, w + 4 * leaf, w + 4 * leaf + 1, w + 4 * leaf + 2, w + 4 * leaf + 3);
-    // the string is padded with leading spaces on some processors
+    // the string is padded with spaces on some processors, before or after
     std::size_t lead = 0;
     while (f.brand[lead] == ' ') ++lead;
     std::memmove(f.brand, f.brand + lead, sizeof f.brand - lead);
+    for (std::size_t end = std::strlen(f.brand); end > 0 && f.brand[end - 1] == ' '; --end) f.brand[end - 1] = '\0';
   }
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1;
