@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include <headroom/headroom.hpp>
+#include <headroom/host/cpu.hpp>
 #include <headroom/host/trainer.hpp>
 #include <vector>
 
@@ -51,4 +52,11 @@ BENCHMARK_TEMPLATE(train_step, TinyQ)->Name("step/tiny_llama_qlora_ckpt_B16_T128
 BENCHMARK_TEMPLATE(train_step, GPT2Full)->Name("step/gpt2_d768_L4_full_B4_T256")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(train_step, GPT2LoRA)->Name("step/gpt2_d768_L4_lora_ckpt_B4_T256")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("kernels", host::cpu_report());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -725,6 +725,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   Eigen::setNbThreads(1);  // Eigen's own products on one thread; the kernels split work themselves
   measure_ceilings();
+  benchmark::AddCustomContext("kernels", host::cpu_report());
   benchmark::AddCustomContext("sgemm_ceiling_GFLOP/s",
                               fmt(sgemm_ceiling) + " (Eigen 1 thread; out 768: " + fmt(sgemm_at[0]) + ", out 3072: " +
                                   fmt(sgemm_at[1]) + "; 2 workers compare with twice this); the core's FMA peak " +

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <headroom/headroom.hpp>
+#include <headroom/host/cpu.hpp>
 #include <headroom/host/generator.hpp>
 #include <headroom/host/resident.hpp>
 #include <headroom/host/trainer.hpp>
@@ -142,6 +143,7 @@ std::string sample(const host::Trainer<Run>& t, const io::ByteTokenizer& tk, con
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   fs::create_directories(a.out);
+  std::printf("%s\n", host::cpu_report().c_str());
   const io::ByteTokenizer tk;
   std::vector<std::int32_t> tok(B * T), tgt(B * T);
   try {

@@ -29,9 +29,8 @@
 #if defined(__clang__)
 #define HEADROOM_TARGET_AVX2_BEGIN \
   _Pragma("clang attribute push(__attribute__((target(\"avx2,fma\"))), apply_to = function)")
-#define HEADROOM_TARGET_AVX512_BEGIN                                                                         \
-  _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,avx512f,avx512bw,avx512dq,avx512vl\"))), " \
-          "apply_to = function)")
+#define HEADROOM_TARGET_AVX512_BEGIN \
+  _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,avx512f,avx512bw,avx512dq,avx512vl\"))), apply_to = function)")
 #define HEADROOM_TARGET_END _Pragma("clang attribute pop")
 #else
 #define HEADROOM_TARGET_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
