@@ -1,7 +1,8 @@
 // The arena-fed host::gemm against Eigen's own product and the kept
 // libraries' sgemm (OpenBLAS, BLIS, oneDNN), on the same shapes: the ceiling a training step's GEMMs can
 // reach here. host::gemm runs once per kernel this CPU has (gemm/host-avx512,
-// gemm/host-avx2; host/cpu.hpp), and gemm/fma_peak/... measures the core's
+// gemm/host-avx2; host/cpu.hpp), and on bf16 operands (gemm/host-bf16-...:
+// the AVX512_BF16 tile, or the float tile on widened operands), and gemm/fma_peak/... measures the core's
 // FMA rate (independent FMA chains, nothing loaded) with 256- and 512-bit
 // vectors, the ceiling each kernel is judged against. The CPU and the
 // kernels chosen are printed first (host::cpu_report()).
@@ -31,6 +32,7 @@
 #include <Eigen/Dense>
 #include <cstdio>
 #include <cstdlib>
+#include <headroom/host/bf16.hpp>
 #include <headroom/host/gemm.hpp>
 #include <headroom/host/target.hpp>
 #include <string>
@@ -93,6 +95,28 @@ void host_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb
   const auto t = [](bool x) { return x ? host::Trans::yes : host::Trans::no; };
   for (auto _ : state) {
     host::gemm(t(ta), t(tb), m, n, k, 1.0f, a.data(), a.cols(), b.data(), b.cols(), 0.0f, c.data(), n, ws, workers);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  host::use_isa(before);
+  flops(state, m, n, k);
+}
+
+// bf16 operands, float C: the AVX512_BF16 tile where the CPU has it (isa
+// avx512), else the float tile on operands widened while packing.
+void host_bf16_case(benchmark::State& state, long m, long n, long k, bool ta, bool tb, int workers, host::Isa isa) {
+  const host::Isa before = host::use_isa(isa);
+  const Mat af = ta ? filled(k, m, 1) : filled(m, k, 1), bf = tb ? filled(n, k, 2) : filled(k, n, 2);
+  std::vector<host::bf16> a(static_cast<std::size_t>(af.size())), b(static_cast<std::size_t>(bf.size()));
+  for (long i = 0; i < af.size(); ++i) a[static_cast<std::size_t>(i)] = host::to_bf16(af.data()[i]);
+  for (long i = 0; i < bf.size(); ++i) b[static_cast<std::size_t>(i)] = host::to_bf16(bf.data()[i]);
+  Mat c(m, n);
+  const std::int64_t per = GemmBlocking::panel_elements(m, n, k);
+  std::vector<float, Eigen::aligned_allocator<float>> panels(static_cast<std::size_t>(per * workers));
+  const host::GemmPanels<float> ws{panels.data(), per};
+  const auto t = [](bool x) { return x ? host::Trans::yes : host::Trans::no; };
+  for (auto _ : state) {
+    host::gemm(t(ta), t(tb), m, n, k, 1.0f, a.data(), af.cols(), b.data(), bf.cols(), 0.0f, c.data(), n, ws, workers);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -328,6 +352,14 @@ int register_cases() {
           if (host::cpu_features().best < isa) continue;
           benchmark::RegisterBenchmark(("gemm/host-" + std::string(host::isa_name(isa)) + "/" + tag).c_str(),
                                        [=](benchmark::State& st) { host_case(st, m, n, k, a_t, b_t, workers, isa); })
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+          const bool pairs = isa == host::Isa::avx512 && host::cpu_features().avx512_bf16;
+          benchmark::RegisterBenchmark(
+              ("gemm/host-bf16-" + std::string(pairs ? "avx512_bf16" : isa == host::Isa::avx512 ? "avx512-widened" : "avx2-widened") +
+               "/" + tag)
+                  .c_str(),
+              [=](benchmark::State& st) { host_bf16_case(st, m, n, k, a_t, b_t, workers, isa); })
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();
         }

@@ -10,7 +10,10 @@
 // (host/cpu.hpp): headroom's AVX-512 12 x 32 tile (sgemm/avx512.hpp) or its
 // AVX2 + FMA 6 x 16 tile (sgemm/avx2.hpp), both behind sgemm/pack.hpp's
 // driver and giving the same bits; double, and Isa::portable, run Eigen's
-// sequential gebp kernel compiled with the build's own flags.
+// sequential gebp kernel compiled with the build's own flags. bf16 operands
+// (host/bf16.hpp) with a float C run the AVX512_BF16 tile
+// (sgemm/avx512_bf16.hpp) where the CPU has it, else the float tile on
+// operands widened while packing, else a scalar loop.
 //
 // The work is split over workers by rows of C (or columns, when C is wider
 // than tall); each worker runs the sequential kernel on its block with its
@@ -30,7 +33,9 @@
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "sgemm/avx2.hpp"
+#include "bf16.hpp"
 #include "sgemm/avx512.hpp"
+#include "sgemm/avx512_bf16.hpp"
 #include "sgemm/pack.hpp"
 
 namespace headroom::host {
@@ -50,10 +55,31 @@ class ArenaBlocking : public Eigen::internal::level3_blocking<T, T> {
   }
 };
 
-// One worker's block, sequentially, with its panels.
-template <class T, int LhsOrder, int RhsOrder>
-void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T* A, std::int64_t lda, const T* B,
+// bf16 operands where no x86 kernel runs: each element of C sums k in float,
+// chunk by chunk of kc as the tiles do, then alpha acc (+ beta C).
+template <bool a_trans, bool b_trans>
+void gemm_bf16_scalar(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const bf16* A, std::int64_t lda,
+                      const bf16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      float c = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+      for (std::int64_t pc = 0; pc < K; pc += GemmBlocking::kc) {
+        float acc = 0.0f;
+        for (std::int64_t k = pc; k < K && k < pc + GemmBlocking::kc; ++k)
+          acc += to_float(a_trans ? A[k * lda + i] : A[i * lda + k]) * to_float(b_trans ? B[j * ldb + k] : B[k * ldb + j]);
+        c = alpha * acc + c;
+      }
+      C[i * ldc + j] = c;
+    }
+}
+
+// One worker's block, sequentially, with its panels. In, the operands'
+// type, is T, or bf16 with T float (float accumulation and C).
+template <class T, int LhsOrder, int RhsOrder, class In = T>
+void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda, const In* B,
                 std::int64_t ldb, T beta, T* C, std::int64_t ldc, T* panels, std::int64_t panel_elements) {
+  static_assert(std::is_same_v<In, T> || (std::is_same_v<In, bf16> && std::is_same_v<T, float>),
+                "host::gemm: the operands are T, or bf16 with a float C");
   if (M <= 0 || N <= 0) return;
   const auto scale_c = [&] {
     for (std::int64_t i = 0; i < M; ++i) {
@@ -75,12 +101,16 @@ void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T
   const std::int64_t nc = M < G::nc ? M : G::nc;
   const std::int64_t size_a = G::round(kc * mc), size_b = G::round(kc * nc);
   if (size_a + size_b > panel_elements) gemm_panels_too_small(size_a + size_b, panel_elements);
+  constexpr bool at = LhsOrder != Eigen::RowMajor, bt = RhsOrder != Eigen::RowMajor;
 #if HEADROOM_X86_KERNELS
   if constexpr (std::is_same_v<T, float>) {
     // beta is applied with the first chunk of K
-    constexpr bool at = LhsOrder != Eigen::RowMajor, bt = RhsOrder != Eigen::RowMajor;
     switch (isa()) {
       case Isa::avx512:
+        if constexpr (std::is_same_v<In, bf16>)
+          if (cpu_features().avx512_bf16)
+            return sgemm::block<sgemm::Avx512Bf16, at, bt>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, panels,
+                                                           panel_elements);
         return sgemm::block<sgemm::Avx512, at, bt>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, panels, panel_elements);
       case Isa::avx2:
         return sgemm::block<sgemm::Avx2, at, bt>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, panels, panel_elements);
@@ -88,7 +118,9 @@ void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T
     }
   }
 #endif
-  {
+  if constexpr (std::is_same_v<In, bf16>) {
+    gemm_bf16_scalar<at, bt>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
     scale_c();
     ArenaBlocking<T> blocking(panels, panels + size_a, mc, nc, kc);
     Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, LhsOrder, false, T, RhsOrder, false,
@@ -97,8 +129,8 @@ void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T
   }
 }
 
-template <class T, int LhsOrder, int RhsOrder>
-void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T* A, std::int64_t lda, const T* B,
+template <class T, int LhsOrder, int RhsOrder, class In>
+void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda, const In* B,
                 std::int64_t ldb, T beta, T* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {
   // element (i, k) of op(A) / (k, j) of op(B)
   const bool a_rows = LhsOrder == Eigen::RowMajor, b_rows = RhsOrder == Eigen::RowMajor;
@@ -107,12 +139,12 @@ void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T
     const Range r = share(by_rows ? M : N, count, w);
     if (r.size() <= 0) return;
     if (by_rows) {
-      const T* a = a_rows ? A + r.begin * lda : A + r.begin;
-      gemm_block<T, LhsOrder, RhsOrder>(r.size(), N, K, alpha, a, lda, B, ldb, beta, C + r.begin * ldc, ldc, ws.of(w),
+      const In* a = a_rows ? A + r.begin * lda : A + r.begin;
+      gemm_block<T, LhsOrder, RhsOrder, In>(r.size(), N, K, alpha, a, lda, B, ldb, beta, C + r.begin * ldc, ldc, ws.of(w),
                                         ws.per_worker);
     } else {
-      const T* b = b_rows ? B + r.begin : B + r.begin * ldb;
-      gemm_block<T, LhsOrder, RhsOrder>(M, r.size(), K, alpha, A, lda, b, ldb, beta, C + r.begin, ldc, ws.of(w),
+      const In* b = b_rows ? B + r.begin : B + r.begin * ldb;
+      gemm_block<T, LhsOrder, RhsOrder, In>(M, r.size(), K, alpha, A, lda, b, ldb, beta, C + r.begin, ldc, ws.of(w),
                                         ws.per_worker);
     }
   });
@@ -122,9 +154,12 @@ void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T
 
 enum class Trans : bool { no = false, yes = true };
 
-template <class T>
-void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T* A, std::int64_t lda,
-          const T* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {
+// In is T, or bf16 with T float: bf16 operands, float accumulation and C
+// (the AVX512_BF16 tile where the CPU has it, else widened to float while
+// packing and run on the float tile).
+template <class T, class In>
+void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda,
+          const In* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {
   constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
   if (ta == Trans::no && tb == Trans::no) detail::gemm_split<T, R, R>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws, workers);
   else if (ta == Trans::no) detail::gemm_split<T, R, Cm>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws, workers);

@@ -1,8 +1,8 @@
 #pragma once
 // Compiling a kernel for an instruction set the build's flags do not enable:
-// code between HEADROOM_TARGET_AVX2_BEGIN (or _AVX512_BEGIN) and
-// HEADROOM_TARGET_END is compiled for AVX2 + FMA (or AVX-512 F/BW/DQ/VL on
-// top), whatever -m flags the consumer passed, so a default-flags build
+// code between HEADROOM_TARGET_AVX2_BEGIN (or _AVX512_BEGIN, _AVX512_BF16_BEGIN)
+// and HEADROOM_TARGET_END is compiled for AVX2 + FMA (or AVX-512 F/BW/DQ/VL on
+// top, or AVX512_BF16 on top of that), whatever -m flags the consumer passed, so a default-flags build
 // carries every kernel and host/cpu.hpp's isa() picks one at run time. Only
 // functions in such a region may use that set's intrinsics, and they run only
 // where isa() says the CPU has it.
@@ -31,11 +31,15 @@
   _Pragma("clang attribute push(__attribute__((target(\"avx2,fma\"))), apply_to = function)")
 #define HEADROOM_TARGET_AVX512_BEGIN \
   _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,avx512f,avx512bw,avx512dq,avx512vl\"))), apply_to = function)")
+#define HEADROOM_TARGET_AVX512_BF16_BEGIN \
+  _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16\"))), apply_to = function)")
 #define HEADROOM_TARGET_END _Pragma("clang attribute pop")
 #else
 #define HEADROOM_TARGET_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
 #define HEADROOM_TARGET_AVX512_BEGIN \
   _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,avx512f,avx512bw,avx512dq,avx512vl\")")
+#define HEADROOM_TARGET_AVX512_BF16_BEGIN \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16\")")
 #define HEADROOM_TARGET_END _Pragma("GCC pop_options")
 #endif
 #endif

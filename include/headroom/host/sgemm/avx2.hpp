@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "../target.hpp"
+#include "pack.hpp"
 
 #if HEADROOM_X86_KERNELS
 HEADROOM_TARGET_AVX2_BEGIN
@@ -115,7 +116,7 @@ inline void tile(std::int64_t kb, const float* __restrict a, const float* __rest
 }  // namespace headroom::host::sgemm::avx2
 
 namespace headroom::host::sgemm {
-struct Avx2 {
+struct Avx2 : FloatSlivers<avx2::mr, avx2::nr> {
   static constexpr std::int64_t mr = avx2::mr, nr = avx2::nr;
   static void tile(std::int64_t kb, const float* a, const float* b, float* c, std::int64_t ldc, std::int64_t m,
                    std::int64_t n, float alpha, float beta) {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "../target.hpp"
+#include "pack.hpp"
 
 #if HEADROOM_X86_KERNELS
 HEADROOM_TARGET_AVX512_BEGIN
@@ -70,7 +71,7 @@ inline void tile(std::int64_t kb, const float* __restrict a, const float* __rest
 }  // namespace headroom::host::sgemm::avx512
 
 namespace headroom::host::sgemm {
-struct Avx512 {
+struct Avx512 : FloatSlivers<avx512::mr, avx512::nr> {
   static constexpr std::int64_t mr = avx512::mr, nr = avx512::nr;
   static void tile(std::int64_t kb, const float* a, const float* b, float* c, std::int64_t ldc, std::int64_t m,
                    std::int64_t n, float alpha, float beta) {

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "../../plan/graph.hpp"
+#include "../bf16.hpp"
 #include "../target.hpp"
 
 namespace headroom::host::detail {
@@ -205,11 +206,49 @@ Blocks blocks(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t panel
   return b;
 }
 
-// C (M, N) = alpha op(A) op(B) + beta C with Kernel's register tile.
-template <class Kernel, bool a_trans, bool b_trans>
-void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A, std::int64_t lda,
-           const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc, float* panels,
-           std::int64_t panel_elements) {
+// op(A) / op(B) of bf16 values, widened to float while packing, into the
+// float kernels' slivers (the layouts above): a CPU without AVX512_BF16 runs
+// a bf16 product on its float tile.
+template <std::int64_t mr, bool a_trans>
+void pack_a(std::int64_t mb, std::int64_t kb, const bf16* A, std::int64_t lda, float* dst) {
+  for (std::int64_t q = 0; q * mr < mb; ++q)
+    for (std::int64_t k = 0; k < kb; ++k)
+      for (std::int64_t r = 0; r < mr; ++r) {
+        const std::int64_t i = q * mr + r;
+        dst[(q * kb + k) * mr + r] = i < mb ? to_float(a_trans ? A[k * lda + i] : A[i * lda + k]) : 0.0f;
+      }
+}
+template <std::int64_t nr, bool b_trans>
+void pack_b(std::int64_t kb, std::int64_t nb, const bf16* B, std::int64_t ldb, float* dst) {
+  for (std::int64_t q = 0; q * nr < nb; ++q)
+    for (std::int64_t k = 0; k < kb; ++k)
+      for (std::int64_t c = 0; c < nr; ++c) {
+        const std::int64_t j = q * nr + c;
+        dst[(q * kb + k) * nr + c] = j < nb ? to_float(b_trans ? B[j * ldb + k] : B[k * ldb + j]) : 0.0f;
+      }
+}
+
+// A float tile's packing: its slivers hold one float per k.
+template <std::int64_t mr, std::int64_t nr>
+struct FloatSlivers {
+  static std::int64_t k_words(std::int64_t kb) { return kb; }
+  template <bool a_trans, class In>
+  static void pack_a(std::int64_t mb, std::int64_t kb, const In* A, std::int64_t lda, float* dst) {
+    sgemm::pack_a<mr, a_trans>(mb, kb, A, lda, dst);
+  }
+  template <bool b_trans, class In>
+  static void pack_b(std::int64_t kb, std::int64_t nb, const In* B, std::int64_t ldb, float* dst) {
+    sgemm::pack_b<nr, b_trans>(kb, nb, B, ldb, dst);
+  }
+};
+
+// C (M, N) = alpha op(A) op(B) + beta C with Kernel's register tile; A and B
+// hold In (float, or bf16 for Kernel's own packing or the widening above).
+// A sliver holds Kernel::k_words(kb) words per row or column (kb floats, or
+// kb / 2 bf16 pairs), never more than kb: the blocks fit the same panels.
+template <class Kernel, bool a_trans, bool b_trans, class In>
+void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
+           std::int64_t ldb, float beta, float* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
   constexpr std::int64_t mr = Kernel::mr, nr = Kernel::nr;
   const Blocks bs = blocks<mr, nr>(M, N, K, panel_elements);
   float* pa = panels;
@@ -217,18 +256,18 @@ void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const fl
   for (std::int64_t jc = 0; jc < N; jc += bs.nc) {
     const std::int64_t nb = N - jc < bs.nc ? N - jc : bs.nc;
     for (std::int64_t pc = 0; pc < K; pc += bs.kc) {
-      const std::int64_t kb = K - pc < bs.kc ? K - pc : bs.kc;
-      pack_b<nr, b_trans>(kb, nb, b_trans ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, pb);
+      const std::int64_t kb = K - pc < bs.kc ? K - pc : bs.kc, kw = Kernel::k_words(kb);
+      Kernel::template pack_b<b_trans>(kb, nb, b_trans ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, pb);
       const float be = pc == 0 ? beta : 1.0f;
       for (std::int64_t ic = 0; ic < M; ic += bs.mc) {
         const std::int64_t mb = M - ic < bs.mc ? M - ic : bs.mc;
-        pack_a<mr, a_trans>(mb, kb, a_trans ? A + pc * lda + ic : A + ic * lda + pc, lda, pa);
+        Kernel::template pack_a<a_trans>(mb, kb, a_trans ? A + pc * lda + ic : A + ic * lda + pc, lda, pa);
         for (std::int64_t jr = 0; jr < nb; jr += nr) {
-          const float* b = pb + jr * kb;
+          const float* b = pb + jr * kw;
           const std::int64_t n = nb - jr < nr ? nb - jr : nr;
           for (std::int64_t ir = 0; ir < mb; ir += mr) {
             const std::int64_t m = mb - ir < mr ? mb - ir : mr;
-            Kernel::tile(kb, pa + ir * kb, b, C + (ic + ir) * ldc + jc + jr, ldc, m, n, alpha, be);
+            Kernel::tile(kw, pa + ir * kw, b, C + (ic + ir) * ldc + jc + jr, ldc, m, n, alpha, be);
           }
         }
       }
