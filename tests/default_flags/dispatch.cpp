@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"
+#include "../runtime/support/kernel_choice.hpp"
 
 using namespace headroom;
 
@@ -31,12 +32,7 @@ constexpr models::GPT2Config gpt2_cfg{64, 64, 2, 4, 64};
 using LlamaRun = Train<models::Llama<llama_cfg>, Batch<4>, Seq<32>, Workers<2>>;
 using GPT2Run = Train<models::GPT2<gpt2_cfg>, Batch<4>, Seq<32>, AdamW, Workers<2>>;
 
-std::vector<host::Isa> runnable() {
-  std::vector<host::Isa> v{host::Isa::portable};
-  if (host::cpu_features().best >= host::Isa::avx2) v.push_back(host::Isa::avx2);
-  if (host::cpu_features().best >= host::Isa::avx512) v.push_back(host::Isa::avx512);
-  return v;
-}
+const auto runnable = test::runnable_isas;
 
 struct Trace {
   std::vector<double> loss, norm;
@@ -45,18 +41,15 @@ struct Trace {
 // Four steps from one seed with the kernels of `isa`.
 template <class Run>
 Trace train(host::Isa isa) {
-  const host::Isa before = host::use_isa(isa);
+  const test::IsaScope scope(isa);
   Trace t;
-  {
-    host::Trainer<Run> tr({.seed = 5, .threads = 2, .lr = 3e-3, .clip_norm = 1.0});
-    for (int s = 0; s < 4; ++s) {
-      const test::Stream d(128, 40 + s);
-      const auto r = tr.step(d.tok, d.tgt);
-      t.loss.push_back(r.loss);
-      t.norm.push_back(r.grad_norm);
-    }
+  host::Trainer<Run> tr({.seed = 5, .threads = 2, .lr = 3e-3, .clip_norm = 1.0});
+  for (int s = 0; s < 4; ++s) {
+    const test::Stream d(128, 40 + s);
+    const auto r = tr.step(d.tok, d.tgt);
+    t.loss.push_back(r.loss);
+    t.norm.push_back(r.grad_norm);
   }
-  host::use_isa(before);
   return t;
 }
 

@@ -12,6 +12,8 @@
 
 #include <headroom/host/gemm.hpp>
 
+#include "support/kernel_choice.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -103,26 +105,8 @@ const Case cases[] = {{1, 1, 1},     {1, 1, 300},   {7, 5, 3},     {6, 16, 8},  
                       {25, 3, 70},   {200, 37, 513}, {385, 49, 31}, {35, 1100, 70}, {3, 2100, 19}, {97, 130, 260},
                       {12, 32, 9},   {25, 65, 300}};
 
-// The kernels this CPU runs (the portable one always).
-std::vector<host::Isa> runnable() {
-  std::vector<host::Isa> v{host::Isa::portable};
-  if (host::cpu_features().best >= host::Isa::avx2) v.push_back(host::Isa::avx2);
-  if (host::cpu_features().best >= host::Isa::avx512) v.push_back(host::Isa::avx512);
-  return v;
-}
-
-// Runs f() with the kernels of `i`, then restores the previous choice.
-template <class F>
-void with_isa(host::Isa i, F&& f) {
-  const host::Isa before = host::use_isa(i);
-  try {
-    f();
-  } catch (...) {
-    host::use_isa(before);
-    throw;
-  }
-  host::use_isa(before);
-}
+using headroom::test::IsaScope;
+const auto runnable = headroom::test::runnable_isas;
 
 template <class T>
 void all_cases(int workers, bool serial) {
@@ -160,10 +144,9 @@ TEST_CASE("host.gemm: float vs a double reference, four transpositions, fringes"
   INFO(host::cpu_report());
   for (host::Isa i : runnable()) {
     INFO("kernels " << host::isa_name(i));
-    with_isa(i, [] {
-      for (int workers : {1, 2, 3}) all_cases<float>(workers, false);
-      all_cases<float>(1, true);
-    });
+    const IsaScope scope(i);
+    for (int workers : {1, 2, 3}) all_cases<float>(workers, false);
+    all_cases<float>(1, true);
   }
 }
 
@@ -197,10 +180,11 @@ TEST_CASE("host.gemm: headroom's tiles sum in the stated order, to the bit", "[h
       for (host::Isa i : runnable()) {
         if (i == host::Isa::portable) continue;  // Eigen's product sums in its own order
         std::vector<float> got = C0;
-        with_isa(i, [&] {
+        {
+          const IsaScope scope(i);
           host::gemm(t(ta), t(tb), M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), N,
                      host::GemmPanels<float>{panels.data(), per}, 2);
-        });
+        }
         INFO("kernels " << host::isa_name(i) << " ta " << ta << " tb " << tb << " M " << M << " N " << N << " K " << K);
         REQUIRE(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0);
       }
@@ -208,12 +192,12 @@ TEST_CASE("host.gemm: headroom's tiles sum in the stated order, to the bit", "[h
 }
 
 TEST_CASE("host.gemm: every alpha / beta combination on one shape", "[host][gemm]") {
-  for (host::Isa i : runnable())
-    with_isa(i, [] {
-      for (double alpha : {1.0, 0.5, -3.0})
-        for (double beta : {0.0, 1.0, 0.25, -1.0})
-          for (int tr = 0; tr < 4; ++tr) check<float>((tr & 2) != 0, (tr & 1) != 0, {29, 45, 270}, alpha, beta, 2, false, 3);
-    });
+  for (host::Isa i : runnable()) {
+    const IsaScope scope(i);
+    for (double alpha : {1.0, 0.5, -3.0})
+      for (double beta : {0.0, 1.0, 0.25, -1.0})
+        for (int tr = 0; tr < 4; ++tr) check<float>((tr & 2) != 0, (tr & 1) != 0, {29, 45, 270}, alpha, beta, 2, false, 3);
+  }
 }
 
 TEST_CASE("host.gemm: K = 0 or alpha = 0 only scales C by beta", "[host][gemm]") {
@@ -228,7 +212,8 @@ TEST_CASE("host.gemm: float results do not depend on panel alignment", "[host][g
   // from bytes / workers): headroom's float tiles use unaligned accesses only.
   for (host::Isa i : runnable()) {
     if (i == host::Isa::portable) continue;  // Eigen's packing stores aligned vectors
-    with_isa(i, [] { alignment_case(); });
+    const IsaScope scope(i);
+    alignment_case();
   }
 }
 

@@ -12,6 +12,8 @@
 #include <headroom/host/bf16.hpp>
 #include <headroom/host/gemm.hpp>
 
+#include "support/kernel_choice.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -41,28 +43,20 @@ std::vector<bf16> random_bf16(i64 n, unsigned seed) {
   return v;
 }
 
-std::vector<host::Isa> runnable() {
-  std::vector<host::Isa> v{host::Isa::portable};
-  if (host::cpu_features().best >= host::Isa::avx2) v.push_back(host::Isa::avx2);
-  if (host::cpu_features().best >= host::Isa::avx512) v.push_back(host::Isa::avx512);
-  return v;
-}
-
-struct IsaScope {
-  host::Isa before;
-  explicit IsaScope(host::Isa i) : before(host::use_isa(i)) {}
-  ~IsaScope() { host::use_isa(before); }
-};
+using headroom::test::IsaScope;
+const auto runnable = headroom::test::runnable_isas;
 
 struct Case {
   i64 m, n, k;
 };
-const Case cases[] = {{1, 1, 1}, {7, 5, 3}, {12, 32, 8}, {13, 35, 257}, {25, 3, 70},
-                      {200, 37, 513}, {35, 1100, 71}, {97, 130, 260}};
+const Case cases[] = {{1, 1, 1},      {7, 5, 3},      {12, 32, 8},   {13, 35, 257},  {25, 3, 70},
+                      {200, 37, 513}, {35, 1100, 71}, {97, 130, 260}, {48, 96, 512}, {37, 70, 300}};
 
-void check(bool ta, bool tb, Case s, float alpha, float beta, int workers) {
+// pad: extra columns of A and B (0 keeps even leading dimensions, where the
+// AVX512_BF16 packing moves k pairs as 32-bit words)
+void check(bool ta, bool tb, Case s, float alpha, float beta, int workers, i64 pad) {
   const i64 M = s.m, N = s.n, K = s.k;
-  const i64 lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+  const i64 lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + 2;
   const auto A = random_bf16((ta ? K : M) * lda, 1), B = random_bf16((tb ? N : K) * ldb, 2);
   std::vector<float> C0(static_cast<std::size_t>(M * ldc));
   std::mt19937 rng(3);
@@ -81,7 +75,7 @@ void check(bool ta, bool tb, Case s, float alpha, float beta, int workers) {
   host::gemm(t(ta), t(tb), M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc,
              host::GemmPanels<float>{panels.data(), per}, workers);
   INFO("ta " << ta << " tb " << tb << " M " << M << " N " << N << " K " << K << " alpha " << alpha << " beta " << beta
-             << " workers " << workers);
+             << " workers " << workers << " pad " << pad);
   for (i64 g = per * workers; g < per * workers + guard; ++g) REQUIRE(panels[static_cast<std::size_t>(g)] == sentinel);
   const double eps = std::numeric_limits<float>::epsilon();
   i64 bad = 0;
@@ -140,7 +134,9 @@ TEST_CASE("host.gemm bf16: against a double reference, four transpositions, frin
       int variant = 0;
       for (const Case& s : cases) {
         const float alphas[] = {1.0f, -0.75f, 2.5f}, betas[] = {0.0f, 1.0f, -0.5f};
-        check((tr & 2) != 0, (tr & 1) != 0, s, alphas[variant % 3], betas[(variant / 3 + variant) % 3], 1 + variant % 3);
+        for (i64 pad : {0, 3})
+          check((tr & 2) != 0, (tr & 1) != 0, s, alphas[variant % 3], betas[(variant / 3 + variant) % 3], 1 + variant % 3,
+                pad);
         ++variant;
       }
     }

@@ -7,6 +7,8 @@
 
 #include <headroom/host/cpu.hpp>
 #include <headroom/host/vector_math.hpp>
+
+#include "support/kernel_choice.hpp"
 #include <headroom/math/activations.hpp>
 #include <headroom/math/cross_entropy.hpp>
 
@@ -32,11 +34,7 @@ std::vector<headroom::host::Isa> element_loop_choices() {
   return v;
 }
 
-struct IsaScope {
-  headroom::host::Isa before;
-  explicit IsaScope(headroom::host::Isa i) : before(headroom::host::use_isa(i)) {}
-  ~IsaScope() { headroom::host::use_isa(before); }
-};
+using headroom::test::IsaScope;
 
 }  // namespace
 

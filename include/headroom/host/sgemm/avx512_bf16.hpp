@@ -15,6 +15,7 @@
 #include "../bf16.hpp"
 #include "../target.hpp"
 #include "avx512.hpp"
+#include "pack.hpp"
 
 #if HEADROOM_X86_KERNELS
 HEADROOM_TARGET_AVX512_BF16_BEGIN
@@ -33,21 +34,48 @@ inline std::uint32_t pair_across(const bf16* x, std::int64_t ld, std::int64_t p,
   return lo | hi << 16;
 }
 
+// 16 pair words from two rows of bf16 values: (lo[c], hi[c]) for c in [0, 16)
+inline __m512i interleave16(const bf16* lo, const bf16* hi) {
+  const __m512i l = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
+  const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)));
+  return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+}
+
 // op(A) rows [0, mb) x k [0, kb) -> slivers of mr rows x kp pairs (zeros past mb)
 template <bool a_trans>
 void pack_a(std::int64_t mb, std::int64_t kb, const bf16* A, std::int64_t lda, std::uint32_t* dst) {
-  const std::int64_t kp = (kb + 1) / 2;
-  for (std::int64_t q = 0; q * mr < mb; ++q) {
-    std::uint32_t* d = dst + q * mr * kp;
-    for (std::int64_t r = 0; r < mr; ++r) {
-      const std::int64_t i = q * mr + r;
-      if (i >= mb) {
-        for (std::int64_t p = 0; p < kp; ++p) d[p * mr + r] = 0;
-      } else if (a_trans) {  // op(A)(i, k) = A[k lda + i]
-        for (std::int64_t p = 0; p < kp; ++p) d[p * mr + r] = pair_across(A + i, lda, p, kb);
-      } else {
-        for (std::int64_t p = 0; p < kp; ++p) d[p * mr + r] = pair_along(A + i * lda, p, kb);
+  const std::int64_t kp = (kb + 1) / 2, full = mb / mr, whole = kb / 2;  // whole: pairs with both halves
+  if constexpr (!a_trans) {
+    // a row's pairs are adjacent 32-bit words: the float packing's transpose
+    // of words does it (bit patterns are moved, never computed on)
+    if (lda % 2 == 0 && kb % 2 == 0 && reinterpret_cast<std::uintptr_t>(A) % 4 == 0) {
+      sgemm::pack_a<mr, false>(full * mr, whole, reinterpret_cast<const float*>(A), lda / 2, reinterpret_cast<float*>(dst));
+    } else {
+      for (std::int64_t q = 0; q < full; ++q)
+        for (std::int64_t r = 0; r < mr; ++r)
+          for (std::int64_t p = 0; p < kp; ++p) dst[q * mr * kp + p * mr + r] = pair_along(A + (q * mr + r) * lda, p, kb);
+    }
+  } else {
+    // op(A)(i, k) = A[k lda + i]: rows 2p and 2p + 1 of A, 12 values each, interleaved
+    const __mmask16 twelve = 0x0fff;
+    for (std::int64_t q = 0; q < full; ++q) {
+      std::uint32_t* d = dst + q * mr * kp;
+      for (std::int64_t p = 0; p < whole; ++p) {
+        const bf16* lo = A + 2 * p * lda + q * mr;
+        const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(twelve, lo));
+        const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(twelve, lo + lda));
+        _mm512_mask_storeu_epi32(d + p * mr, twelve, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
       }
+      for (std::int64_t p = whole; p < kp; ++p)
+        for (std::int64_t r = 0; r < mr; ++r) d[p * mr + r] = pair_across(A + q * mr + r, lda, p, kb);
+    }
+  }
+  if (full * mr < mb) {  // the last, partial sliver: zeros past mb
+    std::uint32_t* d = dst + full * mr * kp;
+    for (std::int64_t r = 0; r < mr; ++r) {
+      const std::int64_t i = full * mr + r;
+      for (std::int64_t p = 0; p < kp; ++p)
+        d[p * mr + r] = i >= mb ? 0u : a_trans ? pair_across(A + i, lda, p, kb) : pair_along(A + i * lda, p, kb);
     }
   }
 }
@@ -55,17 +83,36 @@ void pack_a(std::int64_t mb, std::int64_t kb, const bf16* A, std::int64_t lda, s
 // op(B) k [0, kb) x columns [0, nb) -> slivers of nr columns x kp pairs (zeros past nb)
 template <bool b_trans>
 void pack_b(std::int64_t kb, std::int64_t nb, const bf16* B, std::int64_t ldb, std::uint32_t* dst) {
-  const std::int64_t kp = (kb + 1) / 2;
-  for (std::int64_t q = 0; q * nr < nb; ++q) {
-    std::uint32_t* d = dst + q * nr * kp;
-    for (std::int64_t p = 0; p < kp; ++p) {
-      for (std::int64_t c = 0; c < nr; ++c) {
-        const std::int64_t j = q * nr + c;
-        if (j >= nb) d[p * nr + c] = 0;
-        else if (b_trans) d[p * nr + c] = pair_along(B + j * ldb, p, kb);  // op(B)(k, j) = B[j ldb + k]
-        else d[p * nr + c] = pair_across(B + j, ldb, p, kb);
-      }
+  const std::int64_t kp = (kb + 1) / 2, full = nb / nr, whole = kb / 2;
+  if constexpr (b_trans) {
+    // op(B)(k, j) = B[j ldb + k]: a column's pairs are adjacent words, as above
+    if (ldb % 2 == 0 && kb % 2 == 0 && reinterpret_cast<std::uintptr_t>(B) % 4 == 0) {
+      sgemm::pack_b<nr, true>(whole, full * nr, reinterpret_cast<const float*>(B), ldb / 2, reinterpret_cast<float*>(dst));
+    } else {
+      for (std::int64_t q = 0; q < full; ++q)
+        for (std::int64_t p = 0; p < kp; ++p)
+          for (std::int64_t c = 0; c < nr; ++c) dst[q * nr * kp + p * nr + c] = pair_along(B + (q * nr + c) * ldb, p, kb);
     }
+  } else {
+    // rows 2p and 2p + 1 of B, 32 values each, interleaved
+    for (std::int64_t q = 0; q < full; ++q) {
+      std::uint32_t* d = dst + q * nr * kp;
+      for (std::int64_t p = 0; p < whole; ++p) {
+        const bf16* lo = B + 2 * p * ldb + q * nr;
+        _mm512_storeu_si512(d + p * nr, interleave16(lo, lo + ldb));
+        _mm512_storeu_si512(d + p * nr + 16, interleave16(lo + 16, lo + ldb + 16));
+      }
+      for (std::int64_t p = whole; p < kp; ++p)
+        for (std::int64_t c = 0; c < nr; ++c) d[p * nr + c] = pair_across(B + q * nr + c, ldb, p, kb);
+    }
+  }
+  if (full * nr < nb) {  // the last, partial sliver: zeros past nb
+    std::uint32_t* d = dst + full * nr * kp;
+    for (std::int64_t p = 0; p < kp; ++p)
+      for (std::int64_t c = 0; c < nr; ++c) {
+        const std::int64_t j = full * nr + c;
+        d[p * nr + c] = j >= nb ? 0u : b_trans ? pair_along(B + j * ldb, p, kb) : pair_across(B + j, ldb, p, kb);
+      }
   }
 }
 
