@@ -169,3 +169,46 @@ TEST_CASE("host.gemm bf16: the widening path is the float product of the widened
     }
   }
 }
+
+TEST_CASE("host.gemm bf16 C: each element is the float C's, rounded once, to the bit", "[host][gemm][bf16]") {
+  // A bf16 C accumulates each (mc, nc) block in float in the panel and rounds
+  // at the end, chunks of K in the float C's order: so it must equal
+  // to_bf16 of the float C computed from the same operands (and, with beta,
+  // from C's widened values), under every kernel, with 1-3 workers, the
+  // panels the plan sizes, guard elements after them and guard columns in C.
+  const Case shapes[] = {{1, 1, 1}, {13, 35, 257}, {200, 37, 513}, {35, 1100, 71}, {130, 700, 300}, {300, 1200, 64}};
+  for (host::Isa i : runnable()) {
+    const IsaScope scope(i);
+    for (int tr = 0; tr < 4; ++tr)
+      for (const Case& s : shapes)
+        for (const float beta : {0.0f, 1.0f, -0.5f}) {
+          const bool ta = (tr & 2) != 0, tb = (tr & 1) != 0;
+          const i64 M = s.m, N = s.n, K = s.k, lda = ta ? M : K, ldb = tb ? K : N, ldc = N + 3;
+          const int workers = 1 + static_cast<int>((M + N) % 3);
+          const auto A = random_bf16(M * K, 6), B = random_bf16(N * K, 7), C0 = random_bf16(M * ldc, 8);
+          std::vector<bf16> c16 = C0;
+          std::vector<float> c32(static_cast<std::size_t>(M * ldc));
+          for (std::size_t x = 0; x < c32.size(); ++x) c32[x] = host::to_float(C0[x]);
+          if (beta == 0.0f)  // must not be read
+            for (i64 r = 0; r < M; ++r)
+              for (i64 j = 0; j < N; ++j) c16[r * ldc + j] = host::to_bf16(std::numeric_limits<float>::quiet_NaN());
+          const i64 per = GemmBlocking::panel_elements(M, N, K, true), guard = 64;
+          const float sentinel = -12345.0f;
+          std::vector<float, Eigen::aligned_allocator<float>> panels(static_cast<std::size_t>(per * workers + guard), sentinel);
+          const host::GemmPanels<float> ws{panels.data(), per};
+          const auto t = [](bool x) { return x ? host::Trans::yes : host::Trans::no; };
+          host::gemm(t(ta), t(tb), M, N, K, 0.7f, A.data(), lda, B.data(), ldb, beta, c16.data(), ldc, ws, workers);
+          for (i64 g = per * workers; g < per * workers + guard; ++g) REQUIRE(panels[static_cast<std::size_t>(g)] == sentinel);
+          host::gemm(t(ta), t(tb), M, N, K, 0.7f, A.data(), lda, B.data(), ldb, beta, c32.data(), ldc, ws, workers);
+          INFO("kernels " << host::isa_name(i) << " ta " << ta << " tb " << tb << " M " << M << " N " << N << " K " << K
+                          << " beta " << beta << " workers " << workers);
+          i64 bad = 0;
+          for (i64 r = 0; r < M; ++r)
+            for (i64 j = 0; j < ldc; ++j) {
+              const bf16 want = j < N ? host::to_bf16(c32[r * ldc + j]) : C0[r * ldc + j];
+              bad += c16[r * ldc + j].bits != want.bits;
+            }
+          REQUIRE(bad == 0);
+        }
+  }
+}

@@ -24,4 +24,9 @@ constexpr bf16 to_bf16(float f) {
   return bf16{static_cast<std::uint16_t>((u + rounding) >> 16)};
 }
 
+// dst[0..n) = src[0..n) rounded to bf16 (to_bf16 each)
+inline void narrow_row(const float* src, bf16* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
+}
+
 }  // namespace headroom::host

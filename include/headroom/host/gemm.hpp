@@ -33,10 +33,10 @@
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "sgemm/avx2.hpp"
-#include "bf16.hpp"
 #include "sgemm/avx512.hpp"
 #include "sgemm/avx512_bf16.hpp"
 #include "sgemm/pack.hpp"
+#include "storage.hpp"
 
 namespace headroom::host {
 
@@ -56,38 +56,42 @@ class ArenaBlocking : public Eigen::internal::level3_blocking<T, T> {
 };
 
 // bf16 operands where no x86 kernel runs: each element of C sums k in float,
-// chunk by chunk of kc as the tiles do, then alpha acc (+ beta C).
-template <bool a_trans, bool b_trans>
+// chunk by chunk of kc as the tiles do, then alpha acc (+ beta C); a bf16 C
+// is rounded once, at the end.
+template <bool a_trans, bool b_trans, class Out>
 void gemm_bf16_scalar(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const bf16* A, std::int64_t lda,
-                      const bf16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+                      const bf16* B, std::int64_t ldb, float beta, Out* C, std::int64_t ldc) {
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t j = 0; j < N; ++j) {
-      float c = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+      float c = beta == 0.0f ? 0.0f : beta * widen(C[i * ldc + j]);
       for (std::int64_t pc = 0; pc < K; pc += GemmBlocking::kc) {
         float acc = 0.0f;
         for (std::int64_t k = pc; k < K && k < pc + GemmBlocking::kc; ++k)
           acc += to_float(a_trans ? A[k * lda + i] : A[i * lda + k]) * to_float(b_trans ? B[j * ldb + k] : B[k * ldb + j]);
         c = alpha * acc + c;
       }
-      C[i * ldc + j] = c;
+      C[i * ldc + j] = narrow<Out>(c);
     }
 }
 
 // One worker's block, sequentially, with its panels. In, the operands'
-// type, is T, or bf16 with T float (float accumulation and C).
-template <class T, int LhsOrder, int RhsOrder, class In = T>
+// type, is T, or bf16 with T float (float accumulation); Out, C's type, is
+// T, or bf16 with bf16 operands.
+template <class T, int LhsOrder, int RhsOrder, class In = T, class Out = T>
 void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda, const In* B,
-                std::int64_t ldb, T beta, T* C, std::int64_t ldc, T* panels, std::int64_t panel_elements) {
+                std::int64_t ldb, T beta, Out* C, std::int64_t ldc, T* panels, std::int64_t panel_elements) {
   static_assert(std::is_same_v<In, T> || (std::is_same_v<In, bf16> && std::is_same_v<T, float>),
                 "host::gemm: the operands are T, or bf16 with a float C");
+  static_assert(std::is_same_v<Out, T> || (std::is_same_v<Out, bf16> && std::is_same_v<In, bf16>),
+                "host::gemm: C is T, or bf16 with bf16 operands");
   if (M <= 0 || N <= 0) return;
   const auto scale_c = [&] {
     for (std::int64_t i = 0; i < M; ++i) {
-      T* row = C + i * ldc;
+      Out* row = C + i * ldc;
       if (beta == T(0)) {
-        for (std::int64_t j = 0; j < N; ++j) row[j] = T(0);
+        for (std::int64_t j = 0; j < N; ++j) row[j] = Out{};
       } else if (beta != T(1)) {
-        for (std::int64_t j = 0; j < N; ++j) row[j] *= beta;
+        for (std::int64_t j = 0; j < N; ++j) row[j] = narrow<Out>(widen(row[j]) * beta);
       }
     }
   };
@@ -121,6 +125,7 @@ void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const I
   if constexpr (std::is_same_v<In, bf16>) {
     gemm_bf16_scalar<at, bt>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   } else {
+    static_assert(std::is_same_v<Out, T>);
     scale_c();
     ArenaBlocking<T> blocking(panels, panels + size_a, mc, nc, kc);
     Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, LhsOrder, false, T, RhsOrder, false,
@@ -129,9 +134,9 @@ void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const I
   }
 }
 
-template <class T, int LhsOrder, int RhsOrder, class In>
+template <class T, int LhsOrder, int RhsOrder, class In, class Out>
 void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda, const In* B,
-                std::int64_t ldb, T beta, T* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {
+                std::int64_t ldb, T beta, Out* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {
   // element (i, k) of op(A) / (k, j) of op(B)
   const bool a_rows = LhsOrder == Eigen::RowMajor, b_rows = RhsOrder == Eigen::RowMajor;
   const bool by_rows = M >= N;
@@ -140,11 +145,11 @@ void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const I
     if (r.size() <= 0) return;
     if (by_rows) {
       const In* a = a_rows ? A + r.begin * lda : A + r.begin;
-      gemm_block<T, LhsOrder, RhsOrder, In>(r.size(), N, K, alpha, a, lda, B, ldb, beta, C + r.begin * ldc, ldc, ws.of(w),
+      gemm_block<T, LhsOrder, RhsOrder, In, Out>(r.size(), N, K, alpha, a, lda, B, ldb, beta, C + r.begin * ldc, ldc, ws.of(w),
                                         ws.per_worker);
     } else {
       const In* b = b_rows ? B + r.begin : B + r.begin * ldb;
-      gemm_block<T, LhsOrder, RhsOrder, In>(M, r.size(), K, alpha, A, lda, b, ldb, beta, C + r.begin, ldc, ws.of(w),
+      gemm_block<T, LhsOrder, RhsOrder, In, Out>(M, r.size(), K, alpha, A, lda, b, ldb, beta, C + r.begin, ldc, ws.of(w),
                                         ws.per_worker);
     }
   });
@@ -154,12 +159,13 @@ void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const I
 
 enum class Trans : bool { no = false, yes = true };
 
-// In is T, or bf16 with T float: bf16 operands, float accumulation and C
-// (the AVX512_BF16 tile where the CPU has it, else widened to float while
-// packing and run on the float tile).
-template <class T, class In>
+// In is T, or bf16 with T float: bf16 operands, float accumulation (the
+// AVX512_BF16 tile where the CPU has it, else widened to float while packing
+// and run on the float tile). Out is T, or bf16 with bf16 operands: each
+// element is then the float C's, rounded to bf16 once.
+template <class T, class In, class Out>
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda,
-          const In* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {
+          const In* B, std::int64_t ldb, T beta, Out* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {
   constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
   if (ta == Trans::no && tb == Trans::no) detail::gemm_split<T, R, R>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws, workers);
   else if (ta == Trans::no) detail::gemm_split<T, R, Cm>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws, workers);
@@ -169,16 +175,16 @@ void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T 
 
 // The same product on the calling thread only, with worker w's panels (for
 // kernels that already run inside a team).
-template <class T>
-void gemm_serial(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T* A, std::int64_t lda,
-                 const T* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc, const GemmPanels<T>& ws, int w) {
+template <class T, class In, class Out>
+void gemm_serial(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda,
+                 const In* B, std::int64_t ldb, T beta, Out* C, std::int64_t ldc, const GemmPanels<T>& ws, int w) {
   constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
   T* p = ws.of(w);
   const std::int64_t n = ws.per_worker;
-  if (ta == Trans::no && tb == Trans::no) detail::gemm_block<T, R, R>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
-  else if (ta == Trans::no) detail::gemm_block<T, R, Cm>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
-  else if (tb == Trans::no) detail::gemm_block<T, Cm, R>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
-  else detail::gemm_block<T, Cm, Cm>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
+  if (ta == Trans::no && tb == Trans::no) detail::gemm_block<T, R, R, In, Out>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
+  else if (ta == Trans::no) detail::gemm_block<T, R, Cm, In, Out>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
+  else if (tb == Trans::no) detail::gemm_block<T, Cm, R, In, Out>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
+  else detail::gemm_block<T, Cm, Cm, In, Out>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p, n);
 }
 
 }  // namespace headroom::host

@@ -242,10 +242,65 @@ struct FloatSlivers {
   }
 };
 
+// The blocks for a bf16 C: blocks() cut further, where needed, so that the
+// float accumulator of C's block (its actual rows and columns) fits the panel
+// after the two packed blocks (first nc, then mc, then kc; the panel
+// GemmBlocking::panel_elements declares for a bf16 C always fits at kc = 1).
+template <std::int64_t mr, std::int64_t nr>
+Blocks blocks_with_accumulator(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t panel) {
+  using G = GemmBlocking;
+  Blocks b = blocks<mr, nr>(M, N, K, panel);
+  const auto need = [&] { return G::round(b.kc * b.mc) + b.kc * b.nc + (M < b.mc ? M : b.mc) * (N < b.nc ? N : b.nc); };
+  while (need() > panel && b.nc > nr) b.nc -= nr;
+  while (need() > panel && b.mc > mr) b.mc -= mr;
+  while (need() > panel && b.kc > 1) b.kc = (b.kc + 1) / 2;
+  if (need() > panel) detail::gemm_panels_too_small(need(), panel);
+  return b;
+}
+
 // C (M, N) = alpha op(A) op(B) + beta C with Kernel's register tile; A and B
 // hold In (float, or bf16 for Kernel's own packing or the widening above).
 // A sliver holds Kernel::k_words(kb) words per row or column (kb floats, or
 // kb / 2 bf16 pairs), never more than kb: the blocks fit the same panels.
+//
+// A bf16 C is computed block by block of (mc, nc) in a float accumulator in
+// the panel (B's block is packed again for each block of rows), every chunk
+// of K in the same order as for a float C, and rounded once at the end: each
+// element is the float product's, rounded to bf16.
+template <class Kernel, bool a_trans, bool b_trans, class In>
+void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
+           std::int64_t ldb, float beta, bf16* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
+  constexpr std::int64_t mr = Kernel::mr, nr = Kernel::nr;
+  const Blocks bs = blocks_with_accumulator<mr, nr>(M, N, K, panel_elements);
+  float* pa = panels;
+  float* pb = pa + GemmBlocking::round(bs.kc * bs.mc);
+  float* acc = pb + bs.kc * bs.nc;  // (mb, nb), row stride nb
+  for (std::int64_t jc = 0; jc < N; jc += bs.nc) {
+    const std::int64_t nb = N - jc < bs.nc ? N - jc : bs.nc;
+    for (std::int64_t ic = 0; ic < M; ic += bs.mc) {
+      const std::int64_t mb = M - ic < bs.mc ? M - ic : bs.mc;
+      bf16* c = C + ic * ldc + jc;
+      if (beta != 0.0f)
+        for (std::int64_t i = 0; i < mb; ++i)
+          for (std::int64_t j = 0; j < nb; ++j) acc[i * nb + j] = to_float(c[i * ldc + j]);
+      for (std::int64_t pc = 0; pc < K; pc += bs.kc) {
+        const std::int64_t kb = K - pc < bs.kc ? K - pc : bs.kc, kw = Kernel::k_words(kb);
+        Kernel::template pack_b<b_trans>(kb, nb, b_trans ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, pb);
+        Kernel::template pack_a<a_trans>(mb, kb, a_trans ? A + pc * lda + ic : A + ic * lda + pc, lda, pa);
+        const float be = pc == 0 ? beta : 1.0f;
+        for (std::int64_t jr = 0; jr < nb; jr += nr) {
+          const std::int64_t n = nb - jr < nr ? nb - jr : nr;
+          for (std::int64_t ir = 0; ir < mb; ir += mr) {
+            const std::int64_t m = mb - ir < mr ? mb - ir : mr;
+            Kernel::tile(kw, pa + ir * kw, pb + jr * kw, acc + ir * nb + jr, nb, m, n, alpha, be);
+          }
+        }
+      }
+      for (std::int64_t i = 0; i < mb; ++i) narrow_row(acc + i * nb, c + i * ldc, nb);
+    }
+  }
+}
+
 template <class Kernel, bool a_trans, bool b_trans, class In>
 void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
            std::int64_t ldb, float beta, float* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
