@@ -15,8 +15,13 @@
 // gradients of the un-rotated q and k (the inverse rotation of dq_rot, dk_rot).
 // GQA: query head h reads kv head h / (heads / kv_heads).
 //
+// Storage: T is float, double or bf16 (host/storage.hpp); the tiles, the
+// scratch, lse and every sum are in C = compute_t<T>. A bf16 run loads its q,
+// k, v and dO tiles widened, accumulates dq in f32 for the work item, and
+// rounds each output element once.
+//
 // Memory: the kernels use only the caller's scratch (sizes below, in elements
-// of T), the inputs and the outputs: no heap. The tile products
+// of C), the inputs and the outputs: no heap. The tile products
 // (tile_product) run host::gemm's kernel for the CPU (float) with 64 KiB of
 // packing panels on the worker's stack, or Eigen products of row-major maps,
 // which on 64-row tiles pack their panels on the stack too
@@ -61,10 +66,11 @@ struct AttentionDims {
 
 inline constexpr std::int64_t attention_tile = 64;  // t: rows of a query / key tile
 
-// Scratch, in elements of T.
-//   forward:  [rope table (seq, hd)] [per worker: S (t, t) | Q (t, hd) | K (t, hd) | O (t, hd) | m (t) | l (t)]
+// Scratch, in elements of C.
+//   forward:  [rope table (seq, hd)] [per worker: S (t, t) | Q (t, hd) | K, then V (t, hd) | O (t, hd) | m (t) | l (t)]
 //   backward: [delta (batch, heads, seq)] [rope table (seq, hd)]
-//             [per worker: P/dS (t, t) | dP (t, t) | Q, K, V, dK, dV (t, hd) each | 2 t unused]
+//             [per worker: P/dS (t, t) | dP (t, t) | Q, K, V, dK, dV (t, hd) each | 2 t unused
+//              | bf16 (widened): dO (t, hd) | dq (heads / kv_heads, seq, hd)]
 //   decode:   [per worker: scores (max_seq) | q (hd) | out accumulator (hd)]
 // The rope table holds, for each position, hd/2 cosines then hd/2 sines; it is
 // reserved (and left alone) when d.rope is false.
@@ -72,9 +78,10 @@ constexpr std::int64_t attention_forward_scratch(const AttentionDims& d, int wor
   const std::int64_t t = attention_tile;
   return d.seq * d.head_dim + workers * (t * t + 3 * t * d.head_dim + 2 * t);
 }
-constexpr std::int64_t attention_backward_scratch(const AttentionDims& d, int workers) {
+constexpr std::int64_t attention_backward_scratch(const AttentionDims& d, int workers, bool widened = false) {
   const std::int64_t t = attention_tile;
-  return d.batch * d.heads * d.seq + d.seq * d.head_dim + workers * (2 * t * t + 5 * t * d.head_dim + 2 * t);
+  const std::int64_t extra = widened ? t * d.head_dim + d.heads / d.kv_heads * d.seq * d.head_dim : 0;
+  return d.batch * d.heads * d.seq + d.seq * d.head_dim + workers * (2 * t * t + 5 * t * d.head_dim + 2 * t + extra);
 }
 constexpr std::int64_t attention_decode_scratch(const AttentionDims& d, std::int64_t max_seq, int workers) {
   return workers * (max_seq + 2 * d.head_dim);
@@ -305,19 +312,19 @@ void fill_rope_table(T* table, i64 seq, i64 hd, double theta) {
 // dst (rows, hd) dense <- mul * R(p0 + r) src_r for each row r; src rows have
 // stride ld. R is the RoPE rotation at the row's position (identity when table
 // is null). table: (seq, hd) as fill_rope_table writes it.
-template <class T>
-inline void load_rows(T* dst, const T* src, i64 ld, i64 rows, i64 hd, const T* table, i64 p0, T mul) {
+template <class T, class S>
+inline void load_rows(T* dst, const S* src, i64 ld, i64 rows, i64 hd, const T* table, i64 p0, T mul) {
   const i64 half = hd / 2;
   for (i64 r = 0; r < rows; ++r) {
-    const T* x = src + r * ld;
+    const S* x = src + r * ld;
     T* y = dst + r * hd;
     if (table == nullptr) {
-      for (i64 c = 0; c < hd; ++c) y[c] = x[c] * mul;
+      for (i64 c = 0; c < hd; ++c) y[c] = widen(x[c]) * mul;
       continue;
     }
     const T* cs = table + (p0 + r) * hd;  // cos (half) | sin (half)
     for (i64 i = 0; i < half; ++i) {
-      const T x0 = x[i], x1 = x[i + half];
+      const T x0 = widen(x[i]), x1 = widen(x[i + half]);
       y[i] = (x0 * cs[i] - x1 * cs[half + i]) * mul;
       y[i + half] = (x1 * cs[i] + x0 * cs[half + i]) * mul;
     }
@@ -327,22 +334,22 @@ inline void load_rows(T* dst, const T* src, i64 ld, i64 rows, i64 hd, const T* t
 // dst_r (stride ldd) <- mul * R(p0 + r)^T src_r (stride lds): the inverse
 // rotation maps a gradient of rotated vectors to one of un-rotated vectors.
 // dst may equal src (each pair is read before it is written).
-template <class T>
-inline void store_rows_inverse(T* dst, i64 ldd, const T* src, i64 lds, i64 rows, i64 hd, const T* table, i64 p0,
+template <class S, class T>
+inline void store_rows_inverse(S* dst, i64 ldd, const T* src, i64 lds, i64 rows, i64 hd, const T* table, i64 p0,
                                T mul) {
   const i64 half = hd / 2;
   for (i64 r = 0; r < rows; ++r) {
     const T* x = src + r * lds;
-    T* y = dst + r * ldd;
+    S* y = dst + r * ldd;
     if (table == nullptr) {
-      for (i64 c = 0; c < hd; ++c) y[c] = x[c] * mul;
+      for (i64 c = 0; c < hd; ++c) y[c] = narrow<S>(x[c] * mul);
       continue;
     }
     const T* cs = table + (p0 + r) * hd;
     for (i64 i = 0; i < half; ++i) {
       const T x0 = x[i], x1 = x[i + half];
-      y[i] = (x0 * cs[i] + x1 * cs[half + i]) * mul;
-      y[i + half] = (x1 * cs[i] - x0 * cs[half + i]) * mul;
+      y[i] = narrow<S>((x0 * cs[i] + x1 * cs[half + i]) * mul);
+      y[i + half] = narrow<S>((x1 * cs[i] - x0 * cs[half + i]) * mul);
     }
   }
 }
@@ -460,8 +467,8 @@ void for_items(i64 n, F&& f) {
 
 template <class T>
 constexpr void check_scalar() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "host attention kernels: T must be float or double");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>,
+                "host attention kernels: T must be float, double or bf16");
 }
 
 }  // namespace detail
@@ -472,11 +479,11 @@ constexpr void check_scalar() {
 //   o: (N, heads * hd) dense; lse: (batch, heads, seq), log-sum-exp of the
 //   scaled causal scores of each query row; scratch: attention_forward_scratch(d, workers)
 // Work items (batch, head, query tile), heaviest (most key tiles) first.
-template <class T>
-void attention_forward(const AttentionDims& d, const T* q, std::int64_t ldq, const T* k, std::int64_t ldk, const T* v,
-                       std::int64_t ldv, T* o, T* lse, T* scratch, int workers) {
+template <class X, class T = compute_t<X>>
+void attention_forward(const AttentionDims& d, const X* q, std::int64_t ldq, const X* k, std::int64_t ldk, const X* v,
+                       std::int64_t ldv, X* o, T* lse, T* scratch, int workers) {
   using namespace detail;
-  check_scalar<T>();
+  check_scalar<X>();
   check_attention_dims(d, "attention_forward");
   check_workers(workers, "attention_forward");
   check_stride(ldq, d.heads * d.head_dim, "attention_forward", "ldq");
@@ -525,12 +532,17 @@ void attention_forward(const AttentionDims& d, const T* q, std::int64_t ldq, con
           mb[r] = m_new;
           if (alpha != T(1)) O.row(r) *= alpha;
         }
-        tile_product(false, false, nq, hd, nk, sb, t, v + (b * S + k0) * ldv + g * hd, ldv, true, ob, hd);
+        if constexpr (std::is_same_v<X, T>) {
+          tile_product(false, false, nq, hd, nk, sb, t, v + (b * S + k0) * ldv + g * hd, ldv, true, ob, hd);
+        } else {  // V widened into K's tile, which the scores no longer need
+          load_rows(kb, v + (b * S + k0) * ldv + g * hd, ldv, nk, hd, static_cast<const T*>(nullptr), k0, T(1));
+          tile_product(false, false, nq, hd, nk, sb, t, kb, hd, true, ob, hd);
+        }
       }
       for (i64 r = 0; r < nq; ++r) {
         const T inv = T(1) / lb[r];
-        T* orow = o + (b * S + r0 + r) * ldo + h * hd;
-        for (i64 c = 0; c < hd; ++c) orow[c] = ob[r * hd + c] * inv;
+        X* orow = o + (b * S + r0 + r) * ldo + h * hd;
+        for (i64 c = 0; c < hd; ++c) orow[c] = narrow<X>(ob[r * hd + c] * inv);
         lse[(b * H + h) * S + r0 + r] = mb[r] + std::log(lb[r]);
       }
     });
@@ -546,12 +558,13 @@ void attention_forward(const AttentionDims& d, const T* q, std::int64_t ldq, con
 // Work items (batch, kv head): each owns the dk, dv rows of its kv head and
 // the dq rows of its query heads (accumulated in place, key tile by key tile,
 // then rotated back), so every output has a single writer.
-template <class T>
-void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, const T* k, std::int64_t ldk, const T* v,
-                        std::int64_t ldv, const T* o, const T* lse, const T* dout, T* dq, std::int64_t lddq, T* dk,
-                        std::int64_t lddk, T* dv, std::int64_t lddv, T* scratch, int workers) {
+template <class X, class T = compute_t<X>>
+void attention_backward(const AttentionDims& d, const X* q, std::int64_t ldq, const X* k, std::int64_t ldk, const X* v,
+                        std::int64_t ldv, const X* o, const T* lse, const X* dout, X* dq, std::int64_t lddq, X* dk,
+                        std::int64_t lddk, X* dv, std::int64_t lddv, T* scratch, int workers) {
   using namespace detail;
-  check_scalar<T>();
+  check_scalar<X>();
+  constexpr bool widened = !std::is_same_v<X, T>;  // dO tiles and the item's dq in T
   check_attention_dims(d, "attention_backward");
   check_workers(workers, "attention_backward");
   check_stride(ldq, d.heads * d.head_dim, "attention_backward", "ldq");
@@ -568,7 +581,7 @@ void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, co
   T* delta = scratch;                               // rowsum(dO * O): (batch, heads, seq)
   T* table = d.rope ? scratch + d.batch * H * S : nullptr;  // (S, hd)
   T* workers_base = scratch + d.batch * H * S + S * hd;
-  const i64 per_worker = 2 * t * t + 5 * t * hd + 2 * t;
+  const i64 per_worker = 2 * t * t + 5 * t * hd + 2 * t + (widened ? t * hd + rep * S * hd : 0);
 
   attention_team(workers, [&](int w) {
     if (table != nullptr) fill_rope_table(table, S, hd, d.rope_theta);  // ends with the team's barrier
@@ -579,6 +592,14 @@ void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, co
     T* vb = kb + t * hd;                    // V: (t, hd)
     T* dkb = vb + t * hd;                   // dK (rotated): (t, hd)
     T* dvb = dkb + t * hd;                  // dV: (t, hd)
+    T* dob = dvb + t * hd + 2 * t;          // widened: dO (t, hd)
+    T* dqa = dob + t * hd;                  // widened: dq of the item's heads (rep, S, hd)
+    // where head h's dq rows accumulate: dq itself, or (widened) dqa
+    const auto dq_rows = [&](i64 b, i64 h, i64 h0) -> T* {
+      if constexpr (widened) return dqa + (h - h0) * S * hd;
+      else return dq + b * S * lddq + h * hd;
+    };
+    const i64 lddqa = widened ? hd : lddq;
 
     for_items(n_items, [&](i64 item) {
       const i64 b = item / KV, g = item % KV, h0 = g * rep;
@@ -586,8 +607,14 @@ void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, co
       for (i64 h = h0; h < h0 + rep; ++h)
         for (i64 s = 0; s < S; ++s) {
           const i64 n = b * S + s;
-          delta[(b * H + h) * S + s] = dot(dout + n * ldo + h * hd, o + n * ldo + h * hd, hd);
-          T* dqrow = dq + n * lddq + h * hd;
+          if constexpr (widened) {
+            T sum = T(0);
+            for (i64 c = 0; c < hd; ++c) sum += widen(dout[n * ldo + h * hd + c]) * widen(o[n * ldo + h * hd + c]);
+            delta[(b * H + h) * S + s] = sum;
+          } else {
+            delta[(b * H + h) * S + s] = dot(dout + n * ldo + h * hd, o + n * ldo + h * hd, hd);
+          }
+          T* dqrow = dq_rows(b, h, h0) + s * lddqa;
           for (i64 c = 0; c < hd; ++c) dqrow[c] = T(0);
         }
       for (i64 j = 0; j < nt; ++j) {
@@ -611,9 +638,18 @@ void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, co
               exp_shifted_sum(prow, n, lse_h[r0 + r]);
               for (i64 c = n; c < nk; ++c) prow[c] = T(0);
             }
-            const T* dO = dout + (b * S + r0) * ldo + h * hd;  // (nq, hd)
-            tile_product(true, false, nk, hd, nq, sb, t, dO, ldo, true, dvb, hd);   // dV += P^T dO
-            tile_product(false, true, nq, nk, hd, dO, ldo, vb, hd, false, pb, t);   // dP = dO V^T
+            const T* dO;  // (nq, hd), row stride lddo
+            i64 lddo;
+            if constexpr (widened) {
+              load_rows(dob, dout + (b * S + r0) * ldo + h * hd, ldo, nq, hd, static_cast<const T*>(nullptr), r0, T(1));
+              dO = dob;
+              lddo = hd;
+            } else {
+              dO = dout + (b * S + r0) * ldo + h * hd;
+              lddo = ldo;
+            }
+            tile_product(true, false, nk, hd, nq, sb, t, dO, lddo, true, dvb, hd);   // dV += P^T dO
+            tile_product(false, true, nq, nk, hd, dO, lddo, vb, hd, false, pb, t);   // dP = dO V^T
             for (i64 r = 0; r < nq; ++r) {  // dS = P (dP - delta), in place of P
               T* srow = sb + r * t;
               const T* dprow = pb + r * t;
@@ -621,17 +657,15 @@ void attention_backward(const AttentionDims& d, const T* q, std::int64_t ldq, co
               for (i64 c = 0; c < nk; ++c) srow[c] = srow[c] * (dprow[c] - dr);
             }
             tile_product(true, false, nk, hd, nq, sb, t, qb, hd, true, dkb, hd);  // dK += dS^T Q; Q carries the scale
-            tile_product(false, false, nq, hd, nk, sb, t, kb, hd, true, dq + (b * S + r0) * lddq + h * hd, lddq);  // dQ += dS K, scale at the end
+            tile_product(false, false, nq, hd, nk, sb, t, kb, hd, true, dq_rows(b, h, h0) + r0 * lddqa, lddqa);  // dQ += dS K, scale at the end
           }
         }
         store_rows_inverse(dk + (b * S + k0) * lddk + g * hd, lddk, dkb, hd, nk, hd, table, k0, T(1));
         store_rows_inverse(dv + (b * S + k0) * lddv + g * hd, lddv, dvb, hd, nk, hd, static_cast<const T*>(nullptr),
                            k0, T(1));
       }
-      for (i64 h = h0; h < h0 + rep; ++h) {  // dq_rot -> dq: times scale, rotated back, in place
-        T* dqh = dq + b * S * lddq + h * hd;
-        store_rows_inverse(dqh, lddq, dqh, lddq, S, hd, table, 0, scale);
-      }
+      for (i64 h = h0; h < h0 + rep; ++h)  // dq_rot -> dq: times scale, rotated back (in place unless widened)
+        store_rows_inverse(dq + b * S * lddq + h * hd, lddq, dq_rows(b, h, h0), lddqa, S, hd, table, 0, scale);
     });
   });
 }

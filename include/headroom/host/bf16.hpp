@@ -12,10 +12,12 @@ namespace headroom::host {
 struct bf16 {
   std::uint16_t bits = 0;
   constexpr bool operator==(const bf16&) const = default;
+  // exact: every bf16 is a float (the other way is to_bf16, which rounds)
+  constexpr explicit operator float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 };
 static_assert(sizeof(bf16) == 2);
 
-constexpr float to_float(bf16 h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h.bits) << 16); }
+constexpr float to_float(bf16 h) { return static_cast<float>(h); }
 
 constexpr bf16 to_bf16(float f) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);

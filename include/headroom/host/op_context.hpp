@@ -12,20 +12,25 @@
 #include "../ops/bound.hpp"
 #include "communicator.hpp"
 #include "panels.hpp"
+#include "storage.hpp"
 
 namespace headroom::host {
 
+// T is the storage type (host/storage.hpp); statistics (norm rstd, attention
+// lse), the loss scratch and the GEMM panels are in compute (compute_t<T>):
+// read those with k.get<typename OpContext<T>::compute>(operand).
 template <class T>
 struct OpContext : ops::Bound<T> {
+  using compute = compute_t<T>;
   static constexpr const char* engine = "host";
   int n_workers = 1;
-  GemmPanels<T> gemm_panels{};
+  GemmPanels<compute> gemm_panels{};
   Communicator* comm = nullptr;         // data parallelism: the ranks' communicator (the collectives' kernels)
   Communicator* tensor_comm = nullptr;  // tensor parallelism: this rank's tensor-parallel group (ops/tensor_parallel.hpp)
   Communicator* pipe_comm = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (ops/pipeline.hpp)
 
   int workers() const { return n_workers; }
-  const GemmPanels<T>& panels() const { return gemm_panels; }
+  const GemmPanels<compute>& panels() const { return gemm_panels; }
   // The next event when it runs in this op's epilogue and is an O; else null.
   template <class O>
   const OpContext* fused() const {

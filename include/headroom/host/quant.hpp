@@ -10,6 +10,7 @@
 #include "../math/dynamic_map.hpp"
 #include "../math/nf4.hpp"
 #include "../math/quant_view.hpp"
+#include "storage.hpp"
 
 namespace headroom::host {
 
@@ -32,19 +33,19 @@ void dequantize_rows(const QuantView& w, std::int64_t r0, std::int64_t r1, T* ou
       case QuantKind::nf4:
         for (std::int64_t i = 0; i < block; i += 2) {
           const std::uint8_t byte = w.codes[(b0 + i) >> 1];
-          o[i] = static_cast<T>(math::nf4_code(byte >> 4) * a);
-          o[i + 1] = static_cast<T>(math::nf4_code(byte & 15) * a);
+          o[i] = narrow<T>(math::nf4_code(byte >> 4) * a);
+          o[i + 1] = narrow<T>(math::nf4_code(byte & 15) * a);
         }
         break;
       case QuantKind::int4: {
         const float s = a / math::IntFormat<4>::qmax;
-        for (std::int64_t i = 0; i < block; ++i) o[i] = static_cast<T>(math::int4_unpack(w.codes, b0 + i) * s);
+        for (std::int64_t i = 0; i < block; ++i) o[i] = narrow<T>(math::int4_unpack(w.codes, b0 + i) * s);
         break;
       }
       case QuantKind::int8: {
         const float s = a / math::IntFormat<8>::qmax;
         const auto* c = reinterpret_cast<const std::int8_t*>(w.codes);
-        for (std::int64_t i = 0; i < block; ++i) o[i] = static_cast<T>(c[b0 + i] * s);
+        for (std::int64_t i = 0; i < block; ++i) o[i] = narrow<T>(c[b0 + i] * s);
         break;
       }
       case QuantKind::none: break;

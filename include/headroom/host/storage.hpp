@@ -9,8 +9,10 @@
 //
 // A kernel over S reads with widen(x) and writes with narrow<S>(v), which are
 // the identity for float and double and round to nearest even for bf16.
+#include <cstdint>
 #include <type_traits>
 
+#include "../math/norms.hpp"
 #include "bf16.hpp"
 
 namespace headroom::host {
@@ -38,4 +40,18 @@ constexpr S narrow(compute_t<S> v) {
   else return v;
 }
 
+// dst[0..n) = src[0..n) widened (exact)
+inline void widen_row(const bf16* src, float* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
 }  // namespace headroom::host
+
+// the shared row math (math/norms.hpp) writes bf16 rounded to nearest even
+template <>
+struct headroom::math::Store<headroom::host::bf16> {
+  template <class T>
+  static headroom::host::bf16 from(T v) {
+    return headroom::host::to_bf16(static_cast<float>(v));
+  }
+};

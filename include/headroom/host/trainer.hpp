@@ -13,8 +13,10 @@
 // where the plan put them) and the optimizer pass. No allocation happens
 // inside a step (tests/runtime/host_memory.cpp counts them).
 //
-// Run options the engine honours: Precision<F32> or Precision<F64> (f64 for
-// gradient checks), Batch, Seq, the optimizer, Accumulate<K> (step() takes K
+// Run options the engine honours: Precision<F32>, Precision<BF16> (bf16
+// weights, activations and gradients, f32 master weights, statistics and
+// sums: host/storage.hpp; one process, without offloading, for now) or
+// Precision<F64> (f64 for gradient checks), Batch, Seq, the optimizer, Accumulate<K> (step() takes K
 // micro-batches), UpdateInBackward (each parameter is updated as soon as its
 // gradient is complete; no global-norm clipping then), Workers<W> (up to W
 // threads; the plan holds W private scratch tiles), LossChunk.
@@ -66,9 +68,10 @@ using headroom::TrainOptions;
 namespace detail {
 template <DType D>
 struct host_scalar {
-  static_assert(D == DType::F32 || D == DType::F64,
-                "host::Trainer<Run>: the host engine runs Precision<F32> or Precision<F64>; 16-bit storage is the CUDA engine's");
-  using type = std::conditional_t<D == DType::F64, double, float>;
+  static_assert(D == DType::F32 || D == DType::F64 || D == DType::BF16,
+                "host::Trainer<Run>: the host engine runs Precision<F32>, Precision<BF16> or Precision<F64>; Precision<F16> "
+                "is the CUDA engine's");
+  using type = std::conditional_t<D == DType::F64, double, std::conditional_t<D == DType::BF16, bf16, float>>;
 };
 
 
@@ -107,7 +110,8 @@ constexpr bool check_lanes(type_list<Es...>) {
 template <TrainingRun R>
 class Trainer {
  public:
-  using T = typename detail::host_scalar<R::dtype>::type;
+  using T = typename detail::host_scalar<R::dtype>::type;  // storage: float, double or bf16
+  using C = compute_t<T>;                                   // what the kernels compute in: float or double
   using run = R;
   static constexpr auto plan = headroom::plan<R>();
   static constexpr auto sched = headroom::schedule<R>();
@@ -119,6 +123,9 @@ class Trainer {
   static_assert(config.engine == Engine::host,
                 "host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda), whose workspace and scratch the host kernels "
                 "cannot use; drop OnCuda from Train<...> to train it on the host");
+  static_assert(!std::is_same_v<T, bf16> || (config.world() == 1 && !config.offload_optimizer && !config.offload_params),
+                "host::Trainer: Precision<BF16> on the host engine trains one process without offloading; DataParallel, "
+                "TensorParallel, PipelineParallel, OffloadOptimizer and OffloadParameters run Precision<F32> here");
   using Ops = trainers::OpTable<R, sched>;
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
@@ -171,8 +178,8 @@ class Trainer {
           "host::Trainer: overlap_communication runs data-parallel collectives on a second thread, while a tensor- or "
           "pipeline-parallel run exchanges activations on the compute thread; one process calls its communicators from one "
           "thread at a time, so set overlap_communication = false with TensorParallel or PipelineParallel");
-    panels_ = GemmPanels<T>{sched.gemm_panels.bound() ? device_.at<T>(sched.gemm_panels.offset) : nullptr,
-                            sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(T)) / config.workers};
+    panels_ = GemmPanels<C>{sched.gemm_panels.bound() ? device_.at<C>(sched.gemm_panels.offset) : nullptr,
+                            sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(C)) / config.workers};
     if (comm_ != nullptr) {
       if constexpr (config.tp == 1 && config.pp == 1)
         comm_->check_size(config.dp, "data-parallel ranks");
@@ -320,7 +327,7 @@ class Trainer {
       return 0;
     }
     const double loss = loss_step(st, true) / tokens_per_micro_batch;
-    *ptr(sched.loss) = static_cast<T>(loss);
+    *ptr<C>(sched.loss) = static_cast<C>(loss);
     return loss;
   }
 
@@ -392,7 +399,7 @@ class Trainer {
   int steps_done() const { return step_; }
   void set_steps_done(int s) { step_ = s; }
   int threads() const { return workers_; }
-  const GemmPanels<T>& gemm_panels() const { return panels_; }
+  const GemmPanels<C>& gemm_panels() const { return panels_; }
   const TrainOptions& options() const { return opt_; }
 
   // ---- parameters ----------------------------------------------------------------------------------------
@@ -420,6 +427,9 @@ class Trainer {
   static constexpr Tier states_tier = config.offload_optimizer ? Tier::offload : Tier::device;
   const Arena& states_arena() const { return arena(states_tier); }
   std::byte* state(const ParamSlot& p) const { return p.state >= 0 ? states_arena().template at<std::byte>(p.state) : nullptr; }
+  // A bf16 run's trainable parameter: its f32 master weights (what the
+  // update reads and writes; weight() holds them rounded). Null otherwise.
+  float* master(const ParamSlot& p) const { return p.master >= 0 ? states_arena().template at<float>(p.master) : nullptr; }
   // The model's shared code tables (NF4 values, the dynamic map), or null.
   float* quant_table() const { return sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr; }
   QuantView quant(const ParamSlot& p) const {
@@ -481,7 +491,7 @@ class Trainer {
   int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
   bool updating_ = false;         // in step(): the last micro-batch's gradients go on to the update
   Arena device_, offload_;
-  GemmPanels<T> panels_{};
+  GemmPanels<C> panels_{};
   int workers_ = 1;
   int step_ = 0;
 
@@ -614,7 +624,7 @@ class Trainer {
           join_all();
           throw non_finite_loss(step_no, loss);
         }
-        *ptr(sched.loss) = static_cast<T>(loss);
+        *ptr<C>(sched.loss) = static_cast<C>(loss);
       } else {
         run_step(st);
       }
@@ -653,7 +663,7 @@ class Trainer {
         if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
         if (st.kind == EventKind::loss) {
           const double l = loss_step(st, true) / tokens_per_micro_batch;
-          *ptr(sched.loss) = static_cast<T>(l);
+          *ptr<C>(sched.loss) = static_cast<C>(l);
           loss += l / K;
         } else {
           run_step(st);
@@ -836,8 +846,8 @@ class Trainer {
     if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(&sq, 1, DType::F64);  // each stage its parameters
     if (!(sq <= max_squares)) stop_before_update(step_no, sq);
     const double norm = std::sqrt(sq);
-    T scale = T(1);
-    if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<T>(opt_.clip_norm / (norm + 1e-6));
+    C scale = C(1);
+    if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<C>(opt_.clip_norm / (norm + 1e-6));
     if constexpr (config.offload_optimizer) {
       const double began = trace_.empty() ? 0 : since_step_began();
       update_offloaded_all(step_no, scale);
@@ -919,7 +929,7 @@ class Trainer {
       const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
       if (checked_.first < 0 && sq <= max_squares) {
         checked_.squares += sq;
-        update_param(p, step_no, T(1));
+        update_param(p, step_no, C(1));
         ++checked_.updated;
         continue;
       }
@@ -1017,7 +1027,7 @@ class Trainer {
     if (updates_in_flight()) {
       if (checked_.first < 0 && sq <= max_squares) {
         for (std::int64_t from = 0; from < owned(p).count; from += staged_range)
-          update_offloaded_range(p, from, 0, step_no, T(1));
+          update_offloaded_range(p, from, 0, step_no, C(1));
         ++checked_.updated;
         return;
       }
@@ -1071,7 +1081,7 @@ class Trainer {
   // of the workers, each updating its ranges in its own slot of the staging
   // buffer (one fork for the whole update, not one per range: a range's
   // work is too short to share).
-  void update_offloaded_all(int step_no, T grad_scale) {
+  void update_offloaded_all(int step_no, C grad_scale) {
     std::exception_ptr failed[config.workers] = {};
     team(workers_, [&](int w, int team_size) {
       try {
@@ -1093,7 +1103,7 @@ class Trainer {
   // `slot`: the range's gradient, optimizer state (and with
   // OffloadParameters values) read from the file into the slot, updated
   // there (the device's weights in place otherwise), and written back.
-  void update_offloaded_range(const ParamSlot& p, std::int64_t from, int slot, int step_no, T grad_scale) {
+  void update_offloaded_range(const ParamSlot& p, std::int64_t from, int slot, int step_no, C grad_scale) {
     const std::int64_t len = std::min(staged_range, owned(p).count - from), e = sizeof(T);
     std::byte* stage = device_.template at<std::byte>(sched.update_staging.offset + slot * staging_slot);
     T* g = reinterpret_cast<T*>(stage);
@@ -1113,7 +1123,7 @@ class Trainer {
       at += bytes;
     }
     const StateView sv = p.state >= 0 ? state_view(state, len, 0) : StateView{};
-    apply_update(w, g, sv, len, step_no, grad_scale, 1);
+    apply_update(w, nullptr, g, sv, len, step_no, grad_scale, 1);
     at = 0;
     for (const auto& [offset, bytes] : pieces) {
       if (bytes > 0) offload_.write(p.state + offset, state + at, bytes);
@@ -1153,7 +1163,7 @@ class Trainer {
     if (checked_.first < 0 || (non_finite && !named_non_finite) || (non_finite == named_non_finite && k < checked_.first)) {
       checked_.first = k;
       checked_.element = i;
-      checked_.value = non_finite ? static_cast<double>(g[at]) : sq;
+      checked_.value = non_finite ? static_cast<double>(widen(g[at])) : sq;
       checked_.own = true;
     }
     return true;
@@ -1172,7 +1182,7 @@ class Trainer {
                                                                       c.skipped, step_no));
   }
 
-  void update_param(const ParamSlot& p, int step_no, T grad_scale) {
+  void update_param(const ParamSlot& p, int step_no, C grad_scale) {
     const Owned own = owned(p);
     if (own.count == 0) return;  // a rank whose shard lies past the parameter's end
     update_range(p, 0, own.count, step_no, grad_scale, workers_);
@@ -1189,10 +1199,12 @@ class Trainer {
   // parameter p, in place in the arenas (every element is updated on its
   // own, so a parameter may be updated range by range; AdamW8bit's ranges
   // start on a 256-element block).
-  void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, T grad_scale, int workers) const {
+  void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, C grad_scale, int workers) const {
     const Owned own = owned(p);
     const StateView sv = p.state >= 0 ? state_view(states_arena().template at<std::byte>(p.state), own.count, from) : StateView{};
-    apply_update(weight_storage(p) + own.weight_at + from, update_grad(p) + from, sv, n, step_no, grad_scale, workers);
+    float* m = master(p);
+    apply_update(weight_storage(p) + own.weight_at + from, m != nullptr ? m + from : nullptr, update_grad(p) + from, sv, n, step_no,
+                 grad_scale, workers);
   }
   // The state of elements [from, ...) of a count-element parameter whose
   // state buffer starts at `state` (the layouts of kernels/optimizer.hpp).
@@ -1207,21 +1219,25 @@ class Trainer {
     }
     return sv;
   }
-  void apply_update(T* w, const T* g, const StateView& sv, std::int64_t n, int step_no, T grad_scale, int workers) const {
+  // master: the f32 master weights of these n elements (a bf16 run), else null
+  void apply_update(T* w, float* master, const T* g, const StateView& sv, std::int64_t n, int step_no, C grad_scale,
+                    int workers) const {
     using O = typename R::optimizer;
     const double lr = lr_at(step_no);
     if constexpr (O::desc.kind == OptimKind::sgd) {
-      const T mu = static_cast<T>(O::momentum::value), wd = static_cast<T>(O::weight_decay::value);
-      sgd_pass(w, g, sv.m, n, static_cast<T>(lr), mu, wd, grad_scale, workers);
+      const C mu = static_cast<C>(O::momentum::value), wd = static_cast<C>(O::weight_decay::value);
+      if constexpr (std::is_same_v<T, bf16>) sgd_pass(w, master, g, sv.m, n, static_cast<C>(lr), mu, wd, grad_scale, workers);
+      else sgd_pass(w, g, sv.m, n, static_cast<C>(lr), mu, wd, grad_scale, workers);
     } else if constexpr (O::desc.kind == OptimKind::adamw) {
-      math::AdamWHyper<T> h{static_cast<T>(lr), static_cast<T>(O::beta1::value), static_cast<T>(O::beta2::value), T(1e-8),
-                            static_cast<T>(O::weight_decay::value)};
-      adamw_pass(w, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
+      math::AdamWHyper<C> h{static_cast<C>(lr), static_cast<C>(O::beta1::value), static_cast<C>(O::beta2::value), C(1e-8),
+                            static_cast<C>(O::weight_decay::value)};
+      if constexpr (std::is_same_v<T, bf16>) adamw_pass(w, master, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
+      else adamw_pass(w, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
     } else {
       math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
                                 1e-8f, static_cast<float>(O::weight_decay::value)};
       adamw8bit_pass(w, g, sv.q, n, states_arena().template at<float>(sched.optim_table), math::adamw_step(h, step_no), grad_scale,
-                     workers);
+                     workers, master);
     }
   }
 
@@ -1249,7 +1265,12 @@ class Trainer {
       const std::int64_t count = config.sharded(3) ? std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard) : p.elements();
       if (p.quant.kind == QuantKind::none) {
         T* w = weight(p);
-        for (std::int64_t i = 0; i < count; ++i) w[i] = static_cast<T>(value(begin + i));
+        float* m = master(p);  // a bf16 run's trainable parameter: the value in f32, stored rounded
+        for (std::int64_t i = 0; i < count; ++i) {
+          const C v = static_cast<C>(value(begin + i));
+          w[i] = narrow<T>(v);
+          if (m != nullptr) m[i] = static_cast<float>(v);
+        }
       } else {
         std::vector<float> dense(static_cast<std::size_t>(p.elements()));
         for (std::int64_t i = 0; i < p.elements(); ++i) dense[i] = static_cast<float>(value(i));

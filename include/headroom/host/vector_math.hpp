@@ -20,6 +20,7 @@
 #include <type_traits>
 #include "../math/activations.hpp"
 #include "cpu.hpp"
+#include "storage.hpp"
 #include "target.hpp"
 
 namespace headroom::host::vec {
@@ -265,6 +266,52 @@ inline void swiglu_backward_rows(const T* gate, const T* up, const T* dh, T* dga
     if (dgate != nullptr) dgate[i] = dgate_first ? dg : dgate[i] + dg;
     if (dup != nullptr) dup[i] = dup_first ? du : dup[i] + du;
   }
+}
+
+// bf16 rows (a Precision<BF16> run): chunks widened onto the stack, run by
+// the float loops above, each result rounded once.
+namespace detail {
+inline constexpr std::int64_t bf16_chunk = 512;
+// f(offset, count, float* in[Ins], float* out[Outs]) on widened chunks of the
+// ins; each out chunk is narrowed into outs (or, where accumulating into it,
+// widened first and added to by f).
+template <int Ins, int Outs, class F>
+inline void bf16_chunks(std::int64_t n, const bf16* const (&ins)[Ins], bf16* const (&outs)[Outs], const bool (&read_out)[Outs], F&& f) {
+  float in[Ins][bf16_chunk], out[Outs][bf16_chunk];
+  for (std::int64_t i0 = 0; i0 < n; i0 += bf16_chunk) {
+    const std::int64_t m = n - i0 < bf16_chunk ? n - i0 : bf16_chunk;
+    for (int a = 0; a < Ins; ++a) widen_row(ins[a] + i0, in[a], m);
+    for (int a = 0; a < Outs; ++a)
+      if (outs[a] != nullptr && read_out[a]) widen_row(outs[a] + i0, out[a], m);
+    f(m, in, out);
+    for (int a = 0; a < Outs; ++a)
+      if (outs[a] != nullptr) narrow_row(out[a], outs[a] + i0, m);
+  }
+}
+}  // namespace detail
+
+inline void gelu_rows(const bf16* x, bf16* out, std::int64_t n) {
+  detail::bf16_chunks<1, 1>(n, {x}, {out}, {false}, [](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+    gelu_rows(in[0], o[0], m);
+  });
+}
+inline void gelu_backward_rows(const bf16* x, const bf16* dy, bf16* dx, bool first, std::int64_t n) {
+  detail::bf16_chunks<2, 1>(n, {x, dy}, {dx}, {!first}, [&](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+    gelu_backward_rows(in[0], in[1], o[0], first, m);
+  });
+}
+inline void swiglu_rows(const bf16* gate, const bf16* up, bf16* out, std::int64_t n) {
+  detail::bf16_chunks<2, 1>(n, {gate, up}, {out}, {false}, [](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+    swiglu_rows(in[0], in[1], o[0], m);
+  });
+}
+inline void swiglu_backward_rows(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bool dgate_first, bf16* dup,
+                                 bool dup_first, std::int64_t n) {
+  detail::bf16_chunks<3, 2>(n, {gate, up, dh}, {dgate, dup}, {!dgate_first, !dup_first},
+                            [&](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+                              swiglu_backward_rows(in[0], in[1], in[2], dgate != nullptr ? o[0] : nullptr, dgate_first,
+                                                   dup != nullptr ? o[1] : nullptr, dup_first, m);
+                            });
 }
 
 inline constexpr int lanes = 16;

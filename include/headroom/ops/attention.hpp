@@ -75,8 +75,11 @@ struct Attention {
       // q and k tiles and an (t, hd) accumulator, row max and sum
       op.scratch_fwd = (T * hd + W * (tile * tile + 3 * tile * hd + 2 * tile)) * cb;
       // delta = rowsum(dO * O): (B, H, T); the RoPE table; per worker: score
-      // and dscore tiles, rotated q / k tiles, dq / dK / dV accumulators
+      // and dscore tiles, rotated q / k tiles, dq / dK / dV accumulators; a
+      // 16-bit run adds, per worker, an dO tile
+      // and the f32 dq of one work item's heads (h / kvh, T, hd)
       op.scratch_bwd = (B * h * T + T * hd + W * (2 * tile * tile + 5 * tile * hd + 2 * tile)) * cb;
+      if (is_half(b.cfg.dtype)) op.scratch_bwd += W * (tile * hd + h / kvh * T * hd) * cb;
     }
     // causal: half of QK^T and PV; backward is 2.5x forward (5 matmuls vs 2)
     op.flops_fwd = 2 * B * h * T * T * hd;
@@ -177,8 +180,10 @@ host::AttentionDims Attention::dims(const host::OpContext<T>& c) {
 template <class T>
 void Attention::forward(const host::OpContext<T>& c) {
   const host::AttentionDims d = dims(c);
+  using C = typename host::OpContext<T>::compute;
   const auto in = split(c[q], c[k], c[v], d.heads * d.head_dim, d.kv_heads * d.head_dim);
-  host::attention_forward(d, in.q, in.ldq, in.k, in.ldk, in.v, in.ldk, c[o], c[lse], c.scratch(), c.workers());
+  host::attention_forward(d, in.q, in.ldq, in.k, in.ldk, in.v, in.ldk, c[o], c.template get<C>(lse), c.template scratch<C>(),
+                          c.workers());
 }
 template <class T>
 void Attention::backward(const host::OpContext<T>& c) {
@@ -188,10 +193,11 @@ void Attention::backward(const host::OpContext<T>& c) {
   const bool separate = c[o_saved] != nullptr;
   const auto in = split(c[q_saved], separate ? c[k_saved] : nullptr, c[v_saved], q_cols, kv_cols);
   const auto din = split(c.grad(q), separate ? c.grad(k) : nullptr, c.grad(v), q_cols, kv_cols);
+  using C = typename host::OpContext<T>::compute;
   T* out = separate ? c[o_saved] : c[k_saved];
-  T* stats = separate ? c[lse_saved] : c[v_saved];
+  C* stats = separate ? c.template get<C>(lse_saved) : c.template get<C>(v_saved);
   host::attention_backward(d, in.q, in.ldq, in.k, in.ldk, in.v, in.ldk, out, stats, c.grad(o), din.q, din.ldq, din.k, din.ldk,
-                           din.v, din.ldk, c.scratch(), c.workers());
+                           din.v, din.ldk, c.template scratch<C>(), c.workers());
 }
 // Decode: the rows are one new token per sequence at c.position(); the
 // state is the KV cache, keys then values, each (batch, KV, context, hd).

@@ -144,24 +144,26 @@ namespace headroom::ops {
 // by 1 / (tokens per optimizer step).
 template <class T>
 double LmHeadLoss::loss(const host::OpContext<T>& k, bool grads) {
+  using C = typename host::OpContext<T>::compute;
   const std::int64_t n = k.rows();
-  const T scale = T(1) / static_cast<T>(n * k.accumulate());
+  const C scale = C(1) / static_cast<C>(n * k.accumulate());
   if (k[ranks] > 1) {
     const int rank = k.tensor_comm->rank();
     return host::lm_head_loss_vocab_parallel(
         k[h], k[weight], k.template get<std::int32_t>(targets), grads ? k.grad(h) : nullptr, k.first(h), grads ? k.grad(weight) : nullptr,
-        k.first(weight), scale, n, k[features], k[vocab], k[chunk], rank * k[vocab], rank, static_cast<int>(k[ranks]), k.scratch(),
-        k.panels(), k.workers(), [&](T* stats, std::int64_t bytes) { k.tensor_comm->all_gather(stats, bytes); });
+        k.first(weight), scale, n, k[features], k[vocab], k[chunk], rank * k[vocab], rank, static_cast<int>(k[ranks]), k.template scratch<C>(),
+        k.panels(), k.workers(), [&](C* stats, std::int64_t bytes) { k.tensor_comm->all_gather(stats, bytes); });
   }
   return host::lm_head_loss(k[h], k[weight], k.template get<std::int32_t>(targets), grads ? k.grad(h) : nullptr, k.first(h),
                             grads ? k.grad(weight) : nullptr, k.first(weight), scale, n, k[features], k[vocab], k[chunk],
-                            k.scratch(), k.panels(), k.workers());
+                            k.template scratch<C>(), k.panels(), k.workers());
 }
 // Decode: the rows' logits (N, vocab) into the state buffer.
 template <class T>
 void LmHeadLoss::decode(const host::OpContext<T>& k) {
-  host::gemm(host::Trans::no, host::Trans::yes, k.rows(), k[vocab], k[features], T(1), k[h], k[features], k[weight], k[features],
-             T(0), k.template state<T>(), k[vocab], k.panels(), k.workers());
+  using C = typename host::OpContext<T>::compute;
+  host::gemm(host::Trans::no, host::Trans::yes, k.rows(), k[vocab], k[features], C(1), k[h], k[features], k[weight], k[features],
+             C(0), k.template state<T>(), k[vocab], k.panels(), k.workers());
 }
 
 }  // namespace headroom::ops

@@ -122,12 +122,12 @@ namespace headroom::ops {
 // ---- host ----------------------------------------------------------------------------------------------
 template <class T>
 void LoRA::forward(const host::OpContext<T>& k) {
-  host::lora_forward(k[x], k[a], k[b], k[ax], k[y], scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
+  host::lora_forward(k[x], k[a], k[b], k[ax], k[y], scale<typename host::OpContext<T>::compute>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
 }
 template <class T>
 void LoRA::backward(const host::OpContext<T>& k) {
   host::lora_backward(k.grad(y), k[x_saved], k[ax_saved], k[a], k[b], k.scratch(), k.grad(a), k.first(a), k.grad(b), k.first(b),
-                      k.grad(x), k.first(x), scale<T>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
+                      k.grad(x), k.first(x), scale<typename host::OpContext<T>::compute>(k), k.rows(), k[in], k[out], k[rank], k.panels(), k.workers());
 }
 
 }  // namespace headroom::ops

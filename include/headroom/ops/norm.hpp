@@ -62,14 +62,16 @@ struct Norm {
 
   template <class T>
   static void forward(const host::OpContext<T>& k) {
-    host::norm_forward<T>(Layer, k[x], k[gain], Layer ? k[shift] : nullptr, k[h], Layer ? k[mean] : nullptr, k[rstd], k.rows(),
-                          k[features], k.workers());
+    using C = typename host::OpContext<T>::compute;
+    host::norm_forward<T>(Layer, k[x], k[gain], Layer ? k[shift] : nullptr, k[h], Layer ? k.template get<C>(mean) : nullptr,
+                          k.template get<C>(rstd), k.rows(), k[features], k.workers());
   }
   template <class T>
   static void backward(const host::OpContext<T>& k) {
-    host::norm_backward<T>(Layer, k[x_saved], k[gain], Layer ? k[mean_saved] : nullptr, k[rstd_saved], k.grad(h), k.grad(x),
-                           k.first(x), k.grad(gain), k.first(gain), Layer ? k.grad(shift) : nullptr, Layer && k.first(shift),
-                           k.rows(), k[features], k.workers());
+    using C = typename host::OpContext<T>::compute;
+    host::norm_backward<T>(Layer, k[x_saved], k[gain], Layer ? k.template get<C>(mean_saved) : nullptr,
+                           k.template get<C>(rstd_saved), k.grad(h), k.grad(x), k.first(x), k.grad(gain), k.first(gain),
+                           Layer ? k.grad(shift) : nullptr, Layer && k.first(shift), k.rows(), k[features], k.workers());
   }
 #if HEADROOM_CUDA_KERNELS
   template <class S>

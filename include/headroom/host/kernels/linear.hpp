@@ -4,7 +4,10 @@
 //
 // Conventions of every host kernel: row-major tensors, N = tokens; a
 // gradient argument written with `first` = true is overwritten (this event
-// creates the buffer), otherwise added to; null means "not wanted".
+// creates the buffer), otherwise added to; null means "not wanted". Tensors
+// are of a storage type T (host/storage.hpp); products sum in C =
+// compute_t<T> and round each element once (host::gemm's bf16 C), and the
+// scales and GEMM panels are C.
 #include <cstdint>
 
 #include "../../math/activations.hpp"
@@ -34,7 +37,7 @@ void apply_epilogue(const Epilogue<T>& ep, T* y, std::int64_t r0, std::int64_t r
   for (std::int64_t r = r0; r < r1; ++r) {
     T* row = y + r * out;
     if (ep.bias != nullptr)
-      for (std::int64_t j = 0; j < out; ++j) row[j] += ep.bias[j];
+      for (std::int64_t j = 0; j < out; ++j) row[j] = narrow<T>(widen(row[j]) + widen(ep.bias[j]));
     if (ep.act == Fused::gelu) vec::gelu_rows(row, ep.act_out + r * out, out);
     else if (ep.act == Fused::swiglu_up) vec::swiglu_rows(ep.gate + r * out, row, ep.act_out + r * out, out);
   }
@@ -43,12 +46,12 @@ inline constexpr std::int64_t epilogue_rows = 64;  // rows per GEMM panel when a
 }  // namespace detail
 
 // y (N, Out) = x (N, In) W^T (Out, In), then the epilogue, panel by panel.
-template <class T>
+template <class T, class C = compute_t<T>>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t n, std::int64_t in, std::int64_t out, const Epilogue<T>& ep,
-                    const GemmPanels<T>& ws, int workers) {
+                    const GemmPanels<C>& ws, int workers) {
   const bool has_epilogue = ep.bias != nullptr || ep.act != Fused::none;
   if (!has_epilogue || n < out) {
-    gemm(Trans::no, Trans::yes, n, out, in, T(1), x, in, w, in, T(0), y, out, ws, workers);
+    gemm(Trans::no, Trans::yes, n, out, in, C(1), x, in, w, in, C(0), y, out, ws, workers);
     if (has_epilogue)
       team(workers, [&](int wk, int count) {
         const Range r = share(n, count, wk);
@@ -60,19 +63,19 @@ void linear_forward(const T* x, const T* w, T* y, std::int64_t n, std::int64_t i
     const Range r = share(n, count, wk);
     for (std::int64_t r0 = r.begin; r0 < r.end; r0 += detail::epilogue_rows) {
       const std::int64_t r1 = r0 + detail::epilogue_rows < r.end ? r0 + detail::epilogue_rows : r.end;
-      gemm_serial(Trans::no, Trans::yes, r1 - r0, out, in, T(1), x + r0 * in, in, w, in, T(0), y + r0 * out, out, ws, wk);
+      gemm_serial(Trans::no, Trans::yes, r1 - r0, out, in, C(1), x + r0 * in, in, w, in, C(0), y + r0 * out, out, ws, wk);
       detail::apply_epilogue(ep, y, r0, r1, out);
     }
   });
 }
 
 // Backward of a dense projection: dx (+)= dy W; dW (+)= dy^T x; db (+)= colsum(dy).
-template <class T>
+template <class T, class C = compute_t<T>>
 void linear_backward(const T* dy, const T* x, const T* w, T* dx, bool dx_first, T* dw, bool dw_first, T* db, bool db_first,
-                     std::int64_t n, std::int64_t in, std::int64_t out, const GemmPanels<T>& ws, int workers) {
-  if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, out, T(1), dy, out, w, in, dx_first ? T(0) : T(1), dx, in, ws, workers);
-  if (dw != nullptr) gemm(Trans::yes, Trans::no, out, in, n, T(1), dy, out, x, in, dw_first ? T(0) : T(1), dw, in, ws, workers);
-  if (db != nullptr) column_sums(n, out, workers, db, db_first, [&](std::int64_t r, std::int64_t j) { return dy[r * out + j]; });
+                     std::int64_t n, std::int64_t in, std::int64_t out, const GemmPanels<C>& ws, int workers) {
+  if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, out, C(1), dy, out, w, in, dx_first ? C(0) : C(1), dx, in, ws, workers);
+  if (dw != nullptr) gemm(Trans::yes, Trans::no, out, in, n, C(1), dy, out, x, in, dw_first ? C(0) : C(1), dw, in, ws, workers);
+  if (db != nullptr) column_sums(n, out, workers, db, db_first, [&](std::int64_t r, std::int64_t j) { return widen(dy[r * out + j]); });
 }
 
 // Rows of W dequantized per round: one 64-row panel per worker, in scratch
@@ -92,15 +95,16 @@ void dequantize_panel(const QuantView& w, std::int64_t p0, std::int64_t rows, T*
 }
 }  // namespace detail
 
-// y (N, Out) = x (N, In) dequant(W)^T, one panel of W's rows at a time.
-template <class T>
+// y (N, Out) = x (N, In) dequant(W)^T, one panel of W's rows at a time
+// (the panel holds T: bf16 in a bf16 run, in the first half of its scratch).
+template <class T, class C = compute_t<T>>
 void quant_linear_forward(const T* x, const QuantView& w, T* y, std::int64_t n, const Epilogue<T>& ep, T* panel,
-                          const GemmPanels<T>& ws, int workers) {
+                          const GemmPanels<C>& ws, int workers) {
   const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows(workers);
   for (std::int64_t p0 = 0; p0 < out; p0 += step) {
     const std::int64_t rows = p0 + step < out ? step : out - p0;
     detail::dequantize_panel(w, p0, rows, panel, workers);
-    gemm(Trans::no, Trans::yes, n, rows, in, T(1), x, in, panel, in, T(0), y + p0, out, ws, workers);
+    gemm(Trans::no, Trans::yes, n, rows, in, C(1), x, in, panel, in, C(0), y + p0, out, ws, workers);
   }
   if (ep.bias != nullptr || ep.act != Fused::none)
     team(workers, [&](int wk, int count) {
@@ -110,39 +114,39 @@ void quant_linear_forward(const T* x, const QuantView& w, T* y, std::int64_t n, 
 }
 
 // dx (N, In) (+)= dy (N, Out) dequant(W), panel by panel.
-template <class T>
+template <class T, class C = compute_t<T>>
 void quant_linear_backward_input(const T* dy, const QuantView& w, T* dx, bool dx_first, std::int64_t n, T* panel,
-                                 const GemmPanels<T>& ws, int workers) {
+                                 const GemmPanels<C>& ws, int workers) {
   const std::int64_t in = w.cols, out = w.rows, step = quant_panel_rows(workers);
   for (std::int64_t p0 = 0; p0 < out; p0 += step) {
     const std::int64_t rows = p0 + step < out ? step : out - p0;
     detail::dequantize_panel(w, p0, rows, panel, workers);
-    const T beta = (p0 == 0 && dx_first) ? T(0) : T(1);
-    gemm(Trans::no, Trans::no, n, in, rows, T(1), dy + p0, out, panel, in, beta, dx, in, ws, workers);
+    const C beta = (p0 == 0 && dx_first) ? C(0) : C(1);
+    gemm(Trans::no, Trans::no, n, in, rows, C(1), dy + p0, out, panel, in, beta, dx, in, ws, workers);
   }
 }
 
 // LoRA forward: ax (N, r) = x A^T; y (N, Out) += s * ax B^T (when y is given:
 // a recompute that only needs A x passes none).
-template <class T>
-void lora_forward(const T* x, const T* a, const T* b, T* ax, T* y, T scale, std::int64_t n, std::int64_t in, std::int64_t out,
-                  std::int64_t rank, const GemmPanels<T>& ws, int workers) {
-  gemm(Trans::no, Trans::yes, n, rank, in, T(1), x, in, a, in, T(0), ax, rank, ws, workers);
-  if (y != nullptr) gemm(Trans::no, Trans::yes, n, out, rank, scale, ax, rank, b, rank, T(1), y, out, ws, workers);
+template <class T, class C = compute_t<T>>
+void lora_forward(const T* x, const T* a, const T* b, T* ax, T* y, C scale, std::int64_t n, std::int64_t in, std::int64_t out,
+                  std::int64_t rank, const GemmPanels<C>& ws, int workers) {
+  gemm(Trans::no, Trans::yes, n, rank, in, C(1), x, in, a, in, C(0), ax, rank, ws, workers);
+  if (y != nullptr) gemm(Trans::no, Trans::yes, n, out, rank, scale, ax, rank, b, rank, C(1), y, out, ws, workers);
 }
 
 // LoRA backward from dy (N, Out), the saved x and ax:
-//   dB (+)= s dy^T ax;  dax = s dy B (scratch);  dA (+)= dax^T x;  dx (+)= dax A.
-template <class T>
+//   dB (+)= s dy^T ax;  dax = s dy B (scratch, T);  dA (+)= dax^T x;  dx (+)= dax A.
+template <class T, class C = compute_t<T>>
 void lora_backward(const T* dy, const T* x, const T* ax, const T* a, const T* b, T* dax, T* da, bool da_first, T* db,
-                   bool db_first, T* dx, bool dx_first, T scale, std::int64_t n, std::int64_t in, std::int64_t out,
-                   std::int64_t rank, const GemmPanels<T>& ws, int workers) {
+                   bool db_first, T* dx, bool dx_first, C scale, std::int64_t n, std::int64_t in, std::int64_t out,
+                   std::int64_t rank, const GemmPanels<C>& ws, int workers) {
   if (db != nullptr)
-    gemm(Trans::yes, Trans::no, out, rank, n, scale, dy, out, ax, rank, db_first ? T(0) : T(1), db, rank, ws, workers);
-  gemm(Trans::no, Trans::no, n, rank, out, scale, dy, out, b, rank, T(0), dax, rank, ws, workers);
+    gemm(Trans::yes, Trans::no, out, rank, n, scale, dy, out, ax, rank, db_first ? C(0) : C(1), db, rank, ws, workers);
+  gemm(Trans::no, Trans::no, n, rank, out, scale, dy, out, b, rank, C(0), dax, rank, ws, workers);
   if (da != nullptr)
-    gemm(Trans::yes, Trans::no, rank, in, n, T(1), dax, rank, x, in, da_first ? T(0) : T(1), da, in, ws, workers);
-  if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, rank, T(1), dax, rank, a, in, dx_first ? T(0) : T(1), dx, in, ws, workers);
+    gemm(Trans::yes, Trans::no, rank, in, n, C(1), dax, rank, x, in, da_first ? C(0) : C(1), da, in, ws, workers);
+  if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, rank, C(1), dax, rank, a, in, dx_first ? C(0) : C(1), dx, in, ws, workers);
 }
 
 }  // namespace headroom::host

@@ -5,6 +5,11 @@
 // then finds where). Element math in math/optim.hpp. `grad_scale` multiplies
 // every gradient (clipping).
 //
+// A 16-bit parameter (Precision<BF16>) is updated through its f32 master
+// weights: the pass runs on the masters with the gradient widened, and the
+// stored weights become the new masters rounded to bf16 (the *_pass
+// overloads taking `master`).
+//
 // State layouts (OptimDesc::state_bytes):
 //   AdamW      [m f32 x n][v f32 x n]
 //   AdamW8bit  [m absmax f32 x blocks][v absmax f32 x blocks][m codes u8 x n][v codes u8 x n]
@@ -16,6 +21,7 @@
 #include "../../math/optim.hpp"
 #include "../cpu.hpp"
 #include "../parallel.hpp"
+#include "../storage.hpp"
 #include "../target.hpp"
 
 namespace headroom::host {
@@ -28,8 +34,8 @@ template <class T>
 void squared_norm_add(const T* g, std::int64_t n, double (&lane)[8]) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(g[i + l]) * static_cast<double>(g[i + l]);
-  for (; i < n; ++i) lane[0] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(widen(g[i + l])) * static_cast<double>(widen(g[i + l]));
+  for (; i < n; ++i) lane[0] += static_cast<double>(widen(g[i])) * static_cast<double>(widen(g[i]));
 }
 inline double squared_norm_total(const double (&lane)[8]) {
   double s = 0.0;
@@ -49,7 +55,7 @@ double squared_norm(const T* g, std::int64_t n) {
 template <class T>
 std::int64_t first_non_finite(const T* g, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(g[i])) return i;
+    if (!std::isfinite(widen(g[i]))) return i;
   return -1;
 }
 
@@ -82,23 +88,57 @@ inline std::int64_t adamw(float* p, const float* g, float* m, float* v, std::int
 HEADROOM_TARGET_END
 #endif
 
+namespace detail {
+// AdamW over elements [begin, end), on the calling thread.
+template <class T>
+void adamw_range(T* p, const T* g, float* m, float* v, std::int64_t begin, std::int64_t end, const math::AdamWStep<T>& s,
+                 T grad_scale) {
+#if HEADROOM_X86_KERNELS
+  if constexpr (std::is_same_v<T, float>)
+    if (isa() >= Isa::avx2) begin = avx2::adamw(p, g, m, v, begin, end, s, grad_scale);
+#endif
+  for (std::int64_t i = begin; i < end; ++i) {
+    T mi = m[i], vi = v[i];
+    math::adamw_update(p[i], mi, vi, g[i] * grad_scale, s);
+    m[i] = static_cast<float>(mi);
+    v[i] = static_cast<float>(vi);
+  }
+}
+
+// A 16-bit parameter's n elements through their masters: each worker's
+// range, chunk by chunk, gradient widened onto the stack, then
+// serial(master + i, g_chunk, i, count) updates the masters of [i, i +
+// count), which are then stored rounded as the weights.
+template <class Serial>
+void through_masters(bf16* w, float* master, const bf16* g, std::int64_t n, int workers, Serial&& serial) {
+  constexpr std::int64_t chunk = 1024;
+  team(workers, [&](int wk, int c) {
+    const Range r = share(n, c, wk);
+    float gf[chunk];
+    for (std::int64_t i = r.begin; i < r.end; i += chunk) {
+      const std::int64_t m = r.end - i < chunk ? r.end - i : chunk;
+      widen_row(g + i, gf, m);
+      serial(master + i, gf, i, m);
+      narrow_row(master + i, w + i, m);
+    }
+  });
+}
+}  // namespace detail
+
 // m, v: the moments of these n elements (AdamW's state is [m x n][v x n]
 // of the whole parameter; a range of it passes m + i, v + i).
 template <class T>
 void adamw_pass(T* p, const T* g, float* m, float* v, std::int64_t n, const math::AdamWStep<T>& s, T grad_scale, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(n, c, w);
-    std::int64_t begin = r.begin;
-#if HEADROOM_X86_KERNELS
-    if constexpr (std::is_same_v<T, float>)
-      if (isa() >= Isa::avx2) begin = detail::avx2::adamw(p, g, m, v, begin, r.end, s, grad_scale);
-#endif
-    for (std::int64_t i = begin; i < r.end; ++i) {
-      T mi = m[i], vi = v[i];
-      math::adamw_update(p[i], mi, vi, g[i] * grad_scale, s);
-      m[i] = static_cast<float>(mi);
-      v[i] = static_cast<float>(vi);
-    }
+    detail::adamw_range(p, g, m, v, r.begin, r.end, s, grad_scale);
+  });
+}
+// through the f32 masters (above)
+inline void adamw_pass(bf16* w, float* master, const bf16* g, float* m, float* v, std::int64_t n, const math::AdamWStep<float>& s,
+                       float grad_scale, int workers) {
+  detail::through_masters(w, master, g, n, workers, [&](float* p, const float* gc, std::int64_t i, std::int64_t count) {
+    detail::adamw_range(p, gc, m + i, v + i, 0, count, s, grad_scale);
   });
 }
 
@@ -126,43 +166,63 @@ struct Adam8bitState {
 };
 
 // n elements from a block boundary, their state as Adam8bitState::of gives it.
+// (master: a 16-bit parameter's f32 masters, which the blocks update; null otherwise)
 template <class T>
 void adamw8bit_pass(T* p, const T* g, Adam8bitState st, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
-                    T grad_scale, int workers) {
+                    compute_t<T> grad_scale, int workers, float* master = nullptr) {
   parallel_for(adam8bit_blocks(n), workers, [&](std::int64_t b, int) {
     const std::int64_t start = b * math::adam8bit_block;
     const int len = static_cast<int>(start + math::adam8bit_block < n ? math::adam8bit_block : n - start);
     float pf[math::adam8bit_block], gf[math::adam8bit_block];
     for (int i = 0; i < len; ++i) {
-      pf[i] = static_cast<float>(p[start + i]);
-      gf[i] = static_cast<float>(g[start + i] * grad_scale);
+      pf[i] = master != nullptr ? master[start + i] : static_cast<float>(p[start + i]);
+      gf[i] = static_cast<float>(widen(g[start + i]) * grad_scale);
     }
     math::adamw8bit_update_block(pf, gf, len, st.m_codes + start, st.v_codes + start, st.m_absmax + b, st.v_absmax + b, maps,
                                  maps + 256, s);
-    for (int i = 0; i < len; ++i) p[start + i] = static_cast<T>(pf[i]);
+    for (int i = 0; i < len; ++i) {
+      if (master != nullptr) master[start + i] = pf[i];
+      p[start + i] = narrow<T>(pf[i]);
+    }
   });
 }
 
 // The whole parameter: its state as one buffer (the layout above).
 template <class T>
 void adamw8bit_pass(T* p, const T* g, std::uint8_t* state, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
-                    T grad_scale, int workers) {
+                    compute_t<T> grad_scale, int workers) {
   adamw8bit_pass(p, g, Adam8bitState::of(state, n), n, maps, s, grad_scale, workers);
 }
+
+namespace detail {
+template <class T>
+void sgd_range(T* p, const T* g, float* momentum_buf, std::int64_t begin, std::int64_t end, T lr, T momentum, T weight_decay,
+               T grad_scale) {
+  for (std::int64_t i = begin; i < end; ++i) {
+    if (momentum_buf == nullptr) {
+      math::sgd_update(p[i], static_cast<T*>(nullptr), g[i] * grad_scale, lr, momentum, weight_decay);
+    } else {
+      T b = momentum_buf[i];
+      math::sgd_update(p[i], &b, g[i] * grad_scale, lr, momentum, weight_decay);
+      momentum_buf[i] = static_cast<float>(b);
+    }
+  }
+}
+}  // namespace detail
 
 template <class T>
 void sgd_pass(T* p, const T* g, float* momentum_buf, std::int64_t n, T lr, T momentum, T weight_decay, T grad_scale, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(n, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) {
-      if (momentum_buf == nullptr) {
-        math::sgd_update(p[i], static_cast<T*>(nullptr), g[i] * grad_scale, lr, momentum, weight_decay);
-      } else {
-        T b = momentum_buf[i];
-        math::sgd_update(p[i], &b, g[i] * grad_scale, lr, momentum, weight_decay);
-        momentum_buf[i] = static_cast<float>(b);
-      }
-    }
+    detail::sgd_range(p, g, momentum_buf, r.begin, r.end, lr, momentum, weight_decay, grad_scale);
+  });
+}
+// through the f32 masters (above)
+inline void sgd_pass(bf16* w, float* master, const bf16* g, float* momentum_buf, std::int64_t n, float lr, float momentum,
+                     float weight_decay, float grad_scale, int workers) {
+  detail::through_masters(w, master, g, n, workers, [&](float* p, const float* gc, std::int64_t i, std::int64_t count) {
+    detail::sgd_range(p, gc, momentum_buf != nullptr ? momentum_buf + i : nullptr, 0, count, lr, momentum, weight_decay,
+                      grad_scale);
   });
 }
 

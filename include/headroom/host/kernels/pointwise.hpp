@@ -2,12 +2,16 @@
 // Row-wise and element-wise ops on the host: RMSNorm / LayerNorm (saving
 // their row statistics), GELU, SwiGLU, the residual add, the token embedding
 // and learned positions. The per-element math is math/*.hpp, shared with CUDA.
+// Every kernel takes its tensors in a storage type T (float, double or bf16:
+// host/storage.hpp) and computes in compute_t<T> (C below): row statistics
+// are C, each stored element is rounded once.
 #include <climits>
 #include <cstdint>
 
 #include "../../math/activations.hpp"
 #include "../../math/norms.hpp"
 #include "../parallel.hpp"
+#include "../storage.hpp"
 #include "../vector_math.hpp"
 
 namespace headroom::host {
@@ -15,12 +19,12 @@ namespace headroom::host {
 inline constexpr double norm_eps = 1e-5;  // rms_norm_eps / layer_norm_epsilon of the presets
 
 // x (N, D) -> h (N, D), rstd (N) [, mean (N) for LayerNorm: bias b may be given]
-template <class T>
-void norm_forward(bool layer, const T* x, const T* w, const T* b, T* h, T* mean, T* rstd, std::int64_t n, std::int64_t d,
+template <class T, class C = compute_t<T>>
+void norm_forward(bool layer, const T* x, const T* w, const T* b, T* h, C* mean, C* rstd, std::int64_t n, std::int64_t d,
                   int workers) {
   parallel_for(n, workers, [&](std::int64_t r, int) {
-    if (layer) math::layernorm_forward(x + r * d, w, b, static_cast<int>(d), T(norm_eps), h + r * d, mean + r, rstd + r);
-    else math::rmsnorm_forward(x + r * d, w, static_cast<int>(d), T(norm_eps), h + r * d, rstd + r);
+    if (layer) math::layernorm_forward(x + r * d, w, b, static_cast<int>(d), C(norm_eps), h + r * d, mean + r, rstd + r);
+    else math::rmsnorm_forward(x + r * d, w, static_cast<int>(d), C(norm_eps), h + r * d, rstd + r);
   });
 }
 
@@ -31,19 +35,20 @@ void norm_forward(bool layer, const T* x, const T* w, const T* b, T* h, T* mean,
 inline constexpr std::int64_t column_block = 256;
 template <class T, class Term>
 void column_sums(std::int64_t n, std::int64_t d, int workers, T* sums, bool first, Term term) {
+  using C = compute_t<T>;
   parallel_for((d + column_block - 1) / column_block, workers, [&](std::int64_t blk, int) {
     const std::int64_t j0 = blk * column_block, cols = j0 + column_block < d ? column_block : d - j0;
-    T acc[column_block] = {};
+    C acc[column_block] = {};
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t j = 0; j < cols; ++j) acc[j] += term(r, j0 + j);
-    for (std::int64_t j = 0; j < cols; ++j) sums[j0 + j] = first ? acc[j] : sums[j0 + j] + acc[j];
+    for (std::int64_t j = 0; j < cols; ++j) sums[j0 + j] = narrow<T>(first ? acc[j] : widen(sums[j0 + j]) + acc[j]);
   });
 }
 
 // dx (+)= rows' input gradient; dw / db (+)= column sums (second pass, by
 // column blocks, so each is written by one worker).
-template <class T>
-void norm_backward(bool layer, const T* x, const T* w, const T* mean, const T* rstd, const T* dh, T* dx, bool dx_first, T* dw,
+template <class T, class C = compute_t<T>>
+void norm_backward(bool layer, const T* x, const T* w, const C* mean, const C* rstd, const T* dh, T* dx, bool dx_first, T* dw,
                    bool dw_first, T* db, bool db_first, std::int64_t n, std::int64_t d, int workers) {
   if (dx != nullptr)
     parallel_for(n, workers, [&](std::int64_t r, int) {
@@ -55,10 +60,14 @@ void norm_backward(bool layer, const T* x, const T* w, const T* mean, const T* r
                                !dx_first);
     });
   if (dw != nullptr) {
-    if (layer) column_sums(n, d, workers, dw, dw_first, [&](std::int64_t r, std::int64_t j) { return dh[r * d + j] * ((x[r * d + j] - mean[r]) * rstd[r]); });
-    else column_sums(n, d, workers, dw, dw_first, [&](std::int64_t r, std::int64_t j) { return dh[r * d + j] * (x[r * d + j] * rstd[r]); });
+    if (layer)
+      column_sums(n, d, workers, dw, dw_first,
+                  [&](std::int64_t r, std::int64_t j) { return widen(dh[r * d + j]) * ((widen(x[r * d + j]) - mean[r]) * rstd[r]); });
+    else
+      column_sums(n, d, workers, dw, dw_first,
+                  [&](std::int64_t r, std::int64_t j) { return widen(dh[r * d + j]) * (widen(x[r * d + j]) * rstd[r]); });
   }
-  if (db != nullptr) column_sums(n, d, workers, db, db_first, [&](std::int64_t r, std::int64_t j) { return dh[r * d + j]; });
+  if (db != nullptr) column_sums(n, d, workers, db, db_first, [&](std::int64_t r, std::int64_t j) { return widen(dh[r * d + j]); });
 }
 
 template <class T>
@@ -100,7 +109,7 @@ template <class F, class T>
 void map_forward(const T* x, T* y, std::int64_t count, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = F::forward(x[i]);
+    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = narrow<T>(F::forward(widen(x[i])));
   });
 }
 template <class F, class T>
@@ -108,8 +117,8 @@ void map_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t co
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     for (std::int64_t i = r.begin; i < r.end; ++i) {
-      const T g = F::backward(x[i], dy[i]);
-      dx[i] = dx_first ? g : dx[i] + g;
+      const compute_t<T> g = F::backward(widen(x[i]), widen(dy[i]));
+      dx[i] = narrow<T>(dx_first ? g : widen(dx[i]) + g);
     }
   });
 }
@@ -120,14 +129,14 @@ template <class T>
 void add_forward(const T* x, const T* f, T* y, std::int64_t count, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = x[i] + f[i];
+    for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = narrow<T>(widen(x[i]) + widen(f[i]));
   });
 }
 template <class T>
 void accumulate(const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
   team(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
-    for (std::int64_t i = r.begin; i < r.end; ++i) dx[i] = dx_first ? dy[i] : dx[i] + dy[i];
+    for (std::int64_t i = r.begin; i < r.end; ++i) dx[i] = dx_first ? dy[i] : narrow<T>(widen(dx[i]) + widen(dy[i]));
   });
 }
 
@@ -141,7 +150,7 @@ void embedding_forward(const std::int32_t* tokens, const T* table, T* x, std::in
   parallel_for(n, workers, [&](std::int64_t r, int) {
     const std::int64_t t = static_cast<std::int64_t>(tokens[r]) - first;
     if (t < 0 || t >= vocab) {
-      for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = T(0);
+      for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = T{};
       return;
     }
     const T* src = table + t * d;
@@ -155,12 +164,12 @@ void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtable, bool
     const Range cols = share(d, c, w);
     if (first)
       for (std::int64_t v = 0; v < vocab; ++v)
-        for (std::int64_t j = cols.begin; j < cols.end; ++j) dtable[v * d + j] = T(0);
+        for (std::int64_t j = cols.begin; j < cols.end; ++j) dtable[v * d + j] = T{};
     for (std::int64_t r = 0; r < n; ++r) {
       const std::int64_t t = static_cast<std::int64_t>(tokens[r]) - first_row;
       if (t < 0 || t >= vocab) continue;
       T* dst = dtable + t * d;
-      for (std::int64_t j = cols.begin; j < cols.end; ++j) dst[j] += dx[r * d + j];
+      for (std::int64_t j = cols.begin; j < cols.end; ++j) dst[j] = narrow<T>(widen(dst[j]) + widen(dx[r * d + j]));
     }
   });
 }
@@ -170,7 +179,7 @@ template <class T>
 void positions_forward(const T* table, T* x, std::int64_t batch, std::int64_t seq, std::int64_t d, int workers) {
   parallel_for(batch * seq, workers, [&](std::int64_t r, int) {
     const T* p = table + (r % seq) * d;
-    for (std::int64_t j = 0; j < d; ++j) x[r * d + j] += p[j];
+    for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = narrow<T>(widen(x[r * d + j]) + widen(p[j]));
   });
 }
 // (rows of P past seq get no gradient: zero when this writes dP first)
@@ -180,12 +189,12 @@ void positions_backward(const T* dx, T* dtable, bool first, std::int64_t batch, 
   parallel_for(max_pos, workers, [&](std::int64_t t, int) {
     for (std::int64_t j = 0; j < d; ++j) {
       if (t >= seq) {
-        if (first) dtable[t * d + j] = T(0);
+        if (first) dtable[t * d + j] = T{};
         continue;
       }
-      T s = T(0);
-      for (std::int64_t b = 0; b < batch; ++b) s += dx[(b * seq + t) * d + j];
-      dtable[t * d + j] = first ? s : dtable[t * d + j] + s;
+      compute_t<T> s = 0;
+      for (std::int64_t b = 0; b < batch; ++b) s += widen(dx[(b * seq + t) * d + j]);
+      dtable[t * d + j] = narrow<T>(first ? s : widen(dtable[t * d + j]) + s);
     }
   });
 }
