@@ -6,8 +6,10 @@
 // and thread count written in PyTorch) or llm.c's train_gpt2 (gpt2_llmc),
 // and measures each process's peak resident memory from outside.
 //
-//   compare_headroom CONFIG [--steps N] [--warmup N] [--threads N] [--save-init FILE]
+//   compare_headroom CONFIG [--steps N] [--warmup N] [--threads N] [--save-init FILE] [--bf16]
 //   CONFIG: tiny_full tiny_lora tiny_lora_ckpt gpt2_full gpt2_lora gpt2_lora_ckpt gpt2_llmc
+//   --bf16             Precision<BF16>: bf16 weights, activations and gradients, f32
+//                      master weights (compare_torch.py --bf16 runs PyTorch's CPU autocast)
 //   compare_headroom sgemm [--threads N]   host::gemm's rate on the MLP's up projection
 //                      (1024 x 3072 x 768, C = A B), the figure bench/compare
 //                      sets beside PyTorch's torch.mm on the same shape
@@ -34,6 +36,7 @@ namespace {
 struct Args {
   std::string config;
   int steps = 5, warmup = 1, threads = 1;
+  bool bf16 = false;
   std::string save_init;
 };
 
@@ -51,6 +54,8 @@ using GPT2LoRACkpt = models::GPT2<gpt2_d768_l4, Apply<LoRA<16>, On<c_attn, c_pro
 constexpr int max_workers = 2;
 template <class M, int B, int T>
 using Run = Train<M, Batch<B>, Seq<T>, AdamW, Workers<max_workers>>;
+template <class M, int B, int T>
+using Run16 = Train<M, Batch<B>, Seq<T>, AdamW, Workers<max_workers>, Precision<BF16>>;
 // llm.c's train_gpt2.c: B4 T64, AdamW lr 1e-4 without weight decay, no clipping
 using LlmcRun = Train<GPT2, Batch<4>, Seq<64>, AdamWith<Ratio<9, 10>, Ratio<999, 1000>, Ratio<0, 1>>, Workers<max_workers>>;
 
@@ -83,11 +88,18 @@ int run(const Args& a, double clip_norm = 1.0) {
   for (int s = 0; s < a.steps; ++s) step();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("{\"side\": \"headroom\", \"config\": \"%s\", \"tokens_per_s\": %.3f, \"step_s\": %.5f, \"losses\": [%s], "
-              "\"arena_bytes\": %llu, \"plan_bytes\": %llu, \"threads\": %d, \"cpu\": \"%s\"}\n",
+              "\"arena_bytes\": %llu, \"plan_bytes\": %llu, \"threads\": %d, \"dtype\": \"%s\", \"cpu\": \"%s\"}\n",
               a.config.c_str(), a.steps * static_cast<double>(n) / secs, secs / a.steps, losses.c_str(),
               static_cast<unsigned long long>(t.arena_bytes()), static_cast<unsigned long long>(Tr::plan.peak_bytes()),
-              a.threads, host::cpu_report().c_str());
+              a.threads, name_of(R::dtype).data(), host::cpu_report().c_str());
   return 0;
+}
+
+// One of the configurations, in f32 or bf16.
+template <class M, int B, int T>
+int run_config(const Args& a) {
+  if (a.bf16) return run<Run16<M, B, T>>(a);
+  return run<Run<M, B, T>>(a);
 }
 
 // host::gemm on (1024 x 768) by (768 x 3072), best of 5 rounds of 10 products.
@@ -123,9 +135,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--warmup") && has_value) a.warmup = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--threads") && has_value) a.threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--save-init") && has_value) a.save_init = argv[++i];
+    else if (!std::strcmp(argv[i], "--bf16")) a.bf16 = true;
     else if (argv[i][0] != '-' && a.config.empty()) a.config = argv[i];
     else {
-      std::fprintf(stderr, "usage: compare_headroom CONFIG [--steps N] [--warmup N] [--threads N] [--save-init FILE]\n");
+      std::fprintf(stderr, "usage: compare_headroom CONFIG [--steps N] [--warmup N] [--threads N] [--save-init FILE] [--bf16]\n");
       return 2;
     }
   }
@@ -134,12 +147,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (a.config == "sgemm") return sgemm_rate(a);
-  if (a.config == "tiny_full") return run<Run<Tiny, 16, 128>>(a);
-  if (a.config == "tiny_lora") return run<Run<TinyLoRA, 16, 128>>(a);
-  if (a.config == "tiny_lora_ckpt") return run<Run<TinyLoRACkpt, 16, 128>>(a);
-  if (a.config == "gpt2_full") return run<Run<GPT2, 4, 256>>(a);
-  if (a.config == "gpt2_lora") return run<Run<GPT2LoRA, 4, 256>>(a);
-  if (a.config == "gpt2_lora_ckpt") return run<Run<GPT2LoRACkpt, 4, 256>>(a);
+  if (a.config == "tiny_full") return run_config<Tiny, 16, 128>(a);
+  if (a.config == "tiny_lora") return run_config<TinyLoRA, 16, 128>(a);
+  if (a.config == "tiny_lora_ckpt") return run_config<TinyLoRACkpt, 16, 128>(a);
+  if (a.config == "gpt2_full") return run_config<GPT2, 4, 256>(a);
+  if (a.config == "gpt2_lora") return run_config<GPT2LoRA, 4, 256>(a);
+  if (a.config == "gpt2_lora_ckpt") return run_config<GPT2LoRACkpt, 4, 256>(a);
   if (a.config == "gpt2_llmc") return run<LlmcRun>(a, 0.0);
   std::fprintf(stderr, "compare_headroom: unknown configuration '%s' (tiny_full tiny_lora tiny_lora_ckpt gpt2_full gpt2_lora gpt2_lora_ckpt gpt2_llmc)\n",
                a.config.c_str());

@@ -94,6 +94,12 @@ TEST_CASE("a step allocates nothing: QLoRA, checkpointing, AdamW8bit", "[host][m
 TEST_CASE("a step allocates nothing: offloaded blocks (file-backed tier)", "[host][memory]") { no_allocation_in_steps<Offload>(); }
 TEST_CASE("a step allocates nothing: GPT-2 LoRA, Accumulate<2>, SGD", "[host][memory]") { no_allocation_in_steps<GPT2Acc>(); }
 TEST_CASE("a step allocates nothing: one worker", "[host][memory]") { no_allocation_in_steps<OneWorker>(); }
+TEST_CASE("a step allocates nothing: Precision<BF16>, full and QLoRA", "[host][memory][bf16]") {
+  no_allocation_in_steps<Train<Tiny, Batch<4>, Seq<64>, Workers<2>, Precision<BF16>>>();
+  no_allocation_in_steps<Train<models::Llama<models::tiny_llama, Apply<Quantized<NF4, LoRA<8>>, On<q_proj, k_proj, v_proj, o_proj>>,
+                                             Apply<Checkpointed<>, EveryBlock>>,
+                               Batch<4>, Seq<64>, AdamW8bit, Workers<2>, Precision<BF16>>>();
+}
 TEST_CASE("a step allocates nothing: OffloadOptimizer, the update overlapping backward", "[host][memory]") {
   no_allocation_in_steps<OffloadOpt>({.clip_norm = 0});
 }
@@ -112,8 +118,8 @@ TEST_CASE("a step allocates nothing: UpdateInBackward", "[host][memory]") {
 // code pages of the test binary and Eigen's kernels first touched by the
 // step, the OpenMP worker's stack, Catch2 and the C++ runtime; at most a few
 // MiB, independent of the model. The bound allows 16 MiB.
-TEST_CASE("peak resident memory (VmHWM) = plan + a constant", "[host][memory]") {
-  using Run = Train<Tiny, Batch<8>, Seq<128>, Workers<2>>;
+template <class Run>
+void peak_is_plan(const char* what) {
   using Tr = host::Trainer<Run>;
   // start the OpenMP team and touch the code paths once, outside the measurement
   host::team(2, [](int, int) {});
@@ -127,11 +133,17 @@ TEST_CASE("peak resident memory (VmHWM) = plan + a constant", "[host][memory]") 
   const std::int64_t peak = host::peak_resident_bytes();
   const std::int64_t planned = Tr::plan.peak_bytes();
   const std::int64_t overhead = peak - before - planned;
-  INFO("VmRSS before " << before << " B, VmHWM " << peak << " B, plan " << planned << " B, overhead " << overhead << " B");
+  INFO(what << ": VmRSS before " << before << " B, VmHWM " << peak << " B, plan " << planned << " B, overhead " << overhead << " B");
   CHECK(peak - before >= planned * 9 / 10);  // the arena is really used
   CHECK(overhead <= 16ll << 20);
-  std::printf("VmHWM over a run of %s: plan %lld B + %lld B overhead\n", "tiny_llama B8 T128", static_cast<long long>(planned),
+  std::printf("VmHWM over a run of %s: plan %lld B + %lld B overhead\n", what, static_cast<long long>(planned),
               static_cast<long long>(overhead));
+}
+TEST_CASE("peak resident memory (VmHWM) = plan + a constant", "[host][memory]") {
+  peak_is_plan<Train<Tiny, Batch<8>, Seq<128>, Workers<2>>>("tiny_llama B8 T128");
+}
+TEST_CASE("peak resident memory (VmHWM) = plan + a constant: Precision<BF16>", "[host][memory][bf16]") {
+  peak_is_plan<Train<Tiny, Batch<8>, Seq<128>, Workers<2>, Precision<BF16>>>("tiny_llama B8 T128 bf16");
 }
 
 TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the tier lives in a file mapping", "[host][memory]") {

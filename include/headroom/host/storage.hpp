@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/dtype.hpp"
 #include "../math/norms.hpp"
 #include "bf16.hpp"
 
@@ -29,6 +30,11 @@ struct compute_type<bf16> {
 };
 template <class S>
 using compute_t = typename compute_type<S>::type;
+
+// The DType a storage type's buffers hold (checkpoints label them with it).
+template <class S>
+inline constexpr DType dtype_of_storage =
+    std::is_same_v<S, bf16> ? DType::BF16 : std::is_same_v<S, double> ? DType::F64 : DType::F32;
 
 constexpr float widen(float x) { return x; }
 constexpr double widen(double x) { return x; }

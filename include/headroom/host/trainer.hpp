@@ -441,6 +441,20 @@ class Trainer {
   static std::string node_path(int node, int instance) { return trainers::node_path(plan, node, instance); }
   // The parameter at a dotted path ("layers.0.self_attn.q_proj.lora_B"), or null.
   static const ParamSlot* find(std::string_view path) { return trainers::find_param(plan, sched, path); }
+  // Sets a dense parameter's values (rows x cols, as weight() lays them
+  // out): stored in T (a bf16 run: rounded), and its f32 master weights
+  // exactly where it has them. What loaders write a bf16 run through.
+  void set_dense(const ParamSlot& p, std::span<const float> x) {
+    if (p.quant.kind != QuantKind::none || static_cast<std::int64_t>(x.size()) != p.elements())
+      throw std::invalid_argument("host::Trainer::set_dense: " + path_of(p) + " is quantized or holds " +
+                                  std::to_string(p.elements()) + " values, not " + std::to_string(x.size()));
+    T* w = weight(p);
+    float* m = master(p);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      w[i] = narrow<T>(static_cast<C>(x[i]));
+      if (m != nullptr) m[i] = x[i];
+    }
+  }
   // Quantizes dense values into a quantized parameter: x (rows, cols) f32.
   void set_quantized(const ParamSlot& p, std::span<const float> x) {
     quantize_matrix(quant(p), x.data());

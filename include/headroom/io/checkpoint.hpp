@@ -79,6 +79,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../host/storage.hpp"
 #include "../plan/schedule.hpp"
 #include "safetensors.hpp"
 
@@ -120,11 +121,17 @@ inline std::string storage_name(const QuantDesc& q, std::string_view dense_dtype
   return "?";
 }
 
+// f32, f64 or bf16: how a signature names the dense weights' storage
+template <class T>
+std::string storage_dtype_name() {
+  return host::dtype_of_storage<T> == DType::F64 ? "f64" : host::dtype_of_storage<T> == DType::BF16 ? "bf16" : "f32";
+}
+
 template <class Trainer>
 CheckpointSignature checkpoint_signature() {
   CheckpointSignature s;
   s.model = std::string(Trainer::plan.nodes[0].kind);
-  s.dtype = std::is_same_v<typename Trainer::T, double> ? "f64" : "f32";
+  s.dtype = storage_dtype_name<typename Trainer::T>();
   s.optimizer = std::string(name_of(Trainer::config.optim.kind));
   s.param_count = static_cast<std::int64_t>(Trainer::param_count);
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
@@ -280,7 +287,7 @@ constexpr std::int64_t quant_table_bytes() {
 // the trainer's arena.
 template <class Trainer>
 std::vector<TensorView> model_tensors(const Trainer& t) {
-  constexpr DType dt = std::is_same_v<typename Trainer::T, double> ? DType::F64 : DType::F32;
+  constexpr DType dt = host::dtype_of_storage<typename Trainer::T>;
   std::vector<TensorView> v;
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);

@@ -166,7 +166,7 @@ std::vector<double> dense_values(const Trainer& t, const ParamSlot& p) {
     std::vector<double> v(static_cast<std::size_t>(p.elements()));
     if (p.quant.kind == QuantKind::none) {
       const auto* w = t.weight(p);
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(w[i]);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(host::widen(w[i]));
     } else {
       host::dequantize_rows<double>(t.quant(p), 0, p.rows, v.data());
     }
@@ -283,15 +283,29 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
     const auto n = static_cast<std::size_t>(p.elements());
     if constexpr (detail::hf::HostArena<Trainer>) {
       using T = typename Trainer::T;
-      if (p.quant.kind == QuantKind::none && !h.transposed) {  // straight into the arena
-        read_converted<T>(file, ti, std::span<T>(t.weight(p), n));
-        continue;
-      }
-      if (p.quant.kind == QuantKind::none) {  // transposed: file (cols, rows) -> (rows, cols)
-        std::vector<T> v(n);
-        read_converted<T>(file, ti, std::span<T>(v));
-        detail::hf::transpose(v.data(), t.weight(p), p.cols, p.rows);
-        continue;
+      if constexpr (std::is_same_v<T, host::bf16>) {  // through set_dense: the values rounded, and the masters
+        if (p.quant.kind == QuantKind::none) {
+          std::vector<float> v(n);
+          read_converted<float>(file, ti, std::span<float>(v));
+          if (h.transposed) {
+            std::vector<float> w(n);
+            detail::hf::transpose(v.data(), w.data(), p.cols, p.rows);
+            v.swap(w);
+          }
+          t.set_dense(p, v);
+          continue;
+        }
+      } else {
+        if (p.quant.kind == QuantKind::none && !h.transposed) {  // straight into the arena
+          read_converted<T>(file, ti, std::span<T>(t.weight(p), n));
+          continue;
+        }
+        if (p.quant.kind == QuantKind::none) {  // transposed: file (cols, rows) -> (rows, cols)
+          std::vector<T> v(n);
+          read_converted<T>(file, ti, std::span<T>(v));
+          detail::hf::transpose(v.data(), t.weight(p), p.cols, p.rows);
+          continue;
+        }
       }
     }
     std::vector<float> v(n);

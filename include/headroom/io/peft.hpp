@@ -357,7 +357,13 @@ void load_adapter(Trainer& t, const std::filesystem::path& dir) {
           (mods.size() > 1 ? ", ..." : "") + "; only their lora_A / lora_B are loaded)");
   for (const LoraModule& m : mods)
     for (const ParamSlot* p : {m.A, m.B})
-      read_converted<T>(file, *file.find(m.peft_name(p->name)), std::span<T>(t.weight(*p), static_cast<std::size_t>(p->elements())));
+      if constexpr (std::is_same_v<T, host::bf16>) {  // rounded, and the masters set
+        std::vector<float> v(static_cast<std::size_t>(p->elements()));
+        read_converted<float>(file, *file.find(m.peft_name(p->name)), std::span<float>(v));
+        t.set_dense(*p, v);
+      } else {
+        read_converted<T>(file, *file.find(m.peft_name(p->name)), std::span<T>(t.weight(*p), static_cast<std::size_t>(p->elements())));
+      }
 }
 
 // Writes a dense base checkpoint (Hugging Face names, F32, like

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "../host/communicator.hpp"
+#include "../host/storage.hpp"
 #include "checkpoint.hpp"
 
 namespace headroom::io::detail::checkpoint {
@@ -87,7 +88,7 @@ std::vector<TensorView> rank_model_tensors(const Trainer& t) {
   if constexpr (!Trainer::config.sharded(3)) {
     return t.rank() == 0 ? model_tensors(t) : std::vector<TensorView>{};
   } else {
-    constexpr DType dt = std::is_same_v<typename Trainer::T, double> ? DType::F64 : DType::F32;
+    constexpr DType dt = host::dtype_of_storage<typename Trainer::T>;
     std::vector<TensorView> v;
     for (std::size_t k = 0; k < Trainer::param_count; ++k) {
       const ParamSlot& p = Trainer::param(k);
