@@ -13,6 +13,8 @@
 //   compare_headroom sgemm [--threads N]   host::gemm's rate on the MLP's up projection
 //                      (1024 x 3072 x 768, C = A B), the figure bench/compare
 //                      sets beside PyTorch's torch.mm on the same shape
+//   compare_headroom bgemm [--threads N]   the same product on bf16 A, B and C, as
+//                      a Precision<BF16> run computes it
 // Every JSON line carries host::cpu_report(): the CPU and the kernels chosen.
 //   --save-init FILE   the initial weights, Hugging Face names (bench/compare
 //                      converts them to llm.c's checkpoint format)
@@ -27,6 +29,7 @@
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace headroom;
@@ -102,11 +105,18 @@ int run_config(const Args& a) {
   return run<Run<M, B, T>>(a);
 }
 
-// host::gemm on (1024 x 768) by (768 x 3072), best of 5 rounds of 10 products.
-int sgemm_rate(const Args& a) {
+// host::gemm on (1024 x 768) by (768 x 3072), best of 5 rounds of 10
+// products: In float (sgemm), or bf16 with a bf16 C (bgemm).
+template <class In>
+int gemm_rate(const Args& a) {
   constexpr std::int64_t m = 1024, n = 3072, k = 768;
-  std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n);
-  const std::int64_t per = GemmBlocking::panel_elements(m, n, k);
+  constexpr bool bf16 = std::is_same_v<In, host::bf16>;
+  const auto value = [](float x) {
+    if constexpr (bf16) return host::to_bf16(x);
+    else return x;
+  };
+  std::vector<In> A(m * k, value(0.5f)), B(k * n, value(0.25f)), C(m * n);
+  const std::int64_t per = GemmBlocking::panel_elements(m, n, k, bf16);
   std::vector<float> panels(static_cast<std::size_t>(per * a.threads + 64));
   const host::GemmPanels<float> ws{panels.data(), per};
   const auto product = [&] {
@@ -120,8 +130,8 @@ int sgemm_rate(const Args& a) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 10 * 2.0 * m * n * k / secs * 1e-9);
   }
-  std::printf("{\"side\": \"headroom\", \"sgemm_gflops\": %.1f, \"threads\": %d, \"cpu\": \"%s\"}\n", best, a.threads,
-              host::cpu_report().c_str());
+  std::printf("{\"side\": \"headroom\", \"%s_gflops\": %.1f, \"threads\": %d, \"cpu\": \"%s\"}\n", bf16 ? "bgemm" : "sgemm",
+              best, a.threads, host::cpu_report().c_str());
   return 0;
 }
 
@@ -146,7 +156,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "compare_headroom: --steps must be >= 1 and --warmup >= 0\n");
     return 2;
   }
-  if (a.config == "sgemm") return sgemm_rate(a);
+  if (a.config == "sgemm") return gemm_rate<float>(a);
+  if (a.config == "bgemm") return gemm_rate<host::bf16>(a);
   if (a.config == "tiny_full") return run_config<Tiny, 16, 128>(a);
   if (a.config == "tiny_lora") return run_config<TinyLoRA, 16, 128>(a);
   if (a.config == "tiny_lora_ckpt") return run_config<TinyLoRACkpt, 16, 128>(a);

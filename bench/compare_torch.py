@@ -5,9 +5,12 @@ bench/compare_headroom.cpp, written the way a PyTorch user writes them
 not installable here, torch.utils.checkpoint per block, torch.optim.AdamW,
 clip_grad_norm_), trained on fixed pseudo-random tokens. Prints one JSON line
 with the timed steps' tokens/s; bench/compare measures peak resident memory
-from outside.
+from outside. With --bf16 the forward runs under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's CPU mixed precision as its users switch it
+on (f32 weights, gradients and optimizer; bf16 products and activations where
+autocast casts them), against headroom's Precision<BF16>.
 
-    /usr/bin/python3 bench/compare_torch.py CONFIG [--steps N] [--warmup N] [--threads N]
+    /usr/bin/python3 bench/compare_torch.py CONFIG [--steps N] [--warmup N] [--threads N] [--bf16]
 """
 import argparse
 import json
@@ -196,6 +199,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bf16", action="store_true", help="the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -210,7 +214,8 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(tok, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = model(tok, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -222,7 +227,7 @@ def main():
     secs = time.perf_counter() - t0
     print(json.dumps({"side": "pytorch", "config": a.config, "tokens_per_s": a.steps * B * T / secs,
                       "step_s": secs / a.steps, "losses": [round(v, 6) for v in losses], "threads": torch.get_num_threads(),
-                      "torch": torch.__version__}))
+                      "dtype": "bf16 autocast" if a.bf16 else "f32", "torch": torch.__version__}))
     return 0
 
 

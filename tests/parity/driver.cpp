@@ -76,8 +76,10 @@ void perturb_lora_b(Tr& t) {
   for (std::size_t k = 0; k < Tr::param_count; ++k) {
     const ParamSlot& p = Tr::param(k);
     if (p.name != "lora_B") continue;
-    auto* w = t.weight(p);
-    for (std::int64_t i = 0; i < p.elements(); ++i) w[i] = 0.02 * std::sin(0.7 * static_cast<double>(i) + 1.3 * static_cast<double>(k));
+    std::vector<float> w(static_cast<std::size_t>(p.elements()));
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>(0.02 * std::sin(0.7 * static_cast<double>(i) + 1.3 * static_cast<double>(k)));
+    t.set_dense(p, w);  // (a bf16 run: rounded, and its masters set)
   }
 }
 
@@ -166,6 +168,8 @@ int run(const fs::path& dir, double lr) {
   fs::create_directories(dir);
   if constexpr (quant) load_nf4_originals(t, dir);
   io::save_pretrained(t, dir / "init.safetensors");
+  // bf16: the masters become the stored (rounded) values PyTorch starts from
+  if constexpr (R::dtype == DType::BF16) io::load_pretrained(t, dir / "init.safetensors");
   if constexpr (lora) {
     perturb_lora_b(t);
     io::export_adapter(t, dir / "adapter_init", "parity");
@@ -206,14 +210,15 @@ int run(const fs::path& dir, double lr) {
   if constexpr (O::desc.kind == OptimKind::sgd) cfg << ", \"momentum\": " << O::momentum::value;
   else cfg << ", \"beta1\": " << O::beta1::value << ", \"beta2\": " << O::beta2::value << ", \"eps\": 1e-8";
   cfg << ", \"norm_eps\": 1e-5, \"lora\": " << (lora ? "true" : "false") << ", \"checkpointed\": "
-      << (recomputes<Tr>() ? "true" : "false") << ", \"quantized\": " << (quant ? "true" : "false") << "}\n";
+      << (recomputes<Tr>() ? "true" : "false") << ", \"quantized\": " << (quant ? "true" : "false") << ", \"dtype\": \""
+      << name_of(R::dtype) << "\"}\n";
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* names = "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt gpt2_lora_ckpt nf4";
+  const char* names = "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt gpt2_lora_ckpt nf4 llama_bf16 gpt2_lora_ckpt_bf16";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
@@ -227,6 +232,9 @@ int main(int argc, char** argv) {
   if (name == "llama_lora_ckpt") return run<Train<LlamaLoraCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_lora_ckpt") return run<Train<GPT2LoraCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "nf4") return run<Train<LlamaNF4, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  // bf16: against PyTorch's CPU autocast (reference.py)
+  if (name == "llama_bf16") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW, Precision<BF16>>>(dir, 3e-3);
+  if (name == "gpt2_lora_ckpt_bf16") return run<Train<GPT2LoraCkpt, Batch<2>, Seq<16>, AdamW, Precision<BF16>>>(dir, 3e-3);
   std::fprintf(stderr, "parity_driver: unknown configuration '%s' (known: %s)\n", name.c_str(), names);
   return 2;
 }

@@ -3,7 +3,9 @@
 
 Reads the initial weights, the batches and the configuration headroom used,
 trains the same model written plainly in torch (torch_models.py) for the same
-steps, and compares:
+steps (a bf16 run: its forward under torch.autocast("cpu", dtype=torch.bfloat16),
+PyTorch's CPU mixed precision, against headroom's Precision<BF16>; the
+tolerances are then bf16's, see BF16_LOSS_RTOL and bf16_tolerance), and compares:
   - every step's loss within 1e-4 relative;
   - the trained weights (the whole model, or the LoRA adapters) within a tolerance
     set by the optimizer (see final_tolerance);
@@ -32,6 +34,11 @@ import nf4  # noqa: E402
 from torch_models import Model, base_name, read_adapter, read_safetensors  # noqa: E402
 
 LOSS_RTOL = 1e-4
+# bf16 keeps 8 significant bits (a rounding moves a value by up to 2^-9 of it):
+# the two sides round different tensors (autocast: products' outputs, with f32
+# weights and gradients; headroom: weights, activations and gradients, with f32
+# masters), so their losses drift apart by rounding noise, not by a bug
+BF16_LOSS_RTOL = 5e-3
 
 
 def final_tolerance(c, moved):
@@ -49,6 +56,18 @@ def final_tolerance(c, moved):
     if c["optimizer"] == "SGD":
         return 1e-4 * moved, f"1e-4 x largest move {moved:.2e}"
     return c["lr"] / 6, "lr / 6"
+
+
+def bf16_tolerance(noise, largest):
+    """A bf16 run's trained tensors against autocast's. bf16 training is noisy by
+    itself (AdamW turns each step's rounding noise into up to lr of movement where
+    a gradient is small), and how far PyTorch's own autocast run ends from its f32
+    run (`noise`, the largest difference over the tensors) measures that noise on
+    this very model and batches. headroom may differ from autocast by twice that,
+    plus one bf16 unit in the last place of the largest value (headroom stores its
+    weights rounded; autocast keeps f32 weights and rounds them inside each product)."""
+    ulp = largest * 2.0**-7
+    return 2 * noise + ulp, f"bf16: 2 x |autocast - f32| {noise:.2e} + ulp {ulp:.1e}"
 
 
 def max_abs_diff(a, b):
@@ -181,18 +200,35 @@ def main(d):
         opt = torch.optim.AdamW(params, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
                                 weight_decay=c["weight_decay"])
     worst_loss = 0.0
+    bf16 = c.get("dtype") == "bf16"
+    rtol = BF16_LOSS_RTOL if bf16 else LOSS_RTOL
+    model32 = opt32 = None
+    if bf16:
+        print("bf16: headroom Precision<BF16> against torch.autocast('cpu', dtype=torch.bfloat16); "
+              "PyTorch's f32 run beside it measures bf16's own noise")
+        torch.manual_seed(0)
+        model32 = Model(c, init, adapters, scale, c["checkpointed"])
+        params32 = [p for p in model32.parameters() if p.requires_grad]
+        opt32 = torch.optim.AdamW(params32, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
+                                  weight_decay=c["weight_decay"])
     for s in range(c["steps"]):
         opt.zero_grad()
-        loss = model(batches["tokens"][s], batches["targets"][s])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(batches["tokens"][s], batches["targets"][s])
         loss.backward()
         opt.step()
+        if model32 is not None:
+            opt32.zero_grad()
+            model32(batches["tokens"][s], batches["targets"][s]).backward()
+            opt32.step()
         rel = abs(loss.item() - ours[s]) / abs(loss.item())
         worst_loss = max(worst_loss, rel)
-        flag = "" if rel <= LOSS_RTOL else "  <-- differs"
-        bad += rel > LOSS_RTOL
+        flag = "" if rel <= rtol else "  <-- differs"
+        bad += rel > rtol
         print(f"step {s + 1:2d}  torch {loss.item():.7f}  headroom {ours[s]:.7f}  rel {rel:.2e}{flag}")
-    print(f"losses: worst rel {worst_loss:.2e} (tolerance {LOSS_RTOL:g})")
+    print(f"losses: worst rel {worst_loss:.2e} (tolerance {rtol:g})")
 
+    f32_of = {}  # a bf16 run: PyTorch's f32 run's tensor of each name
     if c["lora"]:
         # the frozen base: unchanged by headroom, bit for bit
         changed = [n for n in init if not torch.equal(init[n], final[n])]
@@ -204,9 +240,14 @@ def main(d):
         for m, (A, B) in trained.items():
             mA, mB = model.adapter(m)
             pairs += [(m + ".lora_A", mA.detach(), A, adapters[m][0]), (m + ".lora_B", mB.detach(), B, adapters[m][1])]
+            if model32 is not None:
+                a32, b32 = model32.adapter(m)
+                f32_of[m + ".lora_A"], f32_of[m + ".lora_B"] = a32.detach(), b32.detach()
     else:
         # every weight: (name, torch's, headroom's, initial)
         pairs = [(n, model.w(n).detach(), final[n], init[n]) for n in final]
+        if model32 is not None:
+            f32_of.update({n: model32.w(n).detach() for n in final})
     if c["family"] == "gpt2" and not c["lora"]:
         # GPT-2's key bias (the middle third of c_attn.bias) has a zero gradient in
         # exact arithmetic (it adds q . b_k to every score of a row; softmax ignores
@@ -228,11 +269,18 @@ def main(d):
               + ("  <-- differs" if key_move > c["lr"] else ""))
         bad += key_move > c["lr"]
     moved = max((m - s).abs().max().item() for _, m, _, s in pairs)
-    worst = max(max_abs_diff(m, t) for _, m, t, _ in pairs)
-    tol, why = final_tolerance(c, moved)
     what = "final adapters" if c["lora"] else "final weights"
-    print(f"{what}: max |torch - headroom| = {worst:.3e} (tolerance {why} = {tol:.1e}; largest move {moved:.2e})")
-    bad += worst > tol
+    if bf16:  # against bf16's own noise on this run
+        worst = max(max_abs_diff(m, t) for _, m, t, _ in pairs)
+        noise = max(max_abs_diff(m, f32_of[n]) for n, m, _, _ in pairs)
+        tol, why = bf16_tolerance(noise, max(m.abs().max().item() for _, m, _, _ in pairs))
+        print(f"{what}: max |autocast - headroom| = {worst:.3e} (tolerance {why} = {tol:.1e}; largest move {moved:.2e})")
+        bad += worst > tol
+    else:
+        worst = max(max_abs_diff(m, t) for _, m, t, _ in pairs)
+        tol, why = final_tolerance(c, moved)
+        print(f"{what}: max |torch - headroom| = {worst:.3e} (tolerance {why} = {tol:.1e}; largest move {moved:.2e})")
+        bad += worst > tol
 
     if c["lora"]:
         # io::save_merged: W + scale B A from headroom's own final adapters (double, rounded once)

@@ -387,7 +387,7 @@ void save_merged(const Trainer& t, const std::filesystem::path& path) {
         for (std::int64_t o = 0; o < m.out; ++o)
           for (std::int64_t i = 0; i < m.in; ++i) {
             double d = 0;
-            for (std::int64_t k = 0; k < m.rank; ++k) d += static_cast<double>(b[o * m.rank + k]) * static_cast<double>(a[k * m.in + i]);
+            for (std::int64_t k = 0; k < m.rank; ++k) d += static_cast<double>(host::widen(b[o * m.rank + k])) * static_cast<double>(host::widen(a[k * m.in + i]));
             w[static_cast<std::size_t>(o * m.in + i)] += s * d;
           }
       });
