@@ -31,6 +31,7 @@ constexpr models::LlamaConfig llama_cfg{64, 64, 128, 2, 4, 2, 64, false};
 constexpr models::GPT2Config gpt2_cfg{64, 64, 2, 4, 64};
 using LlamaRun = Train<models::Llama<llama_cfg>, Batch<4>, Seq<32>, Workers<2>>;
 using GPT2Run = Train<models::GPT2<gpt2_cfg>, Batch<4>, Seq<32>, AdamW, Workers<2>>;
+using LlamaBf16 = Train<models::Llama<llama_cfg>, Batch<4>, Seq<32>, Workers<2>, Precision<BF16>>;
 
 const auto runnable = test::runnable_isas;
 
@@ -53,8 +54,11 @@ Trace train(host::Isa isa) {
   return t;
 }
 
+// bf16 runs sum their products in different orders under each kernel (k
+// in pairs on the AVX512_BF16 tile), so they agree within bf16's noise
+// rather than to the bit.
 template <class Run>
-void same_training_under_every_kernel() {
+void same_training_under_every_kernel(double loss_eps = 1e-4, double norm_eps = 1e-3) {
   const auto choices = runnable();
   std::vector<Trace> traces;
   for (host::Isa i : choices) traces.push_back(train<Run>(i));
@@ -62,11 +66,11 @@ void same_training_under_every_kernel() {
     INFO(host::isa_name(choices[c]) << " against " << host::isa_name(choices[0]));
     for (std::size_t s = 0; s < traces[0].loss.size(); ++s) {
       INFO("step " << s);
-      CHECK(traces[c].loss[s] == Approx(traces[0].loss[s]).epsilon(1e-4));
-      CHECK(traces[c].norm[s] == Approx(traces[0].norm[s]).epsilon(1e-3));
+      CHECK(traces[c].loss[s] == Approx(traces[0].loss[s]).epsilon(loss_eps));
+      CHECK(traces[c].norm[s] == Approx(traces[0].norm[s]).epsilon(norm_eps));
     }
   }
-  if (choices.size() == 3) {  // AVX2 and AVX-512: the same bits
+  if (Run::config().dtype != DType::BF16 && choices.size() == 3) {  // AVX2 and AVX-512: the same bits
     CHECK(traces[1].loss == traces[2].loss);
     CHECK(traces[1].norm == traces[2].norm);
   }
@@ -105,4 +109,8 @@ TEST_CASE("training steps agree under every kernel choice: Llama (SwiGLU, RMSNor
 
 TEST_CASE("training steps agree under every kernel choice: GPT-2 (GELU, LayerNorm, tied head)", "[host][dispatch]") {
   same_training_under_every_kernel<GPT2Run>();
+}
+
+TEST_CASE("training steps agree under every kernel choice: Llama in bf16", "[host][dispatch][bf16]") {
+  same_training_under_every_kernel<LlamaBf16>(5e-4, 5e-3);
 }
