@@ -242,20 +242,42 @@ struct FloatSlivers {
   }
 };
 
-// The blocks for a bf16 C: blocks() cut further, where needed, so that the
-// float accumulator of C's block (its actual rows and columns) fits the panel
-// after the two packed blocks (first nc, then mc, then kc; the panel
-// GemmBlocking::panel_elements declares for a bf16 C always fits at kc = 1).
+// The blocks for a bf16 C, and `rows`: how many rows of C its float
+// accumulator (rows, nc) holds at a time. All of M where that leaves nc at
+// least 8 slivers wide (then op(B) is packed once per (kc, nc) block, as for
+// a float C), else fewer rows; then, where the panel is small, blocks()
+// cut further (first nc, then the rows and mc, then kc). The panel
+// GemmBlocking::panel_elements declares for a bf16 C always fits at kc = 1.
+struct AccumulatorBlocks {
+  Blocks b;
+  std::int64_t rows;
+};
 template <std::int64_t mr, std::int64_t nr>
-Blocks blocks_with_accumulator(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t panel) {
+AccumulatorBlocks blocks_with_accumulator(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t panel) {
   using G = GemmBlocking;
-  Blocks b = blocks<mr, nr>(M, N, K, panel);
-  const auto need = [&] { return G::round(b.kc * b.mc) + b.kc * b.nc + (M < b.mc ? M : b.mc) * (N < b.nc ? N : b.nc); };
+  const auto min = [](std::int64_t x, std::int64_t y) { return x < y ? x : y; };
+  AccumulatorBlocks a{blocks<mr, nr>(M, N, K, panel), M};
+  Blocks& b = a.b;
+  const std::int64_t packed = G::round(b.kc * b.mc);
+  const std::int64_t floor = min((N + nr - 1) / nr * nr, 8 * nr);  // the narrowest nc worth packing B once for
+  const std::int64_t wide = panel > packed ? (panel - packed) / (b.kc + M) / nr * nr : 0;
+  if (wide >= floor) {
+    b.nc = min(b.nc, wide);
+  } else {  // fewer rows at a time, each a whole number of mc blocks where possible
+    b.nc = min(b.nc, floor);
+    const std::int64_t fit = panel > packed + b.kc * b.nc ? (panel - packed - b.kc * b.nc) / b.nc : 0;
+    a.rows = fit >= b.mc ? fit / b.mc * b.mc : min(M, b.mc);
+  }
+  const auto need = [&] { return G::round(b.kc * b.mc) + b.kc * b.nc + min(M, a.rows) * min(N, b.nc); };
   while (need() > panel && b.nc > nr) b.nc -= nr;
-  while (need() > panel && b.mc > mr) b.mc -= mr;
+  while (need() > panel && a.rows > mr) {  // both stay multiples of mr
+    const std::int64_t r = (min(a.rows, b.mc) - 1) / mr * mr;
+    a.rows = r > mr ? r : mr;
+    b.mc = min(b.mc, a.rows);
+  }
   while (need() > panel && b.kc > 1) b.kc = (b.kc + 1) / 2;
   if (need() > panel) detail::gemm_panels_too_small(need(), panel);
-  return b;
+  return a;
 }
 
 // C (M, N) = alpha op(A) op(B) + beta C with Kernel's register tile; A and B
@@ -263,40 +285,45 @@ Blocks blocks_with_accumulator(std::int64_t M, std::int64_t N, std::int64_t K, s
 // A sliver holds Kernel::k_words(kb) words per row or column (kb floats, or
 // kb / 2 bf16 pairs), never more than kb: the blocks fit the same panels.
 //
-// A bf16 C is computed block by block of (mc, nc) in a float accumulator in
-// the panel (B's block is packed again for each block of rows), every chunk
-// of K in the same order as for a float C, and rounded once at the end: each
-// element is the float product's, rounded to bf16.
+// A bf16 C is summed in a float accumulator in the panel, `rows` rows of C
+// by nc columns at a time (usually every row: then op(B) is packed once per
+// block, as for a float C), every chunk of K in the same order as for a
+// float C, and rounded once at the end: each element is the float product's,
+// rounded to bf16.
 template <class Kernel, bool a_trans, bool b_trans, class In>
 void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
            std::int64_t ldb, float beta, bf16* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
   constexpr std::int64_t mr = Kernel::mr, nr = Kernel::nr;
-  const Blocks bs = blocks_with_accumulator<mr, nr>(M, N, K, panel_elements);
+  const AccumulatorBlocks ab = blocks_with_accumulator<mr, nr>(M, N, K, panel_elements);
+  const Blocks& bs = ab.b;
   float* pa = panels;
   float* pb = pa + GemmBlocking::round(bs.kc * bs.mc);
-  float* acc = pb + bs.kc * bs.nc;  // (mb, nb), row stride nb
-  for (std::int64_t jc = 0; jc < N; jc += bs.nc) {
-    const std::int64_t nb = N - jc < bs.nc ? N - jc : bs.nc;
-    for (std::int64_t ic = 0; ic < M; ic += bs.mc) {
-      const std::int64_t mb = M - ic < bs.mc ? M - ic : bs.mc;
-      bf16* c = C + ic * ldc + jc;
+  float* acc = pb + bs.kc * bs.nc;  // (rows, nb), row stride nb
+  for (std::int64_t i0 = 0; i0 < M; i0 += ab.rows) {
+    const std::int64_t rows = M - i0 < ab.rows ? M - i0 : ab.rows;
+    for (std::int64_t jc = 0; jc < N; jc += bs.nc) {
+      const std::int64_t nb = N - jc < bs.nc ? N - jc : bs.nc;
+      bf16* c = C + i0 * ldc + jc;
       if (beta != 0.0f)
-        for (std::int64_t i = 0; i < mb; ++i)
+        for (std::int64_t i = 0; i < rows; ++i)
           for (std::int64_t j = 0; j < nb; ++j) acc[i * nb + j] = to_float(c[i * ldc + j]);
       for (std::int64_t pc = 0; pc < K; pc += bs.kc) {
         const std::int64_t kb = K - pc < bs.kc ? K - pc : bs.kc, kw = Kernel::k_words(kb);
         Kernel::template pack_b<b_trans>(kb, nb, b_trans ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, pb);
-        Kernel::template pack_a<a_trans>(mb, kb, a_trans ? A + pc * lda + ic : A + ic * lda + pc, lda, pa);
         const float be = pc == 0 ? beta : 1.0f;
-        for (std::int64_t jr = 0; jr < nb; jr += nr) {
-          const std::int64_t n = nb - jr < nr ? nb - jr : nr;
-          for (std::int64_t ir = 0; ir < mb; ir += mr) {
-            const std::int64_t m = mb - ir < mr ? mb - ir : mr;
-            Kernel::tile(kw, pa + ir * kw, pb + jr * kw, acc + ir * nb + jr, nb, m, n, alpha, be);
+        for (std::int64_t ic = 0; ic < rows; ic += bs.mc) {
+          const std::int64_t mb = rows - ic < bs.mc ? rows - ic : bs.mc;
+          Kernel::template pack_a<a_trans>(mb, kb, a_trans ? A + pc * lda + i0 + ic : A + (i0 + ic) * lda + pc, lda, pa);
+          for (std::int64_t jr = 0; jr < nb; jr += nr) {
+            const std::int64_t n = nb - jr < nr ? nb - jr : nr;
+            for (std::int64_t ir = 0; ir < mb; ir += mr) {
+              const std::int64_t m = mb - ir < mr ? mb - ir : mr;
+              Kernel::tile(kw, pa + ir * kw, pb + jr * kw, acc + (ic + ir) * nb + jr, nb, m, n, alpha, be);
+            }
           }
         }
       }
-      for (std::int64_t i = 0; i < mb; ++i) narrow_row(acc + i * nb, c + i * ldc, nb);
+      for (std::int64_t i = 0; i < rows; ++i) narrow_row(acc + i * nb, c + i * ldc, nb);
     }
   }
 }
