@@ -283,20 +283,8 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
     const auto n = static_cast<std::size_t>(p.elements());
     if constexpr (detail::hf::HostArena<Trainer>) {
       using T = typename Trainer::T;
-      if constexpr (std::is_same_v<T, host::bf16>) {  // through set_dense: the values rounded, and the masters
-        if (p.quant.kind == QuantKind::none) {
-          std::vector<float> v(n);
-          read_converted<float>(file, ti, std::span<float>(v));
-          if (h.transposed) {
-            std::vector<float> w(n);
-            detail::hf::transpose(v.data(), w.data(), p.cols, p.rows);
-            v.swap(w);
-          }
-          t.set_dense(p, v);
-          continue;
-        }
-      } else {
-        if (p.quant.kind == QuantKind::none && !h.transposed) {  // straight into the arena
+      if constexpr (!std::is_same_v<T, host::bf16>) {  // f32 / f64: straight into the arena
+        if (p.quant.kind == QuantKind::none && !h.transposed) {
           read_converted<T>(file, ti, std::span<T>(t.weight(p), n));
           continue;
         }
@@ -315,8 +303,12 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
       detail::hf::transpose(v.data(), w.data(), p.cols, p.rows);
       v.swap(w);
     }
-    if constexpr (detail::hf::HostArena<Trainer>) t.set_quantized(p, v);
-    else t.upload_weight(p, v);  // the engine converts (or quantizes) and copies
+    if constexpr (detail::hf::HostArena<Trainer>) {
+      if (p.quant.kind == QuantKind::none) t.set_dense(p, v);  // a bf16 run: the values rounded, and the masters set
+      else t.set_quantized(p, v);
+    } else {
+      t.upload_weight(p, v);  // the engine converts (or quantizes) and copies
+    }
   }
 }
 
