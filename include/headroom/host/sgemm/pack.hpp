@@ -284,50 +284,6 @@ AccumulatorBlocks blocks_with_accumulator(std::int64_t M, std::int64_t N, std::i
 // hold In (float, or bf16 for Kernel's own packing or the widening above).
 // A sliver holds Kernel::k_words(kb) words per row or column (kb floats, or
 // kb / 2 bf16 pairs), never more than kb: the blocks fit the same panels.
-//
-// A bf16 C is summed in a float accumulator in the panel, `rows` rows of C
-// by nc columns at a time (usually every row: then op(B) is packed once per
-// block, as for a float C), every chunk of K in the same order as for a
-// float C, and rounded once at the end: each element is the float product's,
-// rounded to bf16.
-template <class Kernel, bool a_trans, bool b_trans, class In>
-void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
-           std::int64_t ldb, float beta, bf16* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
-  constexpr std::int64_t mr = Kernel::mr, nr = Kernel::nr;
-  const AccumulatorBlocks ab = blocks_with_accumulator<mr, nr>(M, N, K, panel_elements);
-  const Blocks& bs = ab.b;
-  float* pa = panels;
-  float* pb = pa + GemmBlocking::round(bs.kc * bs.mc);
-  float* acc = pb + bs.kc * bs.nc;  // (rows, nb), row stride nb
-  for (std::int64_t i0 = 0; i0 < M; i0 += ab.rows) {
-    const std::int64_t rows = M - i0 < ab.rows ? M - i0 : ab.rows;
-    for (std::int64_t jc = 0; jc < N; jc += bs.nc) {
-      const std::int64_t nb = N - jc < bs.nc ? N - jc : bs.nc;
-      bf16* c = C + i0 * ldc + jc;
-      if (beta != 0.0f)
-        for (std::int64_t i = 0; i < rows; ++i)
-          for (std::int64_t j = 0; j < nb; ++j) acc[i * nb + j] = to_float(c[i * ldc + j]);
-      for (std::int64_t pc = 0; pc < K; pc += bs.kc) {
-        const std::int64_t kb = K - pc < bs.kc ? K - pc : bs.kc, kw = Kernel::k_words(kb);
-        Kernel::template pack_b<b_trans>(kb, nb, b_trans ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, pb);
-        const float be = pc == 0 ? beta : 1.0f;
-        for (std::int64_t ic = 0; ic < rows; ic += bs.mc) {
-          const std::int64_t mb = rows - ic < bs.mc ? rows - ic : bs.mc;
-          Kernel::template pack_a<a_trans>(mb, kb, a_trans ? A + pc * lda + i0 + ic : A + (i0 + ic) * lda + pc, lda, pa);
-          for (std::int64_t jr = 0; jr < nb; jr += nr) {
-            const std::int64_t n = nb - jr < nr ? nb - jr : nr;
-            for (std::int64_t ir = 0; ir < mb; ir += mr) {
-              const std::int64_t m = mb - ir < mr ? mb - ir : mr;
-              Kernel::tile(kw, pa + ir * kw, pb + jr * kw, acc + (ic + ir) * nb + jr, nb, m, n, alpha, be);
-            }
-          }
-        }
-      }
-      for (std::int64_t i = 0; i < rows; ++i) narrow_row(acc + i * nb, c + i * ldc, nb);
-    }
-  }
-}
-
 template <class Kernel, bool a_trans, bool b_trans, class In>
 void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
            std::int64_t ldb, float beta, float* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
@@ -353,6 +309,31 @@ void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In
           }
         }
       }
+    }
+  }
+}
+
+// A bf16 C: the float block above, run on a float accumulator at the end of
+// the panel, `rows` rows of C by nc columns at a time (usually every row:
+// then op(B) is packed once per block, as for a float C), every chunk of K
+// in the same order as for a float C, then rounded once: each element is the
+// float product's, rounded to bf16.
+template <class Kernel, bool a_trans, bool b_trans, class In>
+void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
+           std::int64_t ldb, float beta, bf16* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
+  const AccumulatorBlocks ab = blocks_with_accumulator<Kernel::mr, Kernel::nr>(M, N, K, panel_elements);
+  for (std::int64_t i0 = 0; i0 < M; i0 += ab.rows) {
+    const std::int64_t rows = M - i0 < ab.rows ? M - i0 : ab.rows;
+    for (std::int64_t jc = 0; jc < N; jc += ab.b.nc) {
+      const std::int64_t nb = N - jc < ab.b.nc ? N - jc : ab.b.nc;
+      float* acc = panels + panel_elements - rows * nb;  // (rows, nb), after the packed blocks
+      bf16* c = C + i0 * ldc + jc;
+      if (beta != 0.0f)
+        for (std::int64_t i = 0; i < rows; ++i)
+          for (std::int64_t j = 0; j < nb; ++j) acc[i * nb + j] = to_float(c[i * ldc + j]);
+      block<Kernel, a_trans, b_trans>(rows, nb, K, alpha, a_trans ? A + i0 : A + i0 * lda, lda, b_trans ? B + jc * ldb : B + jc,
+                                      ldb, beta, acc, nb, panels, panel_elements - rows * nb);
+      for (std::int64_t i = 0; i < rows; ++i) narrow_row(acc + i * nb, c + i * ldc, nb);
     }
   }
 }
