@@ -304,8 +304,13 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
       v.swap(w);
     }
     if constexpr (detail::hf::HostArena<Trainer>) {
-      if (p.quant.kind == QuantKind::none) t.set_dense(p, v);  // a bf16 run: the values rounded, and the masters set
-      else t.set_quantized(p, v);
+      if constexpr (std::is_same_v<typename Trainer::T, host::bf16>) {
+        if (p.quant.kind == QuantKind::none) {  // the values rounded, and the masters set
+          t.set_dense(p, v);
+          continue;
+        }
+      }
+      t.set_quantized(p, v);  // a float run's dense values went straight into the arena above
     } else {
       t.upload_weight(p, v);  // the engine converts (or quantizes) and copies
     }
