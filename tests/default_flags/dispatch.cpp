@@ -8,9 +8,11 @@
 // portable kernels (Eigen's product, scalar loops) agree to float rounding.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <headroom/headroom.hpp>
 #include <headroom/host/cpu.hpp>
+#include <headroom/host/kernels/pointwise.hpp>
 #include <headroom/host/trainer.hpp>
 #include <vector>
 
@@ -113,4 +115,78 @@ TEST_CASE("training steps agree under every kernel choice: GPT-2 (GELU, LayerNor
 
 TEST_CASE("training steps agree under every kernel choice: Llama in bf16", "[host][dispatch][bf16]") {
   same_training_under_every_kernel<LlamaBf16>(5e-4, 5e-3);
+}
+
+// for_this_cpu (host/for_this_cpu.hpp) compiles the element and row loops a
+// second time for AVX2 and picks that copy at run time: the source's
+// arithmetic in the source's order, except that g++ contracts a * b + c into
+// one FMA where the instruction exists (its default for C++, as in any
+// -march=native build), which rounds once instead of twice. Each kernel here
+// runs under the portable choice and under the CPU's best on the same inputs:
+// the outputs agree to float rounding (measured: at most 2 float ulps of the
+// largest element), and in bf16 to one bf16 rounding.
+TEST_CASE("the row kernels' AVX2 copies agree with the portable copies", "[host][dispatch]") {
+  const host::Isa best = host::cpu_features().best;
+  if (best == host::Isa::portable) {
+    WARN("this CPU has no AVX2: only the portable copy exists to run");
+    return;
+  }
+  const auto run = [](host::Isa isa, auto zero) {
+    using T = decltype(zero);
+    using C = host::compute_t<T>;
+    const test::IsaScope scope(isa);
+    constexpr std::int64_t n = 37, d = 200, seq = 8;  // d: whole 8-lane chunks and a tail
+    std::vector<T> x(n * d), f(n * d), dy(n * d), w(d), b(d);
+    for (std::int64_t i = 0; i < n * d; ++i) {
+      x[i] = host::narrow<T>(static_cast<C>(std::sin(0.37 * static_cast<double>(i)) * 1.7));
+      f[i] = host::narrow<T>(static_cast<C>(std::cos(0.11 * static_cast<double>(i))));
+      dy[i] = host::narrow<T>(static_cast<C>(std::sin(0.05 * static_cast<double>(i) + 1.0) * 0.3));
+    }
+    for (std::int64_t j = 0; j < d; ++j) {
+      w[j] = host::narrow<T>(static_cast<C>(1.0 + 0.01 * static_cast<double>(j % 17)));
+      b[j] = host::narrow<T>(static_cast<C>(0.02 * static_cast<double>(j % 5)));
+    }
+    std::vector<std::vector<T>> out;
+    std::vector<C> mean(n), rstd(n), mean2(n), rstd2(n);
+    std::vector<T> h(n * d), h2(n * d), dx(n * d), dx2(n * d, T{}), dw(d), db(d), s(n * d), dpos(seq * d);
+    host::norm_forward(false, x.data(), w.data(), static_cast<const T*>(nullptr), h.data(), mean.data(), rstd.data(), n, d, 2);
+    host::norm_forward(true, x.data(), w.data(), b.data(), h2.data(), mean2.data(), rstd2.data(), n, d, 2);
+    host::norm_backward(false, x.data(), w.data(), mean.data(), rstd.data(), dy.data(), dx.data(), true, dw.data(), true,
+                        static_cast<T*>(nullptr), true, n, d, 2);
+    host::norm_backward(true, x.data(), w.data(), mean2.data(), rstd2.data(), dy.data(), dx2.data(), false, dw.data(), false,
+                        db.data(), true, n, d, 2);
+    host::add_forward(x.data(), f.data(), s.data(), n * d, 2);
+    host::positions_backward(dy.data(), dpos.data(), true, 4, seq, seq, d, 2);
+    out = {h, h2, dx, dx2, dw, db, s, dpos};
+    std::vector<double> stats;
+    for (std::int64_t r = 0; r < n; ++r)
+      stats.insert(stats.end(), {static_cast<double>(rstd[r]), static_cast<double>(mean2[r]), static_cast<double>(rstd2[r])});
+    return std::make_pair(out, stats);
+  };
+  const char* names[] = {"RMSNorm", "LayerNorm", "RMSNorm dx", "LayerNorm dx (added)", "dw", "db", "residual add",
+                         "positions' gradient"};
+  const auto agree = [&](auto zero, double tol) {
+    const auto portable = run(host::Isa::portable, zero);
+    const auto dispatched = run(best, zero);
+    const auto close = [tol](const auto& p, const auto& q) {  // |p - q| <= tol * max |p|, element by element
+      REQUIRE(p.size() == q.size());
+      double scale = 0, worst = 0;
+      for (std::size_t i = 0; i < p.size(); ++i) scale = std::max(scale, std::abs(static_cast<double>(host::widen(p[i]))));
+      for (std::size_t i = 0; i < p.size(); ++i)
+        worst = std::max(worst, std::abs(static_cast<double>(host::widen(p[i])) - static_cast<double>(host::widen(q[i]))));
+      INFO("largest difference " << worst << ", largest magnitude " << scale);
+      CHECK(scale > 0);
+      CHECK(worst <= tol * scale);
+    };
+    {
+      INFO("the rows' statistics");
+      close(portable.second, dispatched.second);
+    }
+    for (std::size_t k = 0; k < portable.first.size(); ++k) {
+      INFO(names[k]);
+      close(portable.first[k], dispatched.first[k]);
+    }
+  };
+  SECTION("float") { agree(0.0f, 1e-5); }
+  SECTION("bf16") { agree(host::bf16{}, 1.0 / 128); }
 }

@@ -50,6 +50,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "for_this_cpu.hpp"
 #include "gemm.hpp"
 
 #ifdef _OPENMP
@@ -394,9 +395,11 @@ inline ConstTile<T> ctile(const T* p, i64 rows, i64 cols, i64 ld) {
 // run Eigen's product on row-major maps. Either way the bits depend only on
 // the operands, not on where the scratch lies, so the backward's recomputed
 // scores equal the forward's.
+// (not inlined: a work item's body is compiled once per ISA, for_items, and
+// the products dispatch themselves)
 inline constexpr i64 tile_panel_elements = 16384;
 template <class T>
-inline void tile_product(bool ta, bool tb, i64 m, i64 n, i64 k, const T* A, i64 lda, const T* B, i64 ldb,
+[[gnu::noinline]] void tile_product(bool ta, bool tb, i64 m, i64 n, i64 k, const T* A, i64 lda, const T* B, i64 ldb,
                          bool accumulate, T* C, i64 ldc) {
   if constexpr (std::is_same_v<T, float>) {
     const i64 panel = GemmBlocking::panel_elements(m, n, k);
@@ -453,16 +456,19 @@ void attention_team(int workers, F&& body) {
 
 // f(item) for item in [0, n), shared by the team (called by every worker);
 // the order items are handed out in does not change any result.
+// Each item runs through for_this_cpu: the row loops around the products
+// (RoPE, the online softmax, bf16 widening) compiled for the CPU's ISA.
 template <class F>
 void for_items(i64 n, F&& f) {
+  const auto run = [&](i64 item) { for_this_cpu(f, item); };
 #ifdef _OPENMP
   if (omp_in_parallel()) {
 #pragma omp for schedule(dynamic, 1)
-    for (i64 item = 0; item < n; ++item) f(item);
+    for (i64 item = 0; item < n; ++item) run(item);
     return;
   }
 #endif
-  for (i64 item = 0; item < n; ++item) f(item);  // one worker, no team: a work-sharing loop there would allocate
+  for (i64 item = 0; item < n; ++item) run(item);  // one worker, no team: a work-sharing loop there would allocate
 }
 
 template <class T>

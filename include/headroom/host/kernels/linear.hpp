@@ -34,13 +34,15 @@ struct Epilogue {
 namespace detail {
 template <class T>
 void apply_epilogue(const Epilogue<T>& ep, T* y, std::int64_t r0, std::int64_t r1, std::int64_t out) {
-  for (std::int64_t r = r0; r < r1; ++r) {
-    T* row = y + r * out;
-    if (ep.bias != nullptr)
-      for (std::int64_t j = 0; j < out; ++j) row[j] = narrow<T>(widen(row[j]) + widen(ep.bias[j]));
-    if (ep.act == Fused::gelu) vec::gelu_rows(row, ep.act_out + r * out, out);
-    else if (ep.act == Fused::swiglu_up) vec::swiglu_rows(ep.gate + r * out, row, ep.act_out + r * out, out);
-  }
+  for_this_cpu([&] {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      T* row = y + r * out;
+      if (ep.bias != nullptr)
+        for (std::int64_t j = 0; j < out; ++j) row[j] = narrow<T>(widen(row[j]) + widen(ep.bias[j]));
+      if (ep.act == Fused::gelu) vec::gelu_rows(row, ep.act_out + r * out, out);
+      else if (ep.act == Fused::swiglu_up) vec::swiglu_rows(ep.gate + r * out, row, ep.act_out + r * out, out);
+    }
+  });
 }
 inline constexpr std::int64_t epilogue_rows = 64;  // rows per GEMM panel when an epilogue follows
 }  // namespace detail
@@ -85,7 +87,7 @@ inline std::int64_t quant_panel_rows(int workers) { return static_cast<std::int6
 namespace detail {
 template <class T>
 void dequantize_panel(const QuantView& w, std::int64_t p0, std::int64_t rows, T* panel, int workers) {
-  team(workers, [&](int wk, int count) {
+  team_for_this_cpu(workers, [&](int wk, int count) {
     const Range r = share((rows + 63) / 64, count, wk);
     for (std::int64_t t = r.begin; t < r.end; ++t) {
       const std::int64_t a = p0 + t * 64, b = a + 64 < p0 + rows ? a + 64 : p0 + rows;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../for_this_cpu.hpp"
 #include "../gemm.hpp"
 #include "../vector_math.hpp"
 
@@ -40,7 +41,7 @@ inline bf16* narrow_rows_in_place(float* z, std::int64_t rows, std::int64_t cols
   if (rows > 0) row(0);
   for (std::int64_t first = 1; first < rows; first *= 2) {
     const std::int64_t last = 2 * first < rows ? 2 * first : rows;
-    parallel_for(last - first, workers, [&](std::int64_t i, int) { row(first + i); });
+    parallel_for_this_cpu(last - first, workers, [&](std::int64_t i, int) { row(first + i); });
   }
   return reinterpret_cast<bf16*>(z);
 }
@@ -84,7 +85,7 @@ double lm_head_loss(const T* h, const T* w, const std::int32_t* targets, T* dh, 
   const bool grads = dh != nullptr || dw != nullptr;
   return lm_head_chunks(h, w, dh, dh_first, dw, dw_first, n, d, vocab, chunk, scratch, ws, workers,
                         [&](std::int64_t c0, std::int64_t rows, C* logits, C* row_loss) {
-                          parallel_for(rows, workers, [&](std::int64_t r, int) {
+                          parallel_for_this_cpu(rows, workers, [&](std::int64_t r, int) {
                             row_loss[r] = vec::cross_entropy_row(logits + r * vocab, vocab, targets[c0 + r], grad_scale, grads);
                           });
                         });
@@ -109,7 +110,7 @@ double lm_head_loss_vocab_parallel(const T* h, const T* w, const std::int32_t* t
   return lm_head_chunks(h, w, dh, dh_first, dw, dw_first, n, d, vocab, chunk, scratch, ws, workers,
                         [&](std::int64_t c0, std::int64_t rows, C* logits, C* row_loss) {
                           C* own = stats + static_cast<std::int64_t>(rank) * chunk * 3;
-                          parallel_for(rows, workers, [&](std::int64_t r, int) {
+                          parallel_for_this_cpu(rows, workers, [&](std::int64_t r, int) {
                             const C* z = logits + r * vocab;
                             const std::int64_t t = static_cast<std::int64_t>(targets[c0 + r]) - first;
                             own[3 * r] = vec::row_max(z, vocab);
@@ -117,7 +118,7 @@ double lm_head_loss_vocab_parallel(const T* h, const T* w, const std::int32_t* t
                             own[3 * r + 2] = t >= 0 && t < vocab ? z[t] : C(0);
                           });
                           gather(stats, chunk * 3 * static_cast<std::int64_t>(sizeof(C)));
-                          parallel_for(rows, workers, [&](std::int64_t r, int) {
+                          parallel_for_this_cpu(rows, workers, [&](std::int64_t r, int) {
                             C m = stats[3 * r], target = C(0), s = C(0);
                             for (int q = 1; q < ranks; ++q) m = std::max(m, stats[(q * chunk + r) * 3]);
                             for (int q = 0; q < ranks; ++q) {

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include "../../math/optim.hpp"
 #include "../cpu.hpp"
+#include "../for_this_cpu.hpp"
 #include "../parallel.hpp"
 #include "../storage.hpp"
 #include "../target.hpp"
@@ -112,7 +113,7 @@ void adamw_range(T* p, const T* g, float* m, float* v, std::int64_t begin, std::
 template <class Serial>
 void through_masters(bf16* w, float* master, const bf16* g, std::int64_t n, int workers, Serial&& serial) {
   constexpr std::int64_t chunk = 1024;
-  team(workers, [&](int wk, int c) {
+  team_for_this_cpu(workers, [&](int wk, int c) {
     const Range r = share(n, c, wk);
     float gf[chunk];
     for (std::int64_t i = r.begin; i < r.end; i += chunk) {
@@ -129,7 +130,7 @@ void through_masters(bf16* w, float* master, const bf16* g, std::int64_t n, int 
 // of the whole parameter; a range of it passes m + i, v + i).
 template <class T>
 void adamw_pass(T* p, const T* g, float* m, float* v, std::int64_t n, const math::AdamWStep<T>& s, T grad_scale, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(n, c, w);
     detail::adamw_range(p, g, m, v, r.begin, r.end, s, grad_scale);
   });
@@ -170,7 +171,7 @@ struct Adam8bitState {
 template <class T>
 void adamw8bit_pass(T* p, const T* g, Adam8bitState st, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
                     compute_t<T> grad_scale, int workers, float* master = nullptr) {
-  parallel_for(adam8bit_blocks(n), workers, [&](std::int64_t b, int) {
+  parallel_for_this_cpu(adam8bit_blocks(n), workers, [&](std::int64_t b, int) {
     const std::int64_t start = b * math::adam8bit_block;
     const int len = static_cast<int>(start + math::adam8bit_block < n ? math::adam8bit_block : n - start);
     float pf[math::adam8bit_block], gf[math::adam8bit_block];
@@ -212,7 +213,7 @@ void sgd_range(T* p, const T* g, float* momentum_buf, std::int64_t begin, std::i
 
 template <class T>
 void sgd_pass(T* p, const T* g, float* momentum_buf, std::int64_t n, T lr, T momentum, T weight_decay, T grad_scale, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(n, c, w);
     detail::sgd_range(p, g, momentum_buf, r.begin, r.end, lr, momentum, weight_decay, grad_scale);
   });

@@ -10,6 +10,7 @@
 
 #include "../../math/activations.hpp"
 #include "../../math/norms.hpp"
+#include "../for_this_cpu.hpp"
 #include "../parallel.hpp"
 #include "../storage.hpp"
 #include "../vector_math.hpp"
@@ -22,7 +23,7 @@ inline constexpr double norm_eps = 1e-5;  // rms_norm_eps / layer_norm_epsilon o
 template <class T, class C = compute_t<T>>
 void norm_forward(bool layer, const T* x, const T* w, const T* b, T* h, C* mean, C* rstd, std::int64_t n, std::int64_t d,
                   int workers) {
-  parallel_for(n, workers, [&](std::int64_t r, int) {
+  parallel_for_this_cpu(n, workers, [&](std::int64_t r, int) {
     if (layer) math::layernorm_forward(x + r * d, w, b, static_cast<int>(d), C(norm_eps), h + r * d, mean + r, rstd + r);
     else math::rmsnorm_forward(x + r * d, w, static_cast<int>(d), C(norm_eps), h + r * d, rstd + r);
   });
@@ -36,7 +37,7 @@ inline constexpr std::int64_t column_block = 256;
 template <class T, class Term>
 void column_sums(std::int64_t n, std::int64_t d, int workers, T* sums, bool first, Term term) {
   using C = compute_t<T>;
-  parallel_for((d + column_block - 1) / column_block, workers, [&](std::int64_t blk, int) {
+  parallel_for_this_cpu((d + column_block - 1) / column_block, workers, [&](std::int64_t blk, int) {
     const std::int64_t j0 = blk * column_block, cols = j0 + column_block < d ? column_block : d - j0;
     C acc[column_block] = {};
     for (std::int64_t r = 0; r < n; ++r)
@@ -51,7 +52,7 @@ template <class T, class C = compute_t<T>>
 void norm_backward(bool layer, const T* x, const T* w, const C* mean, const C* rstd, const T* dh, T* dx, bool dx_first, T* dw,
                    bool dw_first, T* db, bool db_first, std::int64_t n, std::int64_t d, int workers) {
   if (dx != nullptr)
-    parallel_for(n, workers, [&](std::int64_t r, int) {
+    parallel_for_this_cpu(n, workers, [&](std::int64_t r, int) {
       if (layer)
         math::layernorm_backward(x + r * d, w, dh + r * d, static_cast<int>(d), mean[r], rstd[r], dx + r * d,
                                  static_cast<T*>(nullptr), static_cast<T*>(nullptr), !dx_first);
@@ -72,14 +73,14 @@ void norm_backward(bool layer, const T* x, const T* w, const C* mean, const C* r
 
 template <class T>
 void gelu_forward(const T* x, T* y, std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     vec::gelu_rows(x + r.begin, y + r.begin, r.size());
   });
 }
 template <class T>
 void gelu_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     vec::gelu_backward_rows(x + r.begin, dy + r.begin, dx + r.begin, dx_first, r.size());
   });
@@ -87,7 +88,7 @@ void gelu_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t c
 
 template <class T>
 void swiglu_forward(const T* gate, const T* up, T* y, std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     vec::swiglu_rows(gate + r.begin, up + r.begin, y + r.begin, r.size());
   });
@@ -95,7 +96,7 @@ void swiglu_forward(const T* gate, const T* up, T* y, std::int64_t count, int wo
 template <class T>
 void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgate, bool dgate_first, T* dup, bool dup_first,
                      std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     vec::swiglu_backward_rows(gate + r.begin, up + r.begin, dy + r.begin, dgate == nullptr ? nullptr : dgate + r.begin,
                               dgate_first, dup == nullptr ? nullptr : dup + r.begin, dup_first, r.size());
@@ -107,14 +108,14 @@ void swiglu_backward(const T* gate, const T* up, const T* dy, T* dgate, bool dga
 // compute type. y = F(x);  dx (+)= F'(x) dy.
 template <class F, class T>
 void map_forward(const T* x, T* y, std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = narrow<T>(F::forward(widen(x[i])));
   });
 }
 template <class F, class T>
 void map_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     for (std::int64_t i = r.begin; i < r.end; ++i) {
       const compute_t<T> g = F::backward(widen(x[i]), widen(dy[i]));
@@ -127,14 +128,14 @@ void map_backward(const T* x, const T* dy, T* dx, bool dx_first, std::int64_t co
 // its own (the residual stream usually *is* dy, and then there is nothing to do).
 template <class T>
 void add_forward(const T* x, const T* f, T* y, std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     for (std::int64_t i = r.begin; i < r.end; ++i) y[i] = narrow<T>(widen(x[i]) + widen(f[i]));
   });
 }
 template <class T>
 void accumulate(const T* dy, T* dx, bool dx_first, std::int64_t count, int workers) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range r = share(count, c, w);
     for (std::int64_t i = r.begin; i < r.end; ++i) dx[i] = dx_first ? dy[i] : narrow<T>(widen(dx[i]) + widen(dy[i]));
   });
@@ -147,7 +148,7 @@ void accumulate(const T* dy, T* dx, bool dx_first, std::int64_t count, int worke
 template <class T>
 void embedding_forward(const std::int32_t* tokens, const T* table, T* x, std::int64_t n, std::int64_t d, int workers,
                        std::int64_t first = 0, std::int64_t vocab = INT64_MAX) {
-  parallel_for(n, workers, [&](std::int64_t r, int) {
+  parallel_for_this_cpu(n, workers, [&](std::int64_t r, int) {
     const std::int64_t t = static_cast<std::int64_t>(tokens[r]) - first;
     if (t < 0 || t >= vocab) {
       for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = T{};
@@ -160,7 +161,7 @@ void embedding_forward(const std::int32_t* tokens, const T* table, T* x, std::in
 template <class T>
 void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtable, bool first, std::int64_t n, std::int64_t vocab,
                         std::int64_t d, int workers, std::int64_t first_row = 0) {
-  team(workers, [&](int w, int c) {
+  team_for_this_cpu(workers, [&](int w, int c) {
     const Range cols = share(d, c, w);
     if (first)
       for (std::int64_t v = 0; v < vocab; ++v)
@@ -177,7 +178,7 @@ void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtable, bool
 // x (B*T, D) += P[t] ; dP[t] (+)= sum over the batch of dx[b, t]
 template <class T>
 void positions_forward(const T* table, T* x, std::int64_t batch, std::int64_t seq, std::int64_t d, int workers) {
-  parallel_for(batch * seq, workers, [&](std::int64_t r, int) {
+  parallel_for_this_cpu(batch * seq, workers, [&](std::int64_t r, int) {
     const T* p = table + (r % seq) * d;
     for (std::int64_t j = 0; j < d; ++j) x[r * d + j] = narrow<T>(widen(x[r * d + j]) + widen(p[j]));
   });
@@ -186,7 +187,7 @@ void positions_forward(const T* table, T* x, std::int64_t batch, std::int64_t se
 template <class T>
 void positions_backward(const T* dx, T* dtable, bool first, std::int64_t batch, std::int64_t seq, std::int64_t max_pos,
                         std::int64_t d, int workers) {
-  parallel_for(max_pos, workers, [&](std::int64_t t, int) {
+  parallel_for_this_cpu(max_pos, workers, [&](std::int64_t t, int) {
     for (std::int64_t j = 0; j < d; ++j) {
       if (t >= seq) {
         if (first) dtable[t * d + j] = T{};
