@@ -282,6 +282,11 @@ class Trainer {
   double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_micro_batch);
     load_batch(tokens, targets);
+    evaluating_ = true;  // no dropout
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{evaluating_};
     if constexpr (config.pp > 1) {  // every stage its forward; the last stage's loss to all
       double loss = 0;
       for (int g = 1; g < sched.backward_step; ++g) {
@@ -504,6 +509,7 @@ class Trainer {
   std::unique_ptr<Communicator> shared_group_;
   int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
   bool updating_ = false;         // in step(): the last micro-batch's gradients go on to the update
+  bool evaluating_ = false;       // in evaluate(): the kernels drop nothing (OpContext::step 0)
   Arena device_, offload_;
   GemmPanels<C> panels_{};
   int workers_ = 1;
@@ -769,6 +775,11 @@ class Trainer {
     k.tensor_comm = tensor_comm_;
     k.pipe_comm = pipe_comm_;
     k.micro = micro_;
+    k.seed = opt_.seed;
+    k.step = evaluating_ ? 0 : step_ + 1;  // the step in progress
+    k.data_rank = rank();
+    k.tensor_rank = tensor_rank();
+    k.tensor_ranks = config.tp;
     return k;
   }
 

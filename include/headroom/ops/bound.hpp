@@ -32,6 +32,16 @@ struct Bound {
   std::int64_t context_length = 0;       // decode: the positions the op's state holds
   int accumulated = 1;                   // micro-batches per optimizer step
   int micro = 0;                         // this micro-batch of the step, 0 .. accumulated - 1
+  int node = -1, instance = 0;           // the op's place in the model: its node and Repeat instance
+  int tensor_rank = 0, tensor_ranks = 1; // tensor parallelism: this rank's place in its group, and its size
+  // Dropout masks (math/dropout.hpp) derive from the run's seed, the step and
+  // the data-parallel rank. step: the training step in progress, 0 outside
+  // training (evaluation, decoding: nothing is dropped). The CUDA engine reads
+  // the step from its control block on the device instead (a captured step
+  // replays with the next step's number).
+  std::uint64_t seed = 0;
+  int step = 0;
+  int data_rank = 0;
 
   // ---- operands, resolved -----------------------------------------------------------------------------
   void* in_[graph::max_in]{};
@@ -112,6 +122,7 @@ struct Bound {
   std::int64_t context() const { return context_length; }
   int accumulate() const { return accumulated; }
   int micro_batch() const { return micro; }
+  bool training() const { return step != 0; }
 };
 
 }  // namespace headroom::ops

@@ -22,7 +22,7 @@
 namespace headroom {
 
 struct TrainOptions {
-  std::uint64_t seed = 1234;     // weight initialisation
+  std::uint64_t seed = 1234;     // weight initialisation and dropout masks (math/dropout.hpp)
   int threads = 0;               // host: 0 = the run's Workers<W>; at most W
   double lr = 3e-4;              // peak learning rate
   double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio

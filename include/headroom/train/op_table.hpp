@@ -101,6 +101,8 @@ void bind_step(ops::Bound<T>& k, const Sched& sched, const Step& st, std::byte* 
   const RunConfig& cfg = sched.config;
   auto at = [base, copy](const Slot& s) -> void* { return s.bound() ? base + s.offset + copy * s.stride : nullptr; };
   k.event = st.kind;
+  k.node = st.node;
+  k.instance = st.instance;
   for (int d = 0; d < graph::max_dims; ++d) k.dims[d] = st.dim[d];
   k.n_rows = cfg.batch * cfg.seq;
   k.n_batch = cfg.batch;

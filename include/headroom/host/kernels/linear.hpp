@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../../math/activations.hpp"
+#include "../../math/dropout.hpp"
 #include "../gemm.hpp"
 #include "../quant.hpp"
 #include "../vector_math.hpp"
@@ -128,27 +129,70 @@ void quant_linear_backward_input(const T* dy, const QuantView& w, T* dx, bool dx
   }
 }
 
+// LoRA's dropout of its input (PEFT's lora_dropout, math/dropout.hpp):
+// xd (N, In) = dropout(x); and dx (+)= dropout'(t), the backward through the
+// same mask and scale, t (N, In) in the compute type.
+template <class T>
+void dropout_rows(const T* x, T* xd, std::int64_t n, std::int64_t in, const math::Dropout& d, int workers) {
+  parallel_for_this_cpu(n, workers, [&](std::int64_t r, int) {
+    for (std::int64_t c = 0; c < in; ++c) xd[r * in + c] = narrow<T>(d.apply(widen(x[r * in + c]), r, c));
+  });
+}
+template <class T, class C = compute_t<T>>
+void dropout_backward_rows(const C* t, T* dx, bool dx_first, std::int64_t n, std::int64_t in, const math::Dropout& d,
+                           int workers) {
+  parallel_for_this_cpu(n, workers, [&](std::int64_t r, int) {
+    for (std::int64_t c = 0; c < in; ++c) {
+      const C g = d.apply(t[r * in + c], r, c);
+      dx[r * in + c] = narrow<T>(dx_first ? g : widen(dx[r * in + c]) + g);
+    }
+  });
+}
+
 // LoRA forward: ax (N, r) = x A^T; y (N, Out) += s * ax B^T (when y is given:
-// a recompute that only needs A x passes none).
+// a recompute that only needs A x passes none). With an active dropout d,
+// the adapter reads xd = dropout(x) (N, In), written into `dropped` first.
 template <class T, class C = compute_t<T>>
 void lora_forward(const T* x, const T* a, const T* b, T* ax, T* y, C scale, std::int64_t n, std::int64_t in, std::int64_t out,
-                  std::int64_t rank, const GemmPanels<C>& ws, int workers) {
-  gemm(Trans::no, Trans::yes, n, rank, in, C(1), x, in, a, in, C(0), ax, rank, ws, workers);
+                  std::int64_t rank, const GemmPanels<C>& ws, int workers, const math::Dropout& d = {}, T* dropped = nullptr) {
+  const T* xa = x;
+  if (d.active()) {
+    dropout_rows(x, dropped, n, in, d, workers);
+    xa = dropped;
+  }
+  gemm(Trans::no, Trans::yes, n, rank, in, C(1), xa, in, a, in, C(0), ax, rank, ws, workers);
   if (y != nullptr) gemm(Trans::no, Trans::yes, n, out, rank, scale, ax, rank, b, rank, C(1), y, out, ws, workers);
 }
 
 // LoRA backward from dy (N, Out), the saved x and ax:
 //   dB (+)= s dy^T ax;  dax = s dy B (scratch, T);  dA (+)= dax^T x;  dx (+)= dax A.
+// With an active dropout d, x is dropout(x) in dA (regenerated into
+// `dropped`, (N, In) compute-type elements of scratch), and dx (+)=
+// dropout'(dax A) (the product in the same scratch).
 template <class T, class C = compute_t<T>>
 void lora_backward(const T* dy, const T* x, const T* ax, const T* a, const T* b, T* dax, T* da, bool da_first, T* db,
                    bool db_first, T* dx, bool dx_first, C scale, std::int64_t n, std::int64_t in, std::int64_t out,
-                   std::int64_t rank, const GemmPanels<C>& ws, int workers) {
+                   std::int64_t rank, const GemmPanels<C>& ws, int workers, const math::Dropout& d = {},
+                   void* dropped = nullptr) {
   if (db != nullptr)
     gemm(Trans::yes, Trans::no, out, rank, n, scale, dy, out, ax, rank, db_first ? C(0) : C(1), db, rank, ws, workers);
   gemm(Trans::no, Trans::no, n, rank, out, scale, dy, out, b, rank, C(0), dax, rank, ws, workers);
-  if (da != nullptr)
-    gemm(Trans::yes, Trans::no, rank, in, n, C(1), dax, rank, x, in, da_first ? C(0) : C(1), da, in, ws, workers);
-  if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, rank, C(1), dax, rank, a, in, dx_first ? C(0) : C(1), dx, in, ws, workers);
+  if (!d.active()) {
+    if (da != nullptr)
+      gemm(Trans::yes, Trans::no, rank, in, n, C(1), dax, rank, x, in, da_first ? C(0) : C(1), da, in, ws, workers);
+    if (dx != nullptr) gemm(Trans::no, Trans::no, n, in, rank, C(1), dax, rank, a, in, dx_first ? C(0) : C(1), dx, in, ws, workers);
+    return;
+  }
+  if (da != nullptr) {
+    T* xd = static_cast<T*>(dropped);  // (N, In)
+    dropout_rows(x, xd, n, in, d, workers);
+    gemm(Trans::yes, Trans::no, rank, in, n, C(1), dax, rank, xd, in, da_first ? C(0) : C(1), da, in, ws, workers);
+  }
+  if (dx != nullptr) {
+    C* t = static_cast<C*>(dropped);  // (N, In): dax A
+    gemm(Trans::no, Trans::no, n, in, rank, C(1), dax, rank, a, in, C(0), t, in, ws, workers);
+    dropout_backward_rows(t, dx, dx_first, n, in, d, workers);
+  }
 }
 
 }  // namespace headroom::host
