@@ -400,6 +400,11 @@ class Trainer {
   // stage: every stage its forward, the last stage's loss to all.)
   double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_micro_batch);
+    evaluating_ = true;  // no dropout
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{evaluating_};
     stage(tokens, targets, step_ + 1);
     upload_control();
     load_batch(0);
@@ -574,6 +579,7 @@ class Trainer {
   std::unique_ptr<Communicator> data_group_, tensor_group_, pipe_group_;  // split from the world's communicator
   mutable PipeExchange pipe_;     // pipeline parallelism: the sends and receives of pipe_recv / pipe_send
   int micro_ = 0;                 // the micro-batch being enqueued, 0 .. accumulate - 1
+  bool evaluating_ = false;       // in evaluate(): the kernels drop nothing (step 0)
   int micro_copy_ = 0;            // pipeline parallelism: the copy of the per-micro-batch buffers in use (Slot::stride)
   DeviceArena device_;
   PinnedArena offload_;
@@ -726,6 +732,7 @@ class Trainer {
                                       1e-8f, static_cast<float>(O::weight_decay::value)};
       c.adamw = math::adamw_step(h, step_no);
     }
+    c.step = evaluating_ ? 0 : step_no;
     *staged_control_in() = c;
     step_control_ = c;
   }
@@ -1168,6 +1175,11 @@ class Trainer {
     k.tensor_comm = tensor_comm_;
     k.pipe = pipe_comm_ != nullptr ? &pipe_ : nullptr;
     k.micro = micro_;
+    k.seed = opt_.seed;
+    k.step = evaluating_ ? 0 : step_ + 1;  // (the kernels read the step from the control block)
+    k.data_rank = rank();
+    k.tensor_rank = tensor_rank();
+    k.tensor_ranks = config.tp;
     return k;
   }
 

@@ -20,6 +20,7 @@
 #include "../math/dropout.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
+#include "../cuda/kernels/dropout.cuh"
 #include "../cuda/op_context.cuh"
 #endif
 
@@ -112,12 +113,32 @@ struct LoRA {
   static void backward(const host::OpContext<T>& k);
 
 #if HEADROOM_CUDA_KERNELS
+  // This event's dropout site (the mask's step is read on the device)
+  static cuda::DropoutSite site(const auto& k) {
+    const math::Dropout d = dropout(k);
+    cuda::DropoutSite s;
+    s.seed = k.seed;
+    s.data_rank = k.data_rank;
+    s.micro = k.micro;
+    s.node = k.node;
+    s.instance = k.instance;
+    s.threshold = d.threshold;
+    s.scale = static_cast<float>(d.scale);
+    s.col0 = d.col0;
+    s.width = d.width;
+    return s;
+  }
   template <class S>
   static void forward(const cuda::OpContext<S>& k) {
     using cuda::Trans;
     const std::int64_t n = k.rows();
-    // ax (N, r) = x A^T;  y (N, out) += s ax B^T, straight into the base output
-    k.blas().template gemm<S>(Trans::no, Trans::yes, n, k[rank], k[in], 1.0f, k[x], k[in], k[a], k[in], 0.0f, k[ax], k[rank],
+    const S* xa = k[x];
+    if (dropout(k).active()) {  // xd (N, in) = dropout(x) in scratch
+      cuda::dropout_rows<S>(k[x], k.scratch(), n, k[in], site(k), &k.control()->step, k.stream());
+      xa = k.scratch();
+    }
+    // ax (N, r) = xa A^T;  y (N, out) += s ax B^T, straight into the base output
+    k.blas().template gemm<S>(Trans::no, Trans::yes, n, k[rank], k[in], 1.0f, xa, k[in], k[a], k[in], 0.0f, k[ax], k[rank],
                               k.stream());
     if (k[y] != nullptr)
       k.blas().template gemm<S>(Trans::no, Trans::yes, n, k[out], k[rank], scale<float>(k), k[ax], k[rank], k[b], k[rank], 1.0f, k[y],
@@ -130,16 +151,30 @@ struct LoRA {
     const float s = scale<float>(k);
     const S* dy = k.grad(y);
     S* dax = k.template scratch<S>();  // (N, r)
+    S* dropped = dax + n * r;          // with dropout: (N, in), xd and then dax A
+    const bool drop = dropout(k).active();
     if (S* db = k.grad(b))  // dB (out, r) = s dy^T ax
       k.blas().template gemm<S>(Trans::yes, Trans::no, k[out], r, n, s, dy, k[out], k[ax_saved], r, k.first(b) ? 0.0f : 1.0f, db, r,
                                 k.stream());
     k.blas().template gemm<S>(Trans::no, Trans::no, n, r, k[out], s, dy, k[out], k[b], r, 0.0f, dax, r, k.stream());
-    if (S* da = k.grad(a))  // dA (r, in) = dax^T x
-      k.blas().template gemm<S>(Trans::yes, Trans::no, r, k[in], n, 1.0f, dax, r, k[x_saved], k[in], k.first(a) ? 0.0f : 1.0f, da,
-                                k[in], k.stream());
-    if (S* dx = k.grad(x))  // dx (N, in) += dax A
-      k.blas().template gemm<S>(Trans::no, Trans::no, n, k[in], r, 1.0f, dax, r, k[a], k[in], k.first(x) ? 0.0f : 1.0f, dx, k[in],
+    if (S* da = k.grad(a)) {  // dA (r, in) = dax^T xa
+      const S* xa = k[x_saved];
+      if (drop) {
+        cuda::dropout_rows<S>(k[x_saved], dropped, n, k[in], site(k), &k.control()->step, k.stream());
+        xa = dropped;
+      }
+      k.blas().template gemm<S>(Trans::yes, Trans::no, r, k[in], n, 1.0f, dax, r, xa, k[in], k.first(a) ? 0.0f : 1.0f, da, k[in],
                                 k.stream());
+    }
+    if (S* dx = k.grad(x)) {
+      if (!drop) {  // dx (N, in) += dax A
+        k.blas().template gemm<S>(Trans::no, Trans::no, n, k[in], r, 1.0f, dax, r, k[a], k[in], k.first(x) ? 0.0f : 1.0f, dx, k[in],
+                                  k.stream());
+      } else {  // t = dax A, then dx (+)= dropout'(t)
+        k.blas().template gemm<S>(Trans::no, Trans::no, n, k[in], r, 1.0f, dax, r, k[a], k[in], 0.0f, dropped, k[in], k.stream());
+        cuda::dropout_backward<S>(dropped, dx, k.first(x), n, k[in], site(k), &k.control()->step, k.stream());
+      }
+    }
   }
 #endif
 };

@@ -115,6 +115,15 @@ TEST_CASE("cuda::Trainer f32 matches host::Trainer: offloaded blocks, accumulati
   compare_with_host<H, C>(2, 1e-4, 1e-3);
 }
 
+// LoRA dropout: both engines drop the same elements (math/dropout.hpp), in
+// the forward, a checkpointed block's recompute and the backward, each
+// micro-batch its own mask.
+TEST_CASE("cuda::Trainer f32 matches host::Trainer: LoRA dropout (checkpointed blocks, Accumulate<2>)", "[trainer]") {
+  using M = models::Llama<models::tiny_llama, Apply<LoRA<4, Linear<>, Ratio<8>, Ratio<1, 10>>, On<q_proj, v_proj, down_proj>>,
+                          Apply<Checkpointed<>, EveryBlock>>;
+  compare_with_host<Train<M, Batch<2>, Seq<16>, Accumulate<2>>, Train<M, Batch<2>, Seq<16>, Accumulate<2>, OnCuda>>(3, 1e-4, 1e-3);
+}
+
 TEST_CASE("cuda::Trainer f32 matches host::Trainer: UpdateInBackward", "[trainer]") {
   using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
   TrainOptions o = options();
@@ -163,9 +172,12 @@ namespace {
 
 // A step replayed from a captured CUDA graph computes what the same step
 // enqueued kernel by kernel computes (the batch and the hyperparameters
-// reach the graph through the pinned staging and the control block).
+// reach the graph through the pinned staging and the control block). The
+// adapters' dropout reads the step from the control block: a replay that
+// kept the captured step's masks would differ from the second step on.
 TEST_CASE("cuda::Trainer: steps replayed from a CUDA graph match eager steps", "[trainer][graph]") {
-  using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>, Apply<Checkpointed<>, EveryBlock>>;
+  using M = models::Llama<models::tiny_llama, Apply<LoRA<4, Linear<>, Ratio<4>, Ratio<1, 5>>, On<q_proj, v_proj>>,
+                          Apply<Checkpointed<>, EveryBlock>>;
   using C = Train<M, Batch<2>, Seq<16>, Accumulate<2>, OnCuda>;
   TrainOptions o = options();
   o.warmup_steps = 2;  // a learning rate that changes from step to step

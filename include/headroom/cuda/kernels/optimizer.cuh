@@ -65,6 +65,7 @@ struct UpdateControl {
   std::int32_t first_bad = no_bad_gradient;  // updates at this position and later do not run (no_bad_gradient: none)
   math::AdamWStep<float> adamw;  // AdamW / AdamW8bit: lr, betas, eps, weight decay, bias corrections
   float sgd_lr, sgd_momentum, sgd_weight_decay;
+  std::int32_t step = 0;         // the step in progress (dropout masks: kernels/dropout.cuh); 0: evaluation
 };
 static_assert(sizeof(UpdateControl) <= CudaWorkspace::control_floats * sizeof(float),
               "optimizer.cuh: UpdateControl must fit the plan's control block");
