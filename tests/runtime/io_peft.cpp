@@ -80,6 +80,35 @@ std::vector<std::string> strings(const js::Value& v) {
 
 }  // namespace
 
+// lora_dropout: PEFT's config holds one probability; where modules differ,
+// export_adapter writes the most common (it acts in training only: the
+// adapters' weights and outputs do not depend on it). load_adapter reads an
+// adapter into a run with another dropout: continuing to train with a new
+// dropout is the user's choice.
+TEST_CASE("peft: lora_dropout is exported, and loads into a run with another", "[io][peft]") {
+  using Drop5 = LoRA<4, Linear<>, Ratio<4>, Ratio<1, 20>>;
+  using Drop10 = LoRA<4, Linear<>, Ratio<4>, Ratio<1, 10>>;
+  using M = models::Llama<llama_pf, Apply<Drop5, On<q_proj, k_proj>>, Apply<Drop10, On<v_proj>>>;
+  using Tr = host::Trainer<Run<M>>;
+  TempDir tmp;
+  Tr t({.seed = 1, .lr = 3e-2});
+  train(t, 2);
+  io::export_adapter(t, tmp / "adapter", "headroom/tiny-llama");
+  const js::Value cfg = js::parse(read_text(tmp / "adapter" / "adapter_config.json"));
+  CHECK(cfg.get("lora_dropout")->number == 0.05);  // q and k (4 modules) against v (2)
+  CHECK(cfg.get("r")->integer() == 4);
+
+  using Plain = host::Trainer<Run<models::Llama<llama_pf, Apply<LoRA<4>, On<q_proj, k_proj, v_proj>>>>>;
+  Plain p({.seed = 2});
+  io::load_adapter(p, tmp / "adapter");
+  for (const char* name : {"layers.0.self_attn.q_proj.lora_B", "layers.1.self_attn.v_proj.lora_A"}) {
+    INFO(name);
+    const ParamSlot& a = *Tr::find(name);
+    const ParamSlot& b = *Plain::find(name);
+    CHECK(std::equal(t.weight(a), t.weight(a) + a.elements(), p.weight(b)));
+  }
+}
+
 TEST_CASE("peft: a Llama adapter in PEFT's names, shapes and adapter_config.json", "[io][peft]") {
   using Tr = host::Trainer<Run<LlamaLoRA>>;
   TempDir tmp;

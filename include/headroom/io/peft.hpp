@@ -24,7 +24,9 @@
 //                                names, "q_proj"; a longer suffix such as "attn.c_proj" where
 //                                the short name would also match modules without LoRA),
 //                                "rank_pattern" / "alpha_pattern" (modules whose rank or
-//                                alpha differ from r / lora_alpha), "lora_dropout": 0.0,
+//                                alpha differ from r / lora_alpha), "lora_dropout" (the LoRA
+//                                dropout probability; PEFT holds one: where modules differ,
+//                                the most common, as for r),
 //                                "bias": "none", "fan_in_fan_out" (true for GPT-2's Conv1D),
 //                                "inference_mode": true, ...}
 //
@@ -73,9 +75,11 @@ struct LoraModule {
   const ParamSlot* weight = nullptr;  // the base (out, in), or null
   std::int64_t in = 0, out = 0, rank = 0;
   std::int64_t scale_num = 1, scale_den = 1;  // scale = alpha / rank
+  std::int64_t dropout_num = 0, dropout_den = 1;  // lora_dropout = num / den
 
   double scale() const { return static_cast<double>(scale_num) / static_cast<double>(scale_den); }
   double alpha() const { return scale() * static_cast<double>(rank); }
+  double dropout() const { return static_cast<double>(dropout_num) / static_cast<double>(dropout_den); }
   std::string peft_name(std::string_view which) const {  // which: "lora_A" / "lora_B"
     return "base_model.model." + hf_module + "." + std::string(which) + ".weight";
   }
@@ -102,6 +106,8 @@ std::vector<LoraModule> lora_modules() {
     m.rank = st.dim[L::rank.index];
     m.scale_num = st.dim[L::scale_num.index];
     m.scale_den = st.dim[L::scale_den.index];
+    m.dropout_num = st.dim[L::dropout_num.index];
+    m.dropout_den = st.dim[L::dropout_den.index];
     for (const ParamSlot& p : Trainer::sched.params)
       if (p.node == st.node && p.instance == st.instance && p.name == "weight") m.weight = &p;
     if (m.A->rows != m.rank || m.A->cols != m.in || m.B->rows != m.out || m.B->cols != m.rank ||
@@ -239,6 +245,9 @@ void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::str
   for (const LoraModule& m : mods) ranks.push_back(m.rank), alphas.push_back(m.alpha());
   const std::int64_t r = pf::most_common(ranks);
   const double alpha = pf::most_common(alphas);
+  std::vector<double> dropouts;
+  for (const LoraModule& m : mods) dropouts.push_back(m.dropout());
+  const double dropout = pf::most_common(dropouts);  // PEFT has one lora_dropout (it only acts in training)
   std::string rank_pattern, alpha_pattern;
   for (const LoraModule& m : mods) {
     if (m.rank != r)
@@ -259,7 +268,7 @@ void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::str
   j += "  \"target_modules\": [" + targets + "],\n";
   j += "  \"rank_pattern\": {" + rank_pattern + "},\n";
   j += "  \"alpha_pattern\": {" + alpha_pattern + "},\n";
-  j += "  \"lora_dropout\": 0.0,\n";
+  j += "  \"lora_dropout\": " + pf::json_number(dropout) + ",\n";
   j += "  \"bias\": \"none\",\n";
   j += std::string("  \"fan_in_fan_out\": ") + (hf_family<Trainer>() == HfFamily::gpt2 ? "true" : "false") + ",\n";
   j += "  \"inference_mode\": true,\n";
