@@ -11,6 +11,8 @@
 //                        not zero at the first step and both adapters are compared
 //   adapter_final/       the adapters after the last step
 //   merged.safetensors   io::save_merged after the last step (W + scale B A)
+//   masks.safetensors    with LoRA dropout: each module's keep mask of each step,
+//                        U8 (tokens, in), "<module>.step<s>" (dropout_masks below)
 // and, for nf4,
 //   original.safetensors the dense weights the quantized projections were loaded from
 //   quant.safetensors    per quantized projection <name>: <name>.codes (U8, packed),
@@ -49,6 +51,9 @@ constexpr models::LlamaConfig nf4_cfg{96, 128, 320, 2, 4, 2, 64, false};
 using Lora8 = LoRA<8, Linear<>, Ratio<16>>;
 using LlamaLora = models::Llama<llama_cfg, Apply<Lora8, On<q_proj, v_proj, o_proj, down_proj>>>;
 using LlamaLoraCkpt = models::Llama<llama_cfg, Apply<Lora8, On<q_proj, v_proj, o_proj, down_proj>>, Apply<Checkpointed<>, EveryBlock>>;
+// lora_dropout 0.1, PEFT's most common setting, through checkpointed blocks (the recompute regenerates the masks)
+using LlamaLoraDropCkpt = models::Llama<llama_cfg, Apply<LoRA<8, Linear<>, Ratio<16>, Ratio<1, 10>>, On<q_proj, v_proj, o_proj, down_proj>>,
+                                        Apply<Checkpointed<>, EveryBlock>>;
 using GPT2LoraCkpt = models::GPT2<gpt2_cfg, Apply<Lora8, On<c_attn, attn_c_proj, c_fc>>, Apply<Checkpointed<>, EveryBlock>>;
 // QLoRA: NF4 on some projections, NF4 with double quantization on the others.
 using LlamaNF4 = models::Llama<nf4_cfg, Apply<Quantized<NF4, LoRA<8>>, On<q_proj, k_proj, gate_proj>>,
@@ -156,6 +161,27 @@ void load_nf4_originals(Tr& t, const fs::path& dir) {
   io::write_safetensors(dir / "quant.safetensors", q);
 }
 
+// LoRA dropout: the keep masks each module's adapter applies to its input at
+// step `step` (1-based), as math/dropout.hpp derives them (the trainer's seed,
+// data-parallel rank 0, micro-batch 0, the module's node and instance), one U8
+// (tokens, in) tensor per module: "<module>.step<step>". Empty without dropout.
+template <class Tr>
+void dropout_masks(std::uint64_t seed, int step, std::vector<std::vector<std::uint8_t>>& keep, std::vector<io::TensorView>& views) {
+  for (const io::LoraModule& m : io::lora_modules<Tr>()) {
+    if (m.dropout_num == 0) continue;
+    math::Dropout d;
+    d.stream = math::dropout_stream(math::dropout_step_key(seed, step, 0), 0, m.A->node, m.A->instance);
+    d.threshold = math::dropout_threshold(m.dropout_num, m.dropout_den);
+    d.width = m.in;
+    const std::int64_t n = Tr::tokens_per_micro_batch;
+    std::vector<std::uint8_t>& k = keep.emplace_back(static_cast<std::size_t>(n * m.in));
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t c = 0; c < m.in; ++c) k[static_cast<std::size_t>(r * m.in + c)] = d.keep(r, c) ? 1 : 0;
+    views.push_back(io::TensorView{m.hf_module + ".step" + std::to_string(step), DType::U8, {n, m.in}, k.data()});  // (moving
+    // `keep`'s vectors keeps their data where it is)
+  }
+}
+
 template <class R>
 int run(const fs::path& dir, double lr) {
   using Tr = host::Trainer<R>;
@@ -185,6 +211,12 @@ int run(const fs::path& dir, double lr) {
   io::write_safetensors(dir / "batches.safetensors",
                         {{"tokens", DType::I32, {steps, R::batch, R::seq}, tok.data()},
                          {"targets", DType::I32, {steps, R::batch, R::seq}, tgt.data()}});
+  {  // LoRA dropout's masks, step by step (none without dropout)
+    std::vector<std::vector<std::uint8_t>> keep;
+    std::vector<io::TensorView> views;
+    for (int s = 1; s <= steps; ++s) dropout_masks<Tr>(t.options().seed, s, keep, views);
+    if (!views.empty()) io::write_safetensors(dir / "masks.safetensors", views);
+  }
   std::ofstream losses(dir / "losses.json");
   losses << "[";
   for (int s = 0; s < steps; ++s) {
@@ -218,7 +250,9 @@ int run(const fs::path& dir, double lr) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* names = "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt gpt2_lora_ckpt nf4 llama_bf16 gpt2_lora_ckpt_bf16";
+  const char* names =
+      "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
+      "gpt2_lora_ckpt_bf16";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
@@ -230,6 +264,7 @@ int main(int argc, char** argv) {
   if (name == "gpt2_sgd") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, SGDm>>(dir, 0.03);
   if (name == "llama_lora") return run<Train<LlamaLora, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "llama_lora_ckpt") return run<Train<LlamaLoraCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "llama_lora_dropout_ckpt") return run<Train<LlamaLoraDropCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_lora_ckpt") return run<Train<GPT2LoraCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "nf4") return run<Train<LlamaNF4, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   // bf16: against PyTorch's CPU autocast (reference.py)

@@ -190,8 +190,18 @@ def main(d):
         adapters, scale, acfg = read_adapter(f"{d}/adapter_init")
         print(f"LoRA: {len(adapters)} modules, r {acfg['r']}, alpha {acfg['lora_alpha']} (scale {scale:g}), "
               f"target_modules {acfg['target_modules']}")
+    dropout, masks = 0.0, None
+    if c["lora"] and acfg["lora_dropout"] > 0:
+        dropout = acfg["lora_dropout"]
+        masks = read_safetensors(f"{d}/masks.safetensors")
+        kept = sum(int(m.sum()) for m in masks.values()) / sum(m.numel() for m in masks.values())
+        print(f"LoRA dropout {dropout:g} (adapter_config.json): {len(masks)} masks from the driver, "
+              f"{1 - kept:.4f} of the elements dropped")
+        if abs((1 - kept) - dropout) > 0.01:
+            print("  <-- the masks do not drop about lora_dropout of the elements")
+            bad += 1
     torch.manual_seed(0)
-    model = Model(c, init, adapters, scale, c["checkpointed"])
+    model = Model(c, init, adapters, scale, c["checkpointed"], dropout, masks)
     params = [p for p in model.parameters() if p.requires_grad]
     if c["optimizer"] == "SGD":
         opt = torch.optim.SGD(params, lr=c["lr"], momentum=c["momentum"], dampening=0, weight_decay=c["weight_decay"],
@@ -212,6 +222,7 @@ def main(d):
         opt32 = torch.optim.AdamW(params32, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
                                   weight_decay=c["weight_decay"])
     for s in range(c["steps"]):
+        model.step = s + 1
         opt.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(batches["tokens"][s], batches["targets"][s])

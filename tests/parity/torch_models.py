@@ -98,11 +98,17 @@ def causal_attention(q, k, v):
 
 class Model(torch.nn.Module):
     """Llama or GPT-2 (c["family"]) over Hugging Face named weights `base`, with optional
-    LoRA `adapters` ({module: (A, B)}, scale `scale`; the base is then frozen) and
-    optional activation checkpointing of every block (torch.utils.checkpoint)."""
+    LoRA `adapters` ({module: (A, B)}, scale `scale`; the base is then frozen; optional
+    dropout on their input) and optional activation checkpointing of every block
+    (torch.utils.checkpoint)."""
 
-    def __init__(self, c, base, adapters=None, scale=1.0, checkpointed=False):
+    def __init__(self, c, base, adapters=None, scale=1.0, checkpointed=False, dropout=0.0, masks=None):
         super().__init__()
+        # LoRA dropout (PEFT's lora_dropout p): the adapter reads its input with the
+        # keep mask of the step (masks["<module>.step<s>"], (tokens, in), from the
+        # driver), times 1 / (1 - p), as torch.nn.Dropout computes it; set .step
+        # before each step's forward
+        self.dropout, self.masks, self.step = dropout, masks, 0
         self.c = c
         self.gpt2 = c["family"] == "gpt2"
         self.checkpointed = checkpointed
@@ -137,7 +143,11 @@ class Model(torch.nn.Module):
             y = h @ W.T
         if name in self.lora:
             a, b, _ = self.lora[name]
-            y = y + self.scale * ((h @ self.adapters[a].T) @ self.adapters[b].T)
+            x = h
+            if self.dropout > 0:
+                keep = self.masks[f"{module}.step{self.step}"].reshape(h.shape).to(h.dtype)
+                x = h * keep * (1.0 / (1.0 - self.dropout))
+            y = y + self.scale * ((x @ self.adapters[a].T) @ self.adapters[b].T)
         return y
 
     # ---- Llama --------------------------------------------------------------------------------
