@@ -56,8 +56,13 @@ using Gpt2 = models::GPT2<gpt2_tp>;
 // row-parallel ones (A split, B whole; GPT-2's with their biases)
 using LlamaLora = models::Llama<llama_tp, Apply<LoRA<4>, On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>>>;
 using Gpt2Lora = models::GPT2<gpt2_tp, Apply<LoRA<4>, On<c_attn, attn_c_proj, c_fc, mlp_c_proj>>>;
+// LoRA dropout (0.2): a row-parallel projection's rank holds columns of the
+// adapter's input, and drops the elements the one-process run drops there
+// (math::Dropout's col0 and width); column-parallel ranks share the whole mask
+using LlamaLoraDrop =
+    models::Llama<llama_tp, Apply<LoRA<4, Linear<>, Ratio<4>, Ratio<1, 5>>, On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>>>;
 template <class M>
-constexpr bool lora = std::is_same_v<M, LlamaLora> || std::is_same_v<M, Gpt2Lora>;
+constexpr bool lora = std::is_same_v<M, LlamaLora> || std::is_same_v<M, Gpt2Lora> || std::is_same_v<M, LlamaLoraDrop>;
 
 template <class M, class Opt = SGD<>, class... More>
 using TensorParallelRun = Train<M, Batch<batch>, Seq<seq>, Opt, TensorParallel<2>, More...>;
@@ -69,7 +74,7 @@ using TensorParallelRun = Train<M, Batch<batch>, Seq<seq>, Opt, TensorParallel<2
 // one matrix of each adapter too (7 per Llama block, 4 per GPT-2 block).
 template <class M>
 constexpr int split_params = std::is_same_v<M, Llama>       ? 7 * 2 + 2
-                             : std::is_same_v<M, LlamaLora> ? (7 + 7) * 2 + 2
+                             : std::is_same_v<M, LlamaLora> || std::is_same_v<M, LlamaLoraDrop> ? (7 + 7) * 2 + 2
                              : std::is_same_v<M, Gpt2>      ? 6 * 2 + 1
                                                             : (6 + 4) * 2 + 1;
 // The LoRA matrices every rank holds whole, their gradients summed over the
@@ -299,6 +304,7 @@ TEST_CASE("tensor parallel: LoRA beside the split projections trains like one pr
   REQUIRE(c.size() == 2);
   trains_like_one_process<LlamaLora>(c);
   trains_like_one_process<Gpt2Lora>(c);
+  trains_like_one_process<LlamaLoraDrop>(c);
   exchanges_what_the_plan_says<LlamaLora>(c);
   exchanges_what_the_plan_says<Gpt2Lora>(c);
   exports_like_one_process<Gpt2Lora>(c);
