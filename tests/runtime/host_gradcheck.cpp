@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/fixtures.hpp"
+#include "support/gradients.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -33,59 +34,23 @@ void check_arena(const Trainer& t) {
   CHECK(t.arena_bytes(Tier::offload) == Trainer::plan.peak_bytes(Tier::offload));
 }
 
-// LoRA's B starts at zero, which makes A's gradient zero: give B values so
-// both adapters' gradients are checked for real.
-template <class Trainer>
-void perturb_lora_b(Trainer& t) {
-  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
-    const ParamSlot& p = Trainer::param(k);
-    if (p.name != "lora_B") continue;
-    auto* w = t.weight(p);
-    for (std::int64_t i = 0; i < p.elements(); ++i) w[i] = 0.05 * std::sin(0.7 * static_cast<double>(i) + k);
-  }
-}
-
-// Central differences on a spread of elements of every trainable parameter.
+// Central differences (of evaluate(), which runs no backward) on a spread of
+// elements of every trainable parameter; LoRA's B given values first, so both
+// adapters' gradients are checked for real.
 template <class R>
 void gradcheck(int per_param = 6) {
   host::Trainer<R> t({.seed = 11});
   check_arena(t);
-  perturb_lora_b(t);
+  test::perturb_lora_b(t);
   using Tr = host::Trainer<R>;
   const std::int64_t n = Tr::tokens_per_micro_batch;
   const auto tok = ids(n, 1, 48), tgt = ids(n, 2, 48);
   t.forward_backward(tok, tgt);
-  struct Grad {
-    const ParamSlot* p;
-    std::vector<double> g;
-  };
-  std::vector<Grad> grads;
-  for (std::size_t k = 0; k < Tr::param_count; ++k) {
-    const ParamSlot& p = Tr::param(k);
-    if (!p.trainable) continue;
-    grads.push_back({&p, std::vector<double>(t.grad(p), t.grad(p) + p.elements())});
-  }
-  REQUIRE(!grads.empty());
-  const double eps = 1e-5;
-  int checked = 0;
-  for (const Grad& gr : grads) {
-    const ParamSlot& p = *gr.p;
-    double* w = t.weight(p);
-    for (int s = 0; s < per_param; ++s) {
-      const std::int64_t i = (p.elements() - 1) * s / (per_param > 1 ? per_param - 1 : 1);
-      const double keep = w[i];
-      w[i] = keep + eps;
-      const double lp = t.evaluate(tok, tgt);
-      w[i] = keep - eps;
-      const double lm = t.evaluate(tok, tgt);
-      w[i] = keep;
-      const double fd = (lp - lm) / (2 * eps);
-      INFO(Tr::path_of(p) << "[" << i << "]: analytic " << gr.g[i] << ", finite difference " << fd);
-      CHECK(std::abs(fd - gr.g[i]) <= 1e-7 + 1e-5 * std::max(std::abs(fd), std::abs(gr.g[i])));
-      ++checked;
-    }
-  }
-  CHECK(checked >= per_param * static_cast<int>(grads.size()));
+  int trainable = 0;
+  for (std::size_t k = 0; k < Tr::param_count; ++k) trainable += Tr::param(k).trainable;
+  REQUIRE(trainable > 0);
+  const int checked = test::central_differences(t, per_param, [&] { return t.evaluate(tok, tgt); });
+  CHECK(checked >= per_param * trainable);
 }
 
 using LlamaFull = models::Llama<llama_test>;
@@ -127,15 +92,7 @@ TEST_CASE("gradcheck: a hand-written stack (Sequential, Residual, biased Linear,
 }
 
 namespace {
-template <class Trainer>
-std::vector<double> all_grads(Trainer& t) {
-  std::vector<double> g;
-  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
-    const ParamSlot& p = Trainer::param(k);
-    if (p.trainable) g.insert(g.end(), t.grad(p), t.grad(p) + p.elements());
-  }
-  return g;
-}
+using test::all_grads;
 template <class Trainer>
 std::vector<double> all_weights(Trainer& t) {
   std::vector<double> w;

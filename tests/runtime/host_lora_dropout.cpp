@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/fixtures.hpp"
+#include "support/gradients.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -16,7 +17,9 @@
 using namespace headroom;
 
 namespace {
+using headroom::test::all_grads;
 using headroom::test::ids;
+using headroom::test::perturb_lora_b;
 
 constexpr models::LlamaConfig cfg{48, 64, 128, 2, 4, 2, 64, false};
 using Drop = LoRA<4, Linear<>, Ratio<8>, Ratio<1, 5>>;  // r 4, alpha 8, lora_dropout 0.2
@@ -41,27 +44,6 @@ struct SplitMix64 {
     return z ^ (z >> 31);
   }
 };
-
-template <class Trainer>
-void perturb_lora_b(Trainer& t) {  // B = 0 would make A's gradient and dropout's effect on the loss zero
-  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
-    const ParamSlot& p = Trainer::param(k);
-    if (p.name != "lora_B") continue;
-    std::vector<float> w(static_cast<std::size_t>(p.elements()));
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(0.05 * std::sin(0.7 * static_cast<double>(i) + k));
-    t.set_dense(p, w);
-  }
-}
-
-template <class Trainer>
-std::vector<double> all_grads(Trainer& t) {
-  std::vector<double> g;
-  for (std::size_t k = 0; k < Trainer::param_count; ++k) {
-    const ParamSlot& p = Trainer::param(k);
-    if (p.trainable) g.insert(g.end(), t.grad(p), t.grad(p) + p.elements());
-  }
-  return g;
-}
 
 }  // namespace
 
@@ -157,31 +139,7 @@ TEST_CASE("gradcheck: LoRA dropout on every Llama projection, through the step's
   const std::int64_t n = Tr::tokens_per_micro_batch;
   const auto tok = ids(n, 1, 48), tgt = ids(n, 2, 48);
   t.forward_backward(tok, tgt);
-  struct Grad {
-    const ParamSlot* p;
-    std::vector<double> g;
-  };
-  std::vector<Grad> grads;
-  for (std::size_t k = 0; k < Tr::param_count; ++k)
-    if (Tr::param(k).trainable) grads.push_back({&Tr::param(k), std::vector<double>(t.grad(Tr::param(k)), t.grad(Tr::param(k)) + Tr::param(k).elements())});
-  REQUIRE(grads.size() == 2 * 7 * 2);
-  const double eps = 1e-5;
-  for (const Grad& gr : grads) {
-    const ParamSlot& p = *gr.p;
-    double* w = t.weight(p);
-    for (int s = 0; s < 4; ++s) {
-      const std::int64_t i = (p.elements() - 1) * s / 3;
-      const double keep = w[i];
-      w[i] = keep + eps;
-      const double lp = t.forward_backward(tok, tgt);
-      w[i] = keep - eps;
-      const double lm = t.forward_backward(tok, tgt);
-      w[i] = keep;
-      const double fd = (lp - lm) / (2 * eps);
-      INFO(Tr::path_of(p) << "[" << i << "]: analytic " << gr.g[i] << ", finite difference " << fd);
-      CHECK(std::abs(fd - gr.g[i]) <= 1e-7 + 1e-5 * std::max(std::abs(fd), std::abs(gr.g[i])));
-    }
-  }
+  CHECK(test::central_differences(t, 4, [&] { return t.forward_backward(tok, tgt); }) == 4 * 2 * 7 * 2);
   // and the masks matter: the same weights without dropout give another loss
   host::Trainer<Run<LlamaNoDrop, Precision<DType::F64>>> plain({.seed = 11});
   perturb_lora_b(plain);
@@ -205,7 +163,7 @@ TEST_CASE("LoRA dropout acts in training only; masks follow the seed; a checkpoi
   perturb_lora_b(again);
   CHECK(again.forward_backward(tok, tgt) == with);
   CHECK(all_grads(again) == all_grads(drop));
-  // the masks change from step to step: step 2's loss on the step-1 weights differs from step 1's
+  // another seed, on the same weights: the same evaluation, another training loss
   TrainOptions other{.seed = 5, .lr = 1e-2};
   host::Trainer<Run<LlamaDrop>> reseeded(other);
   perturb_lora_b(reseeded);

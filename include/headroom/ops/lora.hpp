@@ -115,26 +115,15 @@ struct LoRA {
 #if HEADROOM_CUDA_KERNELS
   // This event's dropout site (the mask's step is read on the device)
   static cuda::DropoutSite site(const auto& k) {
-    const math::Dropout d = dropout(k);
-    cuda::DropoutSite s;
-    s.seed = k.seed;
-    s.data_rank = k.data_rank;
-    s.micro = k.micro;
-    s.node = k.node;
-    s.instance = k.instance;
-    s.threshold = d.threshold;
-    s.scale = static_cast<float>(d.scale);
-    s.col0 = d.col0;
-    s.width = d.width;
-    return s;
+    return cuda::DropoutSite{dropout(k), k.seed, k.data_rank, k.micro, k.node, k.instance};
   }
   template <class S>
   static void forward(const cuda::OpContext<S>& k) {
     using cuda::Trans;
     const std::int64_t n = k.rows();
     const S* xa = k[x];
-    if (dropout(k).active()) {  // xd (N, in) = dropout(x) in scratch
-      cuda::dropout_rows<S>(k[x], k.scratch(), n, k[in], site(k), &k.control()->step, k.stream());
+    if (const cuda::DropoutSite ds = site(k); ds.mask.active()) {  // xd (N, in) = dropout(x) in scratch
+      cuda::dropout_rows<S>(k[x], k.scratch(), n, k[in], ds, &k.control()->step, k.stream());
       xa = k.scratch();
     }
     // ax (N, r) = xa A^T;  y (N, out) += s ax B^T, straight into the base output
@@ -152,7 +141,8 @@ struct LoRA {
     const S* dy = k.grad(y);
     S* dax = k.template scratch<S>();  // (N, r)
     S* dropped = dax + n * r;          // with dropout: (N, in), xd and then dax A
-    const bool drop = dropout(k).active();
+    const cuda::DropoutSite ds = site(k);
+    const bool drop = ds.mask.active();
     if (S* db = k.grad(b))  // dB (out, r) = s dy^T ax
       k.blas().template gemm<S>(Trans::yes, Trans::no, k[out], r, n, s, dy, k[out], k[ax_saved], r, k.first(b) ? 0.0f : 1.0f, db, r,
                                 k.stream());
@@ -160,7 +150,7 @@ struct LoRA {
     if (S* da = k.grad(a)) {  // dA (r, in) = dax^T xa
       const S* xa = k[x_saved];
       if (drop) {
-        cuda::dropout_rows<S>(k[x_saved], dropped, n, k[in], site(k), &k.control()->step, k.stream());
+        cuda::dropout_rows<S>(k[x_saved], dropped, n, k[in], ds, &k.control()->step, k.stream());
         xa = dropped;
       }
       k.blas().template gemm<S>(Trans::yes, Trans::no, r, k[in], n, 1.0f, dax, r, xa, k[in], k.first(a) ? 0.0f : 1.0f, da, k[in],
@@ -172,7 +162,7 @@ struct LoRA {
                                   k.stream());
       } else {  // t = dax A, then dx (+)= dropout'(t)
         k.blas().template gemm<S>(Trans::no, Trans::no, n, k[in], r, 1.0f, dax, r, k[a], k[in], 0.0f, dropped, k[in], k.stream());
-        cuda::dropout_backward<S>(dropped, dx, k.first(x), n, k[in], site(k), &k.control()->step, k.stream());
+        cuda::dropout_backward<S>(dropped, dx, k.first(x), n, k[in], ds, &k.control()->step, k.stream());
       }
     }
   }

@@ -14,21 +14,16 @@
 
 namespace headroom::cuda {
 
-// What a kernel needs besides the step to rebuild an event's mask.
+// What a kernel needs besides the step to rebuild an event's mask: the
+// mask's threshold, scale and columns, and what its stream derives from.
 struct DropoutSite {
+  math::Dropout mask;  // (its stream is set by at())
   std::uint64_t seed = 0;
   int data_rank = 0, micro = 0, node = 0, instance = 0;
-  std::uint32_t threshold = 0;
-  float scale = 1.0f;               // 1 / (1 - p)
-  std::int64_t col0 = 0, width = 0;  // the tensor's columns in the whole (math::Dropout)
 
   HEADROOM_HOST_DEVICE math::Dropout at(int step) const {
-    math::Dropout d;
+    math::Dropout d = mask;
     d.stream = math::dropout_stream(math::dropout_step_key(seed, step, data_rank), micro, node, instance);
-    d.threshold = threshold;
-    d.scale = scale;
-    d.col0 = col0;
-    d.width = width;
     return d;
   }
 };
