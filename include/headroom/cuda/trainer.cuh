@@ -19,7 +19,13 @@
 // Precision: Precision<BF16> / <F16> store weights, gradients and
 // activations in 16 bits with f32 master weights (the plan's `master`
 // buffers) and f32 accumulation in every GEMM and reduction; Precision<F32>
-// is all f32 (for comparisons with the host engine).
+// is all f32 (for comparisons with the host engine). Precision<F16> scales
+// its loss by default (TrainOptions::loss_scaling, train/loss_scaling.hpp):
+// the loss kernel multiplies dlogits by UpdateControl::loss_scale, the norm
+// kernel divides it out of the norm and the update's gradient factor, and a
+// step whose scaled gradients overflow is skipped (StepStats::skipped)
+// instead of stopped; the host adjusts the scale between steps, so a
+// captured step replays with the current one.
 //
 // A step is enqueued without any host synchronization: the batch and the
 // step's hyperparameters go through pinned staging (the plan's offload
@@ -259,6 +265,7 @@ class Trainer {
  private:
   Trainer(TrainOptions o, Communicator* comm)
       : opt_(o),
+        scaler_(o.loss_scaling, config.dtype),
         comm_(comm),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload)),
@@ -267,6 +274,7 @@ class Trainer {
       throw std::invalid_argument(
           "cuda::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
           "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
+    if (config.update_in_backward && scaler_.enabled()) throw std::invalid_argument(trainers::loss_scaling_in_backward("cuda::Trainer"));
     if (offloaded && o.cuda_graph)
       throw std::invalid_argument(
           "cuda::Trainer: with OffloadOptimizer the update runs on the CPU between the step's device work and the copies of "
@@ -359,7 +367,7 @@ class Trainer {
   StepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     check_batch(tokens, targets, tokens_per_step);
     const int step_no = step_ + 1;
-    stage(tokens, targets, step_no);
+    stage(tokens, targets, step_no, true);
     if constexpr (offloaded) return offloaded_step(step_no);
     if (!opt_.cuda_graph || step_ == 0) {
       enqueue_step();  // the first step also describes every GEMM (Blas) before a capture
@@ -369,14 +377,15 @@ class Trainer {
     }
     const UpdateControl r = results();
     if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);
-    if (r.first_bad != no_bad_gradient) throw_non_finite_gradient(step_no, r);
+    // loss scaling: a non-finite norm (clip_scale_kernel's first_bad = 0) means the update kernels skipped the step
+    const bool overflow = r.first_bad != no_bad_gradient && scaler_.enabled();
+    if (r.first_bad != no_bad_gradient && !overflow) throw_non_finite_gradient(step_no, r);
     StepStats s;
     s.step = step_no;
     s.loss = r.loss;
     s.lr = lr_at(step_no);
     s.grad_norm = config.update_in_backward ? 0.0 : r.norm;
-    step_ = step_no;
-    return s;
+    return finish_step(s, overflow);
   }
 
   // Forward and backward of one micro-batch, without the update: the
@@ -447,6 +456,10 @@ class Trainer {
   // ---- the arena ------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
   int steps_done() const { return step_; }
+  // Loss scaling (train/loss_scaling.hpp): the scaler's state.
+  bool scales_loss() const { return scaler_.enabled(); }
+  const LossScaleState& loss_scale_state() const { return scaler_.state(); }
+  void set_loss_scale_state(const LossScaleState& s) { scaler_.set_state(s); }
   const TrainOptions& options() const { return opt_; }
   cudaStream_t stream() const { return compute_; }
   const Blas& blas() const { return blas_; }
@@ -573,6 +586,7 @@ class Trainer {
 
  private:
   TrainOptions opt_;
+  LossScaler scaler_;
   Communicator* comm_ = nullptr;  // data parallelism: the ranks (null for one process)
   Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
   Communicator* pipe_comm_ = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (null without)
@@ -716,7 +730,8 @@ class Trainer {
 
   // The host's part of a step: the batch and the step's hyperparameters into
   // the pinned staging, from where the (possibly captured) step copies them.
-  void stage(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
+  // `training`: step()'s (its loss is scaled; forward_backward's gradients are true ones).
+  void stage(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no, bool training = false) {
     std::memcpy(staged_tokens(), tokens.data(), tokens.size_bytes());
     std::memcpy(staged_targets(), targets.data(), targets.size_bytes());
     UpdateControl c{};
@@ -724,20 +739,34 @@ class Trainer {
     using O = typename R::optimizer;
     const double lr = lr_at(step_no);
     if constexpr (O::desc.kind == OptimKind::sgd) {
-      c.sgd_lr = static_cast<float>(lr);
-      c.sgd_momentum = static_cast<float>(O::momentum::value);
-      c.sgd_weight_decay = static_cast<float>(O::weight_decay::value);
+      c.sgd.lr = static_cast<float>(lr);
+      c.sgd.momentum = static_cast<float>(O::momentum::value);
+      c.sgd.weight_decay = static_cast<float>(O::weight_decay::value);
     } else {
       const math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
                                       1e-8f, static_cast<float>(O::weight_decay::value)};
       c.adamw = math::adamw_step(h, step_no);
     }
     c.step = evaluating_ ? 0 : step_no;
+    c.loss_scale = training ? scaler_.scale() : 1.0f;
     *staged_control_in() = c;
     step_control_ = c;
   }
   void upload_control() {
     check(cudaMemcpyAsync(control(), staged_control_in(), sizeof(UpdateControl), cudaMemcpyHostToDevice, compute_), "upload control");
+  }
+  // The end of a step: the scaler learns whether it overflowed (then nothing
+  // was updated and the step count stays).
+  StepStats finish_step(StepStats s, bool overflow) {
+    s.loss_scale = step_control_.loss_scale;
+    scaler_.update(overflow);
+    if (overflow) {
+      s.step = step_;
+      s.skipped = true;
+      return s;
+    }
+    step_ = s.step;
+    return s;
   }
   // Waits for the step and reads its results (loss, norm, skip).
   UpdateControl results() {
@@ -778,7 +807,7 @@ class Trainer {
     }
     if (!config.update_in_backward && !offloaded) {
       gradient_norm();
-      apply_update(trainable_, opt_.clip_norm > 0);
+      apply_update(trainable_, opt_.clip_norm > 0 || scaler_.enabled());  // grad_scale: clip scale / loss scale
     }
     // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
     // (OffloadOptimizer: once the CPU's update is back on the device, offloaded_step)
@@ -1412,7 +1441,7 @@ class Trainer {
   // the updates wait for the backward, so that they agree on the norm (the
   // sum of their gradients' squares) and on whether every gradient is
   // finite before any update.
-  bool updates_in_flight() const { return opt_.clip_norm <= 0 && config.world() == 1; }
+  bool updates_in_flight() const { return opt_.clip_norm <= 0 && config.world() == 1 && !scaler_.enabled(); }
 
   // The loss flags of the step (UpdateControl::skip, set by a non-finite loss
   // of any micro-batch) for the update thread: after the last micro-batch's
@@ -1492,10 +1521,16 @@ class Trainer {
     s.step = step_no;
     s.loss = r.loss;
     s.lr = lr_at(step_no);
-    if constexpr (config.world() > 1) {
-      // several processes: the norm over all of them, then each one's update of what it holds
+    if (config.world() > 1 || scaler_.enabled()) {
+      // several processes (or a scaled loss): the norm over all of them on the device, then each one's
+      // update of what it holds; an overflow of a scaled gradient skips the step
       const UpdateControl n = norm_over_processes();
-      if (!(n.norm - n.norm == 0.0f)) stop_before_update(step_no, n.norm);
+      const bool finite = n.norm - n.norm == 0.0f;
+      if (!finite && scaler_.enabled()) {
+        s.grad_norm = n.norm;
+        return finish_step(s, true);
+      }
+      if (!finite) stop_before_update(step_no, n.norm);
       for (std::size_t k = 0; k < sched.params.size(); ++k)
         if (sched.params[k].trainable) {
           update_on_host(sched.params[k], n.grad_scale, update_threads_);
@@ -1527,8 +1562,7 @@ class Trainer {
       weights_to_device();
       s.grad_norm = norm;
     }
-    step_ = step_no;
-    return s;
+    return finish_step(s, false);
   }
 
   // Several processes: the gradient norm and clip scale of the run without
@@ -1615,11 +1649,11 @@ class Trainer {
     constexpr bool store = params_offloaded || half;
     S* stored = params_offloaded ? offload_.at<S>(p.weight) + own.weight_at : g;
     if constexpr (O::desc.kind == OptimKind::sgd) {
-      float* buf = c.sgd_momentum != 0.0f ? offload_.at<float>(p.state) : nullptr;
+      float* buf = c.sgd.momentum != 0.0f ? offload_.at<float>(p.state) : nullptr;
       for (std::int64_t i = from; i < from + count; ++i) {
         float x = w[i];
-        math::sgd_update(x, buf != nullptr ? buf + i : nullptr, to_float(g[i]) * grad_scale, c.sgd_lr, c.sgd_momentum,
-                         c.sgd_weight_decay);
+        math::sgd_update(x, buf != nullptr ? buf + i : nullptr, to_float(g[i]) * grad_scale, c.sgd.lr, c.sgd.momentum,
+                         c.sgd.weight_decay);
         w[i] = x;
         if constexpr (store) stored[i] = from_float<S>(x);
       }

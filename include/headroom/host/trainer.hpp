@@ -28,7 +28,9 @@
 // costs nothing more). Either way the weights, the optimizer state and the
 // step count stay as they were. With UpdateInBackward each parameter's
 // update checks its own gradient first; from the first that fails no update
-// runs, and the error comes when the backward has finished.
+// runs, and the error comes when the backward has finished. With loss
+// scaling (TrainOptions::loss_scaling) a non-finite scaled gradient skips
+// the step instead (StepStats::skipped) and backs the scale off.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -161,6 +163,7 @@ class Trainer {
  private:
   Trainer(TrainOptions o, Communicator* comm)
       : opt_(o),
+        scaler_(o.loss_scaling, config.dtype),
         comm_(comm),
         world_(comm),
         device_(plan.peak_bytes(Tier::device)),
@@ -173,6 +176,7 @@ class Trainer {
       throw std::invalid_argument(
           "host::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
           "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
+    if (config.update_in_backward && scaler_.enabled()) throw std::invalid_argument(trainers::loss_scaling_in_backward("host::Trainer"));
     if ((config.tp > 1 || config.pp > 1) && o.overlap_communication)
       throw std::invalid_argument(
           "host::Trainer: overlap_communication runs data-parallel collectives on a second thread, while a tensor- or "
@@ -230,6 +234,8 @@ class Trainer {
     if (config.accumulate > 1 && !config.offload_optimizer) zero_grads();  // offloaded: Step::grad_load
     checked_ = GradientCheck{};
     updating_ = true;
+    skipped_ = false;
+    step_scale_ = scaler_.scale();
     traffic_ = TierTraffic{};
     traced_ = 0;
     step_began_ = std::chrono::steady_clock::now();
@@ -237,6 +243,7 @@ class Trainer {
       Trainer& t;
       ~Done() {
         t.updating_ = false;
+        t.step_scale_ = 1.0f;
         if (t.updater_) t.updater_->settle();  // no update thread runs past the step
       }
     } done{*this};
@@ -255,6 +262,7 @@ class Trainer {
     s.step = step_no;
     s.loss = loss;
     s.lr = lr_at(step_no);
+    s.loss_scale = step_scale_;
     if constexpr (config.update_in_backward) {
       if (checked_.first >= 0) throw_skipped_updates(step_no);
       s.grad_norm = std::sqrt(checked_.squares);
@@ -262,6 +270,12 @@ class Trainer {
       s.grad_norm = offloaded_update(step_no);
     } else {
       s.grad_norm = update(step_no);
+    }
+    scaler_.update(skipped_);
+    if (skipped_) {  // nothing was updated: the step count stays
+      s.step = step_;
+      s.skipped = true;
+      return s;
     }
     step_ = step_no;
     return s;
@@ -403,6 +417,10 @@ class Trainer {
   std::size_t traced() const { return std::min(traced_.load(), trace_.size()); }
   int steps_done() const { return step_; }
   void set_steps_done(int s) { step_ = s; }
+  // Loss scaling (train/loss_scaling.hpp): the scaler's state (what checkpoints keep).
+  bool scales_loss() const { return scaler_.enabled(); }
+  const LossScaleState& loss_scale_state() const { return scaler_.state(); }
+  void set_loss_scale_state(const LossScaleState& s) { scaler_.set_state(s); }
   int threads() const { return workers_; }
   const GemmPanels<C>& gemm_panels() const { return panels_; }
   const TrainOptions& options() const { return opt_; }
@@ -477,6 +495,9 @@ class Trainer {
 
  private:
   TrainOptions opt_;
+  LossScaler scaler_;
+  float step_scale_ = 1.0f;  // the loss scale of the step in progress (1 outside step(): forward_backward's gradients are true)
+  bool skipped_ = false;     // the step's scaled gradients overflowed: update() updated nothing
   Communicator* comm_ = nullptr;         // data parallelism: the ranks (null for one process)
   Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
   Communicator* pipe_comm_ = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (null without)
@@ -777,6 +798,7 @@ class Trainer {
     k.micro = micro_;
     k.seed = opt_.seed;
     k.step = evaluating_ ? 0 : step_ + 1;  // the step in progress
+    k.loss_scale = step_scale_;
     k.data_rank = rank();
     k.tensor_rank = tensor_rank();
     k.tensor_ranks = config.tp;
@@ -869,10 +891,21 @@ class Trainer {
     sq += split_sq;
     if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
     if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(&sq, 1, DType::F64);  // each stage its parameters
+    // Loss scaling: a scaled gradient with a NaN or an infinity, or whose
+    // squares sum beyond f32's range (the CUDA engine's f32 norm overflows
+    // there too), skips the step. Below that bound the update's factor,
+    // clip scale / loss scale = clip / scaled norm, stays a normal f32.
+    const double inverse = 1.0 / step_scale_;  // exact for a power of two
+    if (scaler_.enabled() && !(sq <= max_squares)) {
+      skipped_ = true;
+      return std::sqrt(sq) * inverse;
+    }
+    sq *= inverse * inverse;
     if (!(sq <= max_squares)) stop_before_update(step_no, sq);
     const double norm = std::sqrt(sq);
     C scale = C(1);
     if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<C>(opt_.clip_norm / (norm + 1e-6));
+    scale *= static_cast<C>(inverse);  // the update's gradient factor: clip scale / loss scale
     if constexpr (config.offload_optimizer) {
       const double began = trace_.empty() ? 0 : since_step_began();
       update_offloaded_all(step_no, scale);
@@ -930,7 +963,7 @@ class Trainer {
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       const ParamSlot& p = sched.params[k];
       if (!p.trainable) continue;
-      const double sq = squared_norm(update_grad(p), owned(p).count);
+      const double sq = squared_norm(update_grad(p), owned(p).count) / (static_cast<double>(step_scale_) * step_scale_);
       flag(static_cast<int>(k), sq);
       if (sq > largest_sq) largest = static_cast<int>(k), largest_sq = sq;
     }
@@ -1075,11 +1108,13 @@ class Trainer {
   }
 
   // Whether each update runs as soon as its gradient is offloaded: without
-  // clipping, on one process. With several processes the updates wait for
-  // the backward, so that every process knows whether every gradient was
-  // finite before any updates (the check is over all of them), and the
-  // gradients that several processes hold parts of are summed first.
-  bool updates_in_flight() const { return opt_.clip_norm <= 0 && world_ == nullptr; }
+  // clipping or loss scaling, on one process. With several processes the
+  // updates wait for the backward, so that every process knows whether
+  // every gradient was finite before any updates (the check is over all of
+  // them), and the gradients that several processes hold parts of are
+  // summed first; a scaled run waits too, since an overflow anywhere skips
+  // the whole step.
+  bool updates_in_flight() const { return opt_.clip_norm <= 0 && world_ == nullptr && !scaler_.enabled(); }
 
   // After the micro-batches: the updates ran during the backward, or
   // update() runs them now (reading the offload tier's gradients, with the

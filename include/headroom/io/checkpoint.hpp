@@ -20,6 +20,8 @@
 //                          "__optim_table__": the model's shared code tables, if any
 //   trainer.json           {"format": "headroom-checkpoint", "version": 2,
 //                           "steps_done": N,
+//                           "loss_scale": {"scale", "growth_tracker", "skipped"}  (a run that
+//                                         scales its loss: train/loss_scaling.hpp),
 //                           "signature": {"model", "dtype", "optimizer", "param_count",
 //                                         "parameters": ["<path>: <storage>, shape (r, c)[, master f32],
 //                                                         state <B> B" | "frozen", ...]},
@@ -444,6 +446,11 @@ std::string trainer_json(const Trainer& t, const std::vector<FileRecord>& files,
   j += "  \"format\": " + quote(format_name) + ",\n";
   j += "  \"version\": " + std::to_string(version) + ",\n";
   j += "  \"steps_done\": " + std::to_string(t.steps_done()) + ",\n";
+  if (t.scales_loss()) {  // the loss scaler's state (train/loss_scaling.hpp); the scale's shortest round-trip decimal
+    const LossScaleState& ls = t.loss_scale_state();
+    j += "  \"loss_scale\": {\"scale\": " + detail::json::number(static_cast<double>(ls.scale)) +
+         ", \"growth_tracker\": " + std::to_string(ls.growth_tracker) + ", \"skipped\": " + std::to_string(ls.skipped) + "},\n";
+  }
   if (!layout.empty()) j += "  \"layout\": " + layout + ",\n";
   j += "  \"signature\": {\"model\": " + quote(s.model) + ", \"dtype\": " + quote(s.dtype) + ", \"optimizer\": " +
        quote(s.optimizer) + ", \"param_count\": " + std::to_string(s.param_count) + ",\n    \"parameters\": [";
@@ -497,6 +504,29 @@ inline std::int64_t integer(const Opened& o, const detail::json::Value& obj, std
   const auto v = member(o, obj, key, detail::json::Value::Kind::Number, where).integer();
   if (!v) fail(o.trainer_json(), "corrupt: " + std::string(where) + "\"" + std::string(key) + "\" is not an integer");
   return *v;
+}
+
+// The loss scaler's state into a trainer that scales its loss. A checkpoint
+// without one (an unscaled run's) leaves the scaler at its init_scale, as
+// PyTorch's GradScaler without a saved state_dict; a run that does not
+// scale ignores a saved one.
+template <class Trainer>
+void restore_loss_scale(const Opened& o, Trainer& t) {
+  const detail::json::Value* v = o.root.get("loss_scale");
+  if (v == nullptr || !t.scales_loss()) return;
+  if (v->kind != detail::json::Value::Kind::Object) fail(o.trainer_json(), "corrupt: \"loss_scale\" is not an object");
+  LossScaleState s;
+  s.scale = static_cast<float>(member(o, *v, "scale", detail::json::Value::Kind::Number, "loss_scale.").number);
+  const std::int64_t tracker = integer(o, *v, "growth_tracker", "loss_scale.");
+  if (tracker < 0 || tracker > std::numeric_limits<std::int32_t>::max())
+    fail(o.trainer_json(), "corrupt: loss_scale.\"growth_tracker\" out of range");
+  s.growth_tracker = static_cast<std::int32_t>(tracker);
+  s.skipped = integer(o, *v, "skipped", "loss_scale.");
+  try {
+    t.set_loss_scale_state(s);
+  } catch (const std::invalid_argument& e) {
+    fail(o.trainer_json(), std::string("corrupt: \"loss_scale\": ") + e.what());
+  }
 }
 
 template <class Trainer>
@@ -670,6 +700,7 @@ std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
     ck::read_all(model, mv);
     ck::read_all(optim, ov);
     t.set_steps_done(static_cast<int>(o.steps));
+    ck::restore_loss_scale(o, t);
     return ck::extra_of(o);
   }
 }

@@ -240,6 +240,7 @@ std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
   read_all(SafetensorsFile(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : first)), model);
   read_all(SafetensorsFile(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : first)), optim);
   t.set_steps_done(static_cast<int>(o.steps));
+  restore_loss_scale(o, t);
   return extra_of(o);
 }
 

@@ -42,6 +42,9 @@ struct Bound {
   std::uint64_t seed = 0;
   int step = 0;
   int data_rank = 0;
+  // Loss scaling (train/loss_scaling.hpp): the loss's gradient is multiplied
+  // by it (host; the CUDA engine reads UpdateControl::loss_scale on the device).
+  float loss_scale = 1.0f;
 
   // ---- operands, resolved -----------------------------------------------------------------------------
   void* in_[graph::max_in]{};

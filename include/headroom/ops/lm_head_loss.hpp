@@ -74,7 +74,7 @@ struct LmHeadLoss {
 
   // ---- host ----------------------------------------------------------------------------------------------
   // The summed loss of the micro-batch; with `grads`, dh and dW too, scaled
-  // by 1 / (tokens per optimizer step).
+  // by the loss scale / (tokens per optimizer step).
   template <class T>
   static double loss(const host::OpContext<T>& k, bool grads);
   // Decode: the rows' logits (N, vocab) into the state buffer.
@@ -88,6 +88,8 @@ struct LmHeadLoss {
     using cuda::Trans;
     const std::int64_t n = k.rows(), v = k[vocab], d = k[features], c = k[chunk];
     const float scale = 1.0f / static_cast<float>(n * k.accumulate());
+    // the loss scale, read on the device (a captured step replays with the next one's)
+    const float* loss_scale = k.control() != nullptr ? &k.control()->loss_scale : nullptr;
     const S* hs = k[h];
     const S* w = k[weight];
     const std::int32_t* t = k.template get<std::int32_t>(targets);
@@ -108,10 +110,10 @@ struct LmHeadLoss {
       k.blas().template gemm<S>(Trans::no, Trans::yes, rows, v, d, 1.0f, hs + c0 * d, d, w, d, 0.0f, logits, ld, k.stream());
       if (group > 1)
         cuda::cross_entropy_rows_vocab_parallel<S>(
-            logits, t + c0, row_loss + c0, scale, gradient, rows, v, ld, rank * v, stats, c, rank, group,
+            logits, t + c0, row_loss + c0, scale, loss_scale, gradient, rows, v, ld, rank * v, stats, c, rank, group,
             [&](float* all) { k.tensor_comm->all_gather(all + rank * c * 3, all, c * 3 * 4, k.stream()); }, k.stream());
       else
-        cuda::cross_entropy_rows<S>(logits, t + c0, row_loss + c0, scale, gradient, rows, v, ld, k.stream());
+        cuda::cross_entropy_rows<S>(logits, t + c0, row_loss + c0, scale, loss_scale, gradient, rows, v, ld, k.stream());
       if (dh != nullptr)
         k.blas().template gemm<S>(Trans::no, Trans::no, rows, d, v, 1.0f, logits, ld, w, d, k.first(h) ? 0.0f : 1.0f, dh + c0 * d, d,
                                   k.stream());
@@ -141,12 +143,13 @@ namespace headroom::ops {
 
 // ---- host ----------------------------------------------------------------------------------------------
 // The summed loss of the micro-batch; with `grads`, dh and dW too, scaled
-// by 1 / (tokens per optimizer step).
+// by the loss scale / (tokens per optimizer step).
 template <class T>
 double LmHeadLoss::loss(const host::OpContext<T>& k, bool grads) {
   using C = typename host::OpContext<T>::compute;
   const std::int64_t n = k.rows();
-  const C scale = C(1) / static_cast<C>(n * k.accumulate());
+  // 1 / (tokens per step), times the loss scale (a power of two: exact)
+  const C scale = static_cast<C>(k.loss_scale) / static_cast<C>(n * k.accumulate());
   if (k[ranks] > 1) {
     const int rank = k.tensor_comm->rank();
     return host::lm_head_loss_vocab_parallel(

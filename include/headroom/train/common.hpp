@@ -18,6 +18,7 @@
 #include "../ops/lm_head_loss.hpp"
 #include "../layers/pipeline_stages.hpp"
 #include "../plan/graph.hpp"
+#include "loss_scaling.hpp"
 
 namespace headroom {
 
@@ -36,6 +37,8 @@ struct TrainOptions {
   // trainer's thread. Overlap pays where a core is free for the thread that
   // drives MPI; where ranks x threads fill the cores, in order is faster.
   bool overlap_communication = false;
+  // dynamic loss scaling (train/loss_scaling.hpp): on for Precision<F16> unless said otherwise
+  LossScaling loss_scaling{};
 };
 
 struct StepStats {
@@ -43,6 +46,8 @@ struct StepStats {
   double loss = 0;          // mean over the step's tokens
   double grad_norm = 0;     // global gradient norm, before clipping (cuda::Trainer: 0 with UpdateInBackward)
   double lr = 0;
+  float loss_scale = 1;     // the scale the step's gradients were computed with (1: no loss scaling)
+  bool skipped = false;     // loss scaling: a scaled gradient overflowed; nothing was updated, `step` did not advance
 };
 
 // A step met a NaN or infinite value and was stopped before its update

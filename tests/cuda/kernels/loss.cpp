@@ -43,7 +43,7 @@ TEMPLATE_TEST_CASE("cross_entropy_rows: row losses and dlogits", "[loss]", float
       Buffer<S> logits(cuda_test::to_storage<S>(z));
       Buffer<std::int32_t> tgt(targets);
       Buffer<float> row_loss(rows);
-      cuda::cross_entropy_rows<S>(logits.get(), tgt.get(), row_loss.get(), grad_scale, gradient, rows, vocab, ld, nullptr);
+      cuda::cross_entropy_rows<S>(logits.get(), tgt.get(), row_loss.get(), grad_scale, nullptr, gradient, rows, vocab, ld, nullptr);
 
       std::vector<float> want = cuda_test::rounded<S>(z);  // the logits as stored
       std::vector<float> want_loss(rows);
@@ -108,7 +108,7 @@ TEMPLATE_TEST_CASE("cross_entropy_rows_vocab_parallel: a rank's half of the voca
         }
         stats.upload(st);
       };
-      cuda::cross_entropy_rows_vocab_parallel<S>(logits.get(), tgt.get(), row_loss.get(), grad_scale, true, rows, half, half, first,
+      cuda::cross_entropy_rows_vocab_parallel<S>(logits.get(), tgt.get(), row_loss.get(), grad_scale, nullptr, true, rows, half, half, first,
                                                  stats.get(), chunk, rank, 2, gather, nullptr);
       std::vector<float> want = whole, want_loss(rows);
       for (i64 r = 0; r < rows; ++r)
@@ -148,7 +148,7 @@ TEST_CASE("cross_entropy_rows then sum_rows: the micro-batch's loss", "[loss]") 
   for (i64 r = 0; r < rows; ++r) targets[r] = static_cast<std::int32_t>((r * 37 + 11) % vocab);
   Buffer<float> logits(z), row_loss(rows), total(1);
   Buffer<std::int32_t> tgt(targets);
-  cuda::cross_entropy_rows<float>(logits.get(), tgt.get(), row_loss.get(), 1.0f / rows, true, rows, vocab, vocab, nullptr);
+  cuda::cross_entropy_rows<float>(logits.get(), tgt.get(), row_loss.get(), 1.0f / rows, nullptr, true, rows, vocab, vocab, nullptr);
   cuda::sum_rows(row_loss.get(), rows, total.get(), nullptr);
   std::vector<float> host_z = z;
   double want = 0.0;  // host::lm_head_loss sums the row losses in double, in row order

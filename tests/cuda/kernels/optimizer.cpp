@@ -326,9 +326,9 @@ TEMPLATE_TEST_CASE("sgd_update: with and without momentum", "[optimizer]", float
     const float lr = 0.05f, weight_decay = 0.01f;
     cuda::UpdateControl c{};
     c.grad_scale = 1.0f;
-    c.sgd_lr = lr;
-    c.sgd_momentum = momentum;
-    c.sgd_weight_decay = weight_decay;
+    c.sgd.lr = lr;
+    c.sgd.momentum = momentum;
+    c.sgd.weight_decay = weight_decay;
     Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
     for (int step = 0; step < 2; ++step) {
       cuda::sgd_update<S>(list, control.get(), false, nullptr);
@@ -359,7 +359,7 @@ TEMPLATE_TEST_CASE("finish_loss: the step's loss, and a non-finite loss skips ev
     std::deque<Param<S>> params = make_params<S>(lengths, 80, [](i64 n, std::size_t k) { return adamw_state(n, 90 + k); });
     const std::vector<cuda::ParamRef> list = refs(params);
     cuda::UpdateControl c = control_for(math::adamw_step(math::AdamWHyper<float>{}, 1));
-    c.sgd_lr = 0.1f;
+    c.sgd.lr = 0.1f;
     cuda_test::Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
     cuda_test::Buffer<float> loss(std::vector<float>{summed});
     cuda::finish_loss(loss.get(), 0.25f, control.get(), nullptr);

@@ -81,10 +81,11 @@ __device__ void row_dlogits(S* z, std::int64_t row_packs, float m, float inv, st
 template <class S, int W>
 __global__ __launch_bounds__(cross_entropy_threads) void cross_entropy_rows_kernel(
     S* __restrict__ logits, const std::int32_t* __restrict__ targets, float* __restrict__ row_loss, float grad_scale,
-    bool gradient, std::int64_t rows, std::int64_t vocab, std::int64_t ld) {
+    const float* __restrict__ loss_scale, bool gradient, std::int64_t rows, std::int64_t vocab, std::int64_t ld) {
   constexpr int warps = cross_entropy_threads / warp_size;
   __shared__ float warp_m[warps], warp_s[warps];
   const std::int64_t row_packs = vocab / W;
+  if (loss_scale != nullptr) grad_scale *= *loss_scale;
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     S* z = logits + r * ld;
     const std::int32_t target = targets[r];
@@ -124,8 +125,9 @@ __global__ __launch_bounds__(cross_entropy_threads) void vocab_parallel_stats_ke
 template <class S, int W>
 __global__ __launch_bounds__(cross_entropy_threads) void vocab_parallel_rows_kernel(
     S* __restrict__ logits, const std::int32_t* __restrict__ targets, const float* __restrict__ stats, float* __restrict__ row_loss,
-    float grad_scale, bool gradient, std::int64_t rows, std::int64_t vocab, std::int64_t ld, std::int64_t first, std::int64_t chunk,
-    int ranks) {
+    float grad_scale, const float* __restrict__ loss_scale, bool gradient, std::int64_t rows, std::int64_t vocab, std::int64_t ld,
+    std::int64_t first, std::int64_t chunk, int ranks) {
+  if (loss_scale != nullptr) grad_scale *= *loss_scale;
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float m = stats[3 * r], s = 0.0f, target = 0.0f;
     for (int q = 1; q < ranks; ++q) m = fmaxf(m, stats[(q * chunk + r) * 3]);
@@ -142,11 +144,12 @@ __global__ __launch_bounds__(cross_entropy_threads) void vocab_parallel_rows_ker
 
 // logits: (rows, V) in S at row stride ld (>= V; the LM head pads it:
 // CudaWorkspace::lm_head_logits_ld), overwritten by dlogits = (softmax -
-// onehot) * grad_scale when `gradient`; the padding columns are ignored
+// onehot) * grad_scale (times *loss_scale, a device value, unless null) when
+// `gradient`; the padding columns are ignored
 // targets: (rows)  row_loss: (rows) f32 = lse - z_target
 template <class S>
-void cross_entropy_rows(S* logits, const std::int32_t* targets, float* row_loss, float grad_scale, bool gradient,
-                        std::int64_t rows, std::int64_t vocab, std::int64_t ld, cudaStream_t stream) {
+void cross_entropy_rows(S* logits, const std::int32_t* targets, float* row_loss, float grad_scale, const float* loss_scale,
+                        bool gradient, std::int64_t rows, std::int64_t vocab, std::int64_t ld, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return;
   if (ld < vocab)
     throw std::invalid_argument("cross_entropy_rows: row stride " + std::to_string(ld) + " is below the vocabulary " +
@@ -155,10 +158,10 @@ void cross_entropy_rows(S* logits, const std::int32_t* targets, float* row_loss,
   const dim3 grid(static_cast<unsigned>(rows < 65535 ? rows : 65535)), block(cross_entropy_threads);
   if (vocab % W == 0 && ld % W == 0 && packs::aligned(logits))
     launch(cross_entropy_rows_kernel<S, W>, "cross_entropy_rows_kernel", grid, block, stream, logits, targets, row_loss,
-           grad_scale, gradient, rows, vocab, ld);
+           grad_scale, loss_scale, gradient, rows, vocab, ld);
   else
     launch(cross_entropy_rows_kernel<S, 1>, "cross_entropy_rows_kernel", grid, block, stream, logits, targets, row_loss,
-           grad_scale, gradient, rows, vocab, ld);
+           grad_scale, loss_scale, gradient, rows, vocab, ld);
 }
 
 // Vocabulary-parallel cross-entropy of one chunk, on this rank's logits (rows,
@@ -168,7 +171,8 @@ void cross_entropy_rows(S* logits, const std::int32_t* targets, float* row_loss,
 // on `stream`) between the two kernels. row_loss: (rows) f32, the whole
 // vocabulary's lse - z_target, equal on every rank.
 template <class S, class Gather>
-void cross_entropy_rows_vocab_parallel(S* logits, const std::int32_t* targets, float* row_loss, float grad_scale, bool gradient,
+void cross_entropy_rows_vocab_parallel(S* logits, const std::int32_t* targets, float* row_loss, float grad_scale,
+                                       const float* loss_scale, bool gradient,
                                        std::int64_t rows, std::int64_t vocab, std::int64_t ld, std::int64_t first, float* stats,
                                        std::int64_t chunk, int rank, int ranks, Gather&& gather, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return;
@@ -187,10 +191,10 @@ void cross_entropy_rows_vocab_parallel(S* logits, const std::int32_t* targets, f
   gather(stats);
   if (packed)
     launch(vocab_parallel_rows_kernel<S, W>, "vocab_parallel_rows_kernel", grid, block, stream, logits, targets, stats, row_loss,
-           grad_scale, gradient, rows, vocab, ld, first, chunk, ranks);
+           grad_scale, loss_scale, gradient, rows, vocab, ld, first, chunk, ranks);
   else
     launch(vocab_parallel_rows_kernel<S, 1>, "vocab_parallel_rows_kernel", grid, block, stream, logits, targets, stats, row_loss,
-           grad_scale, gradient, rows, vocab, ld, first, chunk, ranks);
+           grad_scale, loss_scale, gradient, rows, vocab, ld, first, chunk, ranks);
 }
 
 // out[0] = sum of x: (n), by one block: thread t adds x[t], x[t + 1024], ... in

@@ -57,15 +57,21 @@ static_assert(reduction_slots == CudaWorkspace::reduction_slots, "optimizer.cuh:
 // and the first update position whose gradient is not finite (see above).
 // It lives in the plan's reductions buffer, after the partial sums.
 inline constexpr std::int32_t no_bad_gradient = 0x7fffffff;
+struct SgdControl {
+  float lr, momentum, weight_decay;
+};
 struct UpdateControl {
-  float grad_scale;              // clip scale (1: no clipping)
-  float norm;                    // global gradient norm before clipping
+  float grad_scale;              // the update's gradient factor: the clip scale / the loss scale
+  float norm;                    // global gradient norm before clipping (of the unscaled gradients)
   float loss;                    // mean loss of the step, summed over its micro-batches
   float skip;                    // nonzero: a loss was not finite; no update runs
   std::int32_t first_bad = no_bad_gradient;  // updates at this position and later do not run (no_bad_gradient: none)
-  math::AdamWStep<float> adamw;  // AdamW / AdamW8bit: lr, betas, eps, weight decay, bias corrections
-  float sgd_lr, sgd_momentum, sgd_weight_decay;
+  union {
+    math::AdamWStep<float> adamw;  // AdamW / AdamW8bit: lr, betas, eps, weight decay, bias corrections
+    SgdControl sgd;                // SGD: lr, momentum, weight decay
+  };
   std::int32_t step = 0;         // the step in progress (dropout masks: kernels/dropout.cuh); 0: evaluation
+  float loss_scale = 1.0f;       // the loss's gradient is multiplied by it (train/loss_scaling.hpp); 1: off
 };
 static_assert(sizeof(UpdateControl) <= CudaWorkspace::control_floats * sizeof(float),
               "optimizer.cuh: UpdateControl must fit the plan's control block");
@@ -175,8 +181,9 @@ __global__ __launch_bounds__(optimizer_threads) void squared_norm_kernel(const P
   if (threadIdx.x == 0) partials[blockIdx.x] = accumulate ? partials[blockIdx.x] + acc : acc;
 }
 
-// control->norm = sqrt(sum of partials: (slots)), control->grad_scale = the clip scale (1 when off or under the limit);
-// a norm that is not finite (a NaN or an infinite gradient, or a sum of squares beyond f32) stops every update:
+// control->norm = sqrt(sum of partials: (slots)) / control->loss_scale (the partials sum the scaled gradients'
+// squares), control->grad_scale = the clip scale (1 when off or under the limit) / control->loss_scale; a norm
+// that is not finite (a NaN or an infinite gradient, or a sum of squares beyond f32) stops every update:
 // control->first_bad = 0
 template <int Threads>
 __global__ __launch_bounds__(Threads) void clip_scale_kernel(const float* __restrict__ partials, int slots,
@@ -186,9 +193,10 @@ __global__ __launch_bounds__(Threads) void clip_scale_kernel(const float* __rest
   for (int i = threadIdx.x; i < slots; i += Threads) s += partials[i];
   s = block_sum<Threads>(s, reduce);
   if (threadIdx.x == 0) {
-    const float norm = sqrtf(s);
+    const float inverse = 1.0f / control->loss_scale;  // exact for a power of two
+    const float norm = sqrtf(s) * inverse;
     control->norm = norm;
-    control->grad_scale = clip_norm > 0.0f && norm > clip_norm ? clip_norm / (norm + 1e-6f) : 1.0f;
+    control->grad_scale = (clip_norm > 0.0f && norm > clip_norm ? clip_norm / (norm + 1e-6f) : 1.0f) * inverse;
     if (!(norm - norm == 0.0f)) control->first_bad = 0;  // NaN or infinite
   }
 }
@@ -448,7 +456,7 @@ __global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList 
                                                                 bool clip) {
   const TensorEntry& e = list.find(blockIdx.x);
   if (optimizer_detail::update_stopped(control, e)) return;
-  const float lr = control->sgd_lr, momentum = control->sgd_momentum, weight_decay = control->sgd_weight_decay;
+  const float lr = control->sgd.lr, momentum = control->sgd.momentum, weight_decay = control->sgd.weight_decay;
   const float scale = clip ? control->grad_scale : 1.0f;
   S* weight = static_cast<S*>(e.weight);
   const S* grad = static_cast<const S*>(e.grad);
