@@ -20,6 +20,9 @@
 //                        (NF4DQ), <name>.dequant (F32, rows x cols, what the kernels
 //                        compute with); and the trainer's code tables nf4_code (16)
 //                        and dynamic_map (256)
+// and, for llama_loss_scale (dynamic loss scaling forced to overflow),
+//   scales.json          each step's [loss scale, skipped]; config.json then holds
+//                        "loss_scaling" (GradScaler's four parameters)
 // tests/parity/reference.py trains the same thing in PyTorch and compares.
 //
 //   parity_driver NAME DIR
@@ -27,6 +30,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
@@ -182,15 +186,30 @@ void dropout_masks(std::uint64_t seed, int step, std::vector<std::vector<std::ui
   }
 }
 
+// Dynamic loss scaling forced to overflow (llama_loss_scale): the final
+// norm's weight at 100 makes the gradients large (tens), so a scale of 2^127
+// overflows f32 and 2^50 keeps the scaled norm below 2^64 (both engines'
+// overflow rules and GradScaler's then agree; reference.py checks the
+// margins); backoff 2^-77 and growth 2^77 every 2 steps: a skip every third step.
+const LossScaling forced_overflow = {.mode = LossScaling::dynamic, .init_scale = std::ldexp(1.0, 127),
+                                     .growth_factor = std::ldexp(1.0, 77), .backoff_factor = std::ldexp(1.0, -77),
+                                     .growth_interval = 2};
+
 template <class R>
-int run(const fs::path& dir, double lr) {
+int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
   using Tr = host::Trainer<R>;
   using M = typename R::model;
   using O = typename R::optimizer;
   constexpr bool gpt2 = io::hf_family<Tr>() == io::HfFamily::gpt2;
   constexpr bool lora = has_adapters<Tr>();
   constexpr bool quant = Tr::sched.quant_table >= 0;
-  Tr t({.seed = 17, .threads = 1, .lr = lr, .clip_norm = 0});
+  TrainOptions options{.seed = 17, .threads = 1, .lr = lr, .clip_norm = 0};
+  if (scaling != nullptr) options.loss_scaling = *scaling;
+  Tr t(options);
+  if (scaling != nullptr)
+    for (std::size_t k = 0; k < Tr::param_count; ++k)
+      if (Tr::path_of(Tr::param(k)) == "norm.weight")
+        t.set_dense(Tr::param(k), std::vector<float>(static_cast<std::size_t>(Tr::param(k).elements()), 100.0f));
   fs::create_directories(dir);
   if constexpr (quant) load_nf4_originals(t, dir);
   io::save_pretrained(t, dir / "init.safetensors");
@@ -218,14 +237,18 @@ int run(const fs::path& dir, double lr) {
     if (!views.empty()) io::write_safetensors(dir / "masks.safetensors", views);
   }
   std::ofstream losses(dir / "losses.json");
+  std::string scales = "[";  // loss scaling: each step's [scale, skipped]
   losses << "[";
   for (int s = 0; s < steps; ++s) {
     const auto st = t.step(std::span<const std::int32_t>(tok.data() + s * n, n), std::span<const std::int32_t>(tgt.data() + s * n, n));
     char buf[64];
     std::snprintf(buf, sizeof buf, "%s%.9g", s ? ", " : "", st.loss);
     losses << buf;
+    std::snprintf(buf, sizeof buf, "%s[%.9g, %s]", s ? ", " : "", static_cast<double>(st.loss_scale), st.skipped ? "true" : "false");
+    scales += buf;
   }
   losses << "]\n";
+  if (scaling != nullptr) std::ofstream(dir / "scales.json") << scales << "]\n";
   io::save_pretrained(t, dir / "final.safetensors");
   if constexpr (lora) {
     io::export_adapter(t, dir / "adapter_final", "parity");
@@ -243,7 +266,12 @@ int run(const fs::path& dir, double lr) {
   else cfg << ", \"beta1\": " << O::beta1::value << ", \"beta2\": " << O::beta2::value << ", \"eps\": 1e-8";
   cfg << ", \"norm_eps\": 1e-5, \"lora\": " << (lora ? "true" : "false") << ", \"checkpointed\": "
       << (recomputes<Tr>() ? "true" : "false") << ", \"quantized\": " << (quant ? "true" : "false") << ", \"dtype\": \""
-      << name_of(R::dtype) << "\"}\n";
+      << name_of(R::dtype) << "\"";
+  if (scaling != nullptr)
+    cfg << std::setprecision(17) << ", \"loss_scaling\": {\"init_scale\": " << scaling->init_scale << ", \"growth_factor\": "
+        << scaling->growth_factor << ", \"backoff_factor\": " << scaling->backoff_factor
+        << ", \"growth_interval\": " << scaling->growth_interval << "}";
+  cfg << "}\n";
   return 0;
 }
 
@@ -252,7 +280,7 @@ int run(const fs::path& dir, double lr) {
 int main(int argc, char** argv) {
   const char* names =
       "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
-      "gpt2_lora_ckpt_bf16";
+      "gpt2_lora_ckpt_bf16 llama_loss_scale";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
@@ -270,6 +298,8 @@ int main(int argc, char** argv) {
   // bf16: against PyTorch's CPU autocast (reference.py)
   if (name == "llama_bf16") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW, Precision<BF16>>>(dir, 3e-3);
   if (name == "gpt2_lora_ckpt_bf16") return run<Train<GPT2LoraCkpt, Batch<2>, Seq<16>, AdamW, Precision<BF16>>>(dir, 3e-3);
+  // dynamic loss scaling forced to overflow: the scales and skipped steps against GradScaler's (reference.py)
+  if (name == "llama_loss_scale") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 1e-4, &forced_overflow);
   std::fprintf(stderr, "parity_driver: unknown configuration '%s' (known: %s)\n", name.c_str(), names);
   return 2;
 }

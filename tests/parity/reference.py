@@ -12,13 +12,16 @@ tolerances are then bf16's, see BF16_LOSS_RTOL and bf16_tolerance), and compares
   - LoRA: the frozen base is unchanged (bit for bit), and io::save_merged's
     W + scale B A matches the adapters it was written with;
   - nf4: headroom's NF4 / NF4DQ storage of each quantized projection against the
-    bitsandbytes format written out in nf4.py (codes, absmaxes, dequantized weights).
+    bitsandbytes format written out in nf4.py (codes, absmaxes, dequantized weights);
+  - loss scaling: every step's scale and whether it was skipped, against
+    torch.cuda.amp.GradScaler's own state machine run on the CPU (grad_scaler.py).
 Exit status 0: agree; 1: disagree (the differences are printed); 77: torch is not
 importable (the test is skipped, visibly).
 
     /usr/bin/python3 tests/parity/reference.py DIR
 """
 import json
+import math
 import os
 import sys
 
@@ -173,6 +176,31 @@ def check_nf4(d, base_init):
     return bad
 
 
+def scaled_step(scaler, opt, loss, params, ours, s):
+    """One GradScaler iteration (scale, backward, unscale_, step, update); compares the scale it used and
+    whether it skipped with headroom's [scale, skipped] of the same step. Returns 1 where they differ.
+
+    headroom also counts a scaled norm of 2^64 or more as an overflow (its squares leave f32), which
+    GradScaler does not: on a step GradScaler takes, the scaled norm must stay below 2^62 (the construction's
+    margin), else the comparison would not be of the same rule."""
+    used = scaler.get_scale()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    skipped = scaler.skipped(opt)
+    margin, beyond = "", False
+    if not skipped:
+        norm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params))
+        beyond = math.log2(used * norm) > 62
+        margin = f", scaled norm 2^{math.log2(used * norm):.1f}" + ("  <-- beyond the construction's margin (2^62)" if beyond else "")
+    scaler.step(opt)
+    scaler.update()
+    theirs = torch.tensor(ours[0], dtype=torch.float32).item()  # (written with 9 digits: an f32 exactly)
+    bad = used != theirs or skipped != ours[1] or beyond
+    print(f"step {s + 1:2d}  scale 2^{math.log2(used):g} {'skipped' if skipped else 'stepped'}; headroom 2^{math.log2(theirs):g} "
+          f"{'skipped' if ours[1] else 'stepped'}{margin}" + ("  <-- differs" if bad else ""))
+    return int(bad)
+
+
 def main(d):
     c = json.load(open(f"{d}/config.json"))
     init = read_safetensors(f"{d}/init.safetensors")
@@ -209,6 +237,16 @@ def main(d):
     else:
         opt = torch.optim.AdamW(params, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
                                 weight_decay=c["weight_decay"])
+    scaler, scales, scale_bad = None, None, 0
+    if "loss_scaling" in c:
+        import grad_scaler  # noqa: E402
+        ls = c["loss_scaling"]
+        scaler = grad_scaler.CPUGradScaler(init_scale=ls["init_scale"], growth_factor=ls["growth_factor"],
+                                           backoff_factor=ls["backoff_factor"], growth_interval=ls["growth_interval"])
+        scales = json.load(open(f"{d}/scales.json"))
+        print(f"loss scaling: GradScaler(init_scale 2^{math.log2(ls['init_scale']):g}, growth_factor "
+              f"2^{math.log2(ls['growth_factor']):g}, backoff_factor 2^{math.log2(ls['backoff_factor']):g}, "
+              f"growth_interval {ls['growth_interval']}) on the CPU")
     worst_loss = 0.0
     bf16 = c.get("dtype") == "bf16"
     rtol = BF16_LOSS_RTOL if bf16 else LOSS_RTOL
@@ -226,8 +264,11 @@ def main(d):
         opt.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(batches["tokens"][s], batches["targets"][s])
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scale_bad += scaled_step(scaler, opt, loss, params, scales[s], s)
         if model32 is not None:
             opt32.zero_grad()
             model32(batches["tokens"][s], batches["targets"][s]).backward()
@@ -238,6 +279,10 @@ def main(d):
         bad += rel > rtol
         print(f"step {s + 1:2d}  torch {loss.item():.7f}  headroom {ours[s]:.7f}  rel {rel:.2e}{flag}")
     print(f"losses: worst rel {worst_loss:.2e} (tolerance {rtol:g})")
+    if scaler is not None:
+        skips = sum(1 for _, k in scales if k)
+        print(f"loss scaling: {len(scales)} steps, {skips} skipped; {scale_bad} differ from GradScaler's")
+        bad += scale_bad + (skips == 0)
 
     f32_of = {}  # a bf16 run: PyTorch's f32 run's tensor of each name
     if c["lora"]:
