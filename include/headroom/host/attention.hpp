@@ -473,8 +473,8 @@ void for_items(i64 n, F&& f) {
 
 template <class T>
 constexpr void check_scalar() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>,
-                "host attention kernels: T must be float, double or bf16");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || half_storage<T>,
+                "host attention kernels: T must be float, double, bf16 or f16");
 }
 
 }  // namespace detail

@@ -55,12 +55,12 @@ class ArenaBlocking : public Eigen::internal::level3_blocking<T, T> {
   }
 };
 
-// bf16 operands where no x86 kernel runs: each element of C sums k in float,
-// chunk by chunk of kc as the tiles do, then alpha acc (+ beta C); a bf16 C
-// is rounded once, at the end.
-template <bool a_trans, bool b_trans, class Out>
-void gemm_bf16_scalar(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const bf16* A, std::int64_t lda,
-                      const bf16* B, std::int64_t ldb, float beta, Out* C, std::int64_t ldc) {
+// 16-bit operands (bf16, f16) where no x86 kernel runs: each element of C
+// sums k in float, chunk by chunk of kc as the tiles do, then alpha acc (+
+// beta C); a 16-bit C is rounded once, at the end.
+template <bool a_trans, bool b_trans, class H, class Out>
+void gemm_half_scalar(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const H* A, std::int64_t lda, const H* B,
+                      std::int64_t ldb, float beta, Out* C, std::int64_t ldc) {
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t j = 0; j < N; ++j) {
       float c = beta == 0.0f ? 0.0f : beta * widen(C[i * ldc + j]);
@@ -75,15 +75,15 @@ void gemm_bf16_scalar(std::int64_t M, std::int64_t N, std::int64_t K, float alph
 }
 
 // One worker's block, sequentially, with its panels. In, the operands'
-// type, is T, or bf16 with T float (float accumulation); Out, C's type, is
-// T, or bf16 with bf16 operands.
+// type, is T, or bf16 / f16 with T float (float accumulation); Out, C's
+// type, is T, or In with 16-bit operands.
 template <class T, int LhsOrder, int RhsOrder, class In = T, class Out = T>
 void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda, const In* B,
                 std::int64_t ldb, T beta, Out* C, std::int64_t ldc, T* panels, std::int64_t panel_elements) {
-  static_assert(std::is_same_v<In, T> || (std::is_same_v<In, bf16> && std::is_same_v<T, float>),
-                "host::gemm: the operands are T, or bf16 with a float C");
-  static_assert(std::is_same_v<Out, T> || (std::is_same_v<Out, bf16> && std::is_same_v<In, bf16>),
-                "host::gemm: C is T, or bf16 with bf16 operands");
+  static_assert(std::is_same_v<In, T> || (half_storage<In> && std::is_same_v<T, float>),
+                "host::gemm: the operands are T, or bf16 / f16 with a float C");
+  static_assert(std::is_same_v<Out, T> || (half_storage<Out> && std::is_same_v<In, Out>),
+                "host::gemm: C is T, or bf16 / f16 with operands of its type");
   if (M <= 0 || N <= 0) return;
   const auto scale_c = [&] {
     for (std::int64_t i = 0; i < M; ++i) {
@@ -122,8 +122,8 @@ void gemm_block(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const I
     }
   }
 #endif
-  if constexpr (std::is_same_v<In, bf16>) {
-    gemm_bf16_scalar<at, bt>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if constexpr (half_storage<In>) {
+    gemm_half_scalar<at, bt>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   } else {
     static_assert(std::is_same_v<Out, T>);
     scale_c();
@@ -159,10 +159,10 @@ void gemm_split(std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const I
 
 enum class Trans : bool { no = false, yes = true };
 
-// In is T, or bf16 with T float: bf16 operands, float accumulation (the
-// AVX512_BF16 tile where the CPU has it, else widened to float while packing
-// and run on the float tile). Out is T, or bf16 with bf16 operands: each
-// element is then the float C's, rounded to bf16 once.
+// In is T, or bf16 / f16 with T float: 16-bit operands, float accumulation
+// (bf16: the AVX512_BF16 tile where the CPU has it; else, and for f16,
+// widened to float while packing and run on the float tile). Out is T, or
+// In with 16-bit operands: each element is then the float C's, rounded once.
 template <class T, class In, class Out>
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const In* A, std::int64_t lda,
           const In* B, std::int64_t ldb, T beta, Out* C, std::int64_t ldc, const GemmPanels<T>& ws, int workers) {

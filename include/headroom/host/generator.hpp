@@ -142,9 +142,9 @@ class Generator {
       headroom::detail::generation_plan<R, context, batch>(Tr::sched, Tr::plan, static_cast<std::int64_t>(sizeof(T)));
   static_assert(!(requires { R::model::max_seq; }) || context <= R::model::max_seq,
                 "Generator<Run, Context<C>>: C exceeds the model's context length");
-  static_assert(R::config().dtype != DType::BF16,
+  static_assert(R::config().dtype != DType::BF16 && R::config().dtype != DType::F16,
                 "Generator<Run>: decoding runs f32 (or f64) on the host; generate with the Precision<F32> run type, its "
-                "weights loaded from the bf16 run's save_pretrained");
+                "weights loaded from the 16-bit run's save_pretrained");
   static_assert(R::config().pp == 1,
                 "Generator<Run>: a pipelined run's trainer holds one stage's layers; generate with a one-process run type");
   static_assert(R::config().tp == 1,

@@ -13,9 +13,10 @@
 // where the plan put them) and the optimizer pass. No allocation happens
 // inside a step (tests/runtime/host_memory.cpp counts them).
 //
-// Run options the engine honours: Precision<F32>, Precision<BF16> (bf16
-// weights, activations and gradients, f32 master weights, statistics and
-// sums: host/storage.hpp; one process, without offloading, for now) or
+// Run options the engine honours: Precision<F32>, Precision<BF16> or
+// Precision<F16> (16-bit weights, activations and gradients, f32 master
+// weights, statistics and sums: host/storage.hpp; one process, without
+// offloading, for now; an F16 run scales its loss by default) or
 // Precision<F64> (f64 for gradient checks), Batch, Seq, the optimizer, Accumulate<K> (step() takes K
 // micro-batches), UpdateInBackward (each parameter is updated as soon as its
 // gradient is complete; no global-norm clipping then), Workers<W> (up to W
@@ -70,10 +71,10 @@ using headroom::TrainOptions;
 namespace detail {
 template <DType D>
 struct host_scalar {
-  static_assert(D == DType::F32 || D == DType::F64 || D == DType::BF16,
-                "host::Trainer<Run>: the host engine runs Precision<F32>, Precision<BF16> or Precision<F64>; Precision<F16> "
-                "is the CUDA engine's");
-  using type = std::conditional_t<D == DType::F64, double, std::conditional_t<D == DType::BF16, bf16, float>>;
+  static_assert(D == DType::F32 || D == DType::F64 || D == DType::BF16 || D == DType::F16,
+                "host::Trainer<Run>: the host engine runs Precision<F32>, <BF16>, <F16> or <F64>");
+  using type = std::conditional_t<D == DType::F64, double,
+                                  std::conditional_t<D == DType::BF16, bf16, std::conditional_t<D == DType::F16, f16, float>>>;
 };
 
 
@@ -125,9 +126,9 @@ class Trainer {
   static_assert(config.engine == Engine::host,
                 "host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda), whose workspace and scratch the host kernels "
                 "cannot use; drop OnCuda from Train<...> to train it on the host");
-  static_assert(!std::is_same_v<T, bf16> || (config.world() == 1 && !config.offload_optimizer && !config.offload_params),
-                "host::Trainer: Precision<BF16> on the host engine trains one process without offloading; DataParallel, "
-                "TensorParallel, PipelineParallel, OffloadOptimizer and OffloadParameters run Precision<F32> here");
+  static_assert(!half_storage<T> || (config.world() == 1 && !config.offload_optimizer && !config.offload_params),
+                "host::Trainer: Precision<BF16> and <F16> on the host engine train one process without offloading; "
+                "DataParallel, TensorParallel, PipelineParallel, OffloadOptimizer and OffloadParameters run Precision<F32> here");
   using Ops = trainers::OpTable<R, sched>;
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
@@ -1286,12 +1287,12 @@ class Trainer {
     const double lr = lr_at(step_no);
     if constexpr (O::desc.kind == OptimKind::sgd) {
       const C mu = static_cast<C>(O::momentum::value), wd = static_cast<C>(O::weight_decay::value);
-      if constexpr (std::is_same_v<T, bf16>) sgd_pass(w, master, g, sv.m, n, static_cast<C>(lr), mu, wd, grad_scale, workers);
+      if constexpr (half_storage<T>) sgd_pass(w, master, g, sv.m, n, static_cast<C>(lr), mu, wd, grad_scale, workers);
       else sgd_pass(w, g, sv.m, n, static_cast<C>(lr), mu, wd, grad_scale, workers);
     } else if constexpr (O::desc.kind == OptimKind::adamw) {
       math::AdamWHyper<C> h{static_cast<C>(lr), static_cast<C>(O::beta1::value), static_cast<C>(O::beta2::value), C(1e-8),
                             static_cast<C>(O::weight_decay::value)};
-      if constexpr (std::is_same_v<T, bf16>) adamw_pass(w, master, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
+      if constexpr (half_storage<T>) adamw_pass(w, master, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
       else adamw_pass(w, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
     } else {
       math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),

@@ -268,18 +268,18 @@ inline void swiglu_backward_rows(const T* gate, const T* up, const T* dh, T* dga
   }
 }
 
-// bf16 rows (a Precision<BF16> run): chunks widened onto the stack, run by
-// the float loops above, each result rounded once.
+// 16-bit rows (a Precision<BF16> or <F16> run): chunks widened onto the
+// stack, run by the float loops above, each result rounded once.
 namespace detail {
-inline constexpr std::int64_t bf16_chunk = 512;
+inline constexpr std::int64_t half_chunk = 512;
 // f(offset, count, float* in[Ins], float* out[Outs]) on widened chunks of the
 // ins; each out chunk is narrowed into outs (or, where accumulating into it,
 // widened first and added to by f).
-template <int Ins, int Outs, class F>
-inline void bf16_chunks(std::int64_t n, const bf16* const (&ins)[Ins], bf16* const (&outs)[Outs], const bool (&read_out)[Outs], F&& f) {
-  float in[Ins][bf16_chunk], out[Outs][bf16_chunk];
-  for (std::int64_t i0 = 0; i0 < n; i0 += bf16_chunk) {
-    const std::int64_t m = n - i0 < bf16_chunk ? n - i0 : bf16_chunk;
+template <int Ins, int Outs, class H, class F>
+inline void half_chunks(std::int64_t n, const H* const (&ins)[Ins], H* const (&outs)[Outs], const bool (&read_out)[Outs], F&& f) {
+  float in[Ins][half_chunk], out[Outs][half_chunk];
+  for (std::int64_t i0 = 0; i0 < n; i0 += half_chunk) {
+    const std::int64_t m = n - i0 < half_chunk ? n - i0 : half_chunk;
     for (int a = 0; a < Ins; ++a) widen_row(ins[a] + i0, in[a], m);
     for (int a = 0; a < Outs; ++a)
       if (outs[a] != nullptr && read_out[a]) widen_row(outs[a] + i0, out[a], m);
@@ -288,27 +288,36 @@ inline void bf16_chunks(std::int64_t n, const bf16* const (&ins)[Ins], bf16* con
       if (outs[a] != nullptr) narrow_row(out[a], outs[a] + i0, m);
   }
 }
+using Chunk = float (*)[half_chunk];
 }  // namespace detail
 
-inline void gelu_rows(const bf16* x, bf16* out, std::int64_t n) {
-  detail::bf16_chunks<1, 1>(n, {x}, {out}, {false}, [](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+template <class H>
+  requires half_storage<H>
+void gelu_rows(const H* x, H* out, std::int64_t n) {
+  detail::half_chunks<1, 1>(n, {x}, {out}, {false}, [](std::int64_t m, detail::Chunk in, detail::Chunk o) {
     gelu_rows(in[0], o[0], m);
   });
 }
-inline void gelu_backward_rows(const bf16* x, const bf16* dy, bf16* dx, bool first, std::int64_t n) {
-  detail::bf16_chunks<2, 1>(n, {x, dy}, {dx}, {!first}, [&](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+template <class H>
+  requires half_storage<H>
+void gelu_backward_rows(const H* x, const H* dy, H* dx, bool first, std::int64_t n) {
+  detail::half_chunks<2, 1>(n, {x, dy}, {dx}, {!first}, [&](std::int64_t m, detail::Chunk in, detail::Chunk o) {
     gelu_backward_rows(in[0], in[1], o[0], first, m);
   });
 }
-inline void swiglu_rows(const bf16* gate, const bf16* up, bf16* out, std::int64_t n) {
-  detail::bf16_chunks<2, 1>(n, {gate, up}, {out}, {false}, [](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+template <class H>
+  requires half_storage<H>
+void swiglu_rows(const H* gate, const H* up, H* out, std::int64_t n) {
+  detail::half_chunks<2, 1>(n, {gate, up}, {out}, {false}, [](std::int64_t m, detail::Chunk in, detail::Chunk o) {
     swiglu_rows(in[0], in[1], o[0], m);
   });
 }
-inline void swiglu_backward_rows(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bool dgate_first, bf16* dup,
-                                 bool dup_first, std::int64_t n) {
-  detail::bf16_chunks<3, 2>(n, {gate, up, dh}, {dgate, dup}, {!dgate_first, !dup_first},
-                            [&](std::int64_t m, float (*in)[detail::bf16_chunk], float (*o)[detail::bf16_chunk]) {
+template <class H>
+  requires half_storage<H>
+void swiglu_backward_rows(const H* gate, const H* up, const H* dh, H* dgate, bool dgate_first, H* dup, bool dup_first,
+                          std::int64_t n) {
+  detail::half_chunks<3, 2>(n, {gate, up, dh}, {dgate, dup}, {!dgate_first, !dup_first},
+                            [&](std::int64_t m, detail::Chunk in, detail::Chunk o) {
                               swiglu_backward_rows(in[0], in[1], in[2], dgate != nullptr ? o[0] : nullptr, dgate_first,
                                                    dup != nullptr ? o[1] : nullptr, dup_first, m);
                             });

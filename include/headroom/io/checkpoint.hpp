@@ -123,10 +123,10 @@ inline std::string storage_name(const QuantDesc& q, std::string_view dense_dtype
   return "?";
 }
 
-// f32, f64 or bf16: how a signature names the dense weights' storage
+// f32, f64, bf16 or f16: how a signature names the dense weights' storage
 template <class T>
 std::string storage_dtype_name() {
-  return host::dtype_of_storage<T> == DType::F64 ? "f64" : host::dtype_of_storage<T> == DType::BF16 ? "bf16" : "f32";
+  return std::string(name_of(host::dtype_of_storage<T>));
 }
 
 template <class Trainer>

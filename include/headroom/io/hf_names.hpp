@@ -283,7 +283,7 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
     const auto n = static_cast<std::size_t>(p.elements());
     if constexpr (detail::hf::HostArena<Trainer>) {
       using T = typename Trainer::T;
-      if constexpr (!std::is_same_v<T, host::bf16>) {  // f32 / f64: straight into the arena
+      if constexpr (!host::half_storage<T>) {  // f32 / f64: straight into the arena
         if (p.quant.kind == QuantKind::none && !h.transposed) {
           read_converted<T>(file, ti, std::span<T>(t.weight(p), n));
           continue;
@@ -304,7 +304,7 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
       v.swap(w);
     }
     if constexpr (detail::hf::HostArena<Trainer>) {
-      if constexpr (std::is_same_v<typename Trainer::T, host::bf16>) {
+      if constexpr (host::half_storage<typename Trainer::T>) {
         if (p.quant.kind == QuantKind::none) {  // the values rounded, and the masters set
           t.set_dense(p, v);
           continue;

@@ -366,7 +366,7 @@ void load_adapter(Trainer& t, const std::filesystem::path& dir) {
           (mods.size() > 1 ? ", ..." : "") + "; only their lora_A / lora_B are loaded)");
   for (const LoraModule& m : mods)
     for (const ParamSlot* p : {m.A, m.B})
-      if constexpr (std::is_same_v<T, host::bf16>) {  // rounded, and the masters set
+      if constexpr (host::half_storage<T>) {  // rounded, and the masters set
         std::vector<float> v(static_cast<std::size_t>(p->elements()));
         read_converted<float>(file, *file.find(m.peft_name(p->name)), std::span<float>(v));
         t.set_dense(*p, v);

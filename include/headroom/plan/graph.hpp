@@ -137,16 +137,16 @@ struct GemmBlocking {
   static constexpr std::int64_t align = 64;  // elements: each panel starts 64-element aligned
   static constexpr std::int64_t round(std::int64_t n) { return (n + align - 1) / align * align; }
   // elements per worker for an (m, n, k) product, either orientation. A
-  // bf16 C (bf16_c) is summed block by block in an (mc, at most nc_bf16_c)
+  // 16-bit C (bf16 or f16: half_c) is summed block by block in an (mc, at most nc_bf16_c)
   // float accumulator after the two packed blocks, and rounded once: the
   // panel holds that too (the big products' panels already do, with nc cut
   // to what fits: 576 columns).
   static constexpr std::int64_t nc_bf16_c = 256;
-  static constexpr std::int64_t panel_elements(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16_c = false) {
+  static constexpr std::int64_t panel_elements(std::int64_t m, std::int64_t n, std::int64_t k, bool half_c = false) {
     const std::int64_t big = m > n ? m : n;
     const std::int64_t kk = k < kc ? k : kc, bm = big < mc ? big : mc, bn = big < nc ? big : nc;
     const std::int64_t plain = round(kk * bm) + round(kk * bn);
-    if (!bf16_c) return plain;
+    if (!half_c) return plain;
     const std::int64_t bc = big < nc_bf16_c ? big : nc_bf16_c;
     const std::int64_t with_accumulator = round(kk * bm) + round(kk * bc) + bm * bc;
     return plain > with_accumulator ? plain : with_accumulator;
@@ -548,7 +548,7 @@ class Builder {
   // CUDA it is the one cuBLASLt workspace every GEMM shares.
   constexpr void gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
     const std::int64_t bytes = cfg.cuda() ? CudaWorkspace::gemm_bytes
-                                          : cfg.workers * GemmBlocking::panel_elements(m, n, k, cfg.dtype == DType::BF16) *
+                                          : cfg.workers * GemmBlocking::panel_elements(m, n, k, is_half(cfg.dtype)) *
                                                 cfg.compute_bytes();
     if (gemm_workspace == none) {
       gemm_workspace = persistent(cfg.cuda() ? "cublaslt workspace" : "gemm panels", Role::scratch, 0, none);

@@ -19,18 +19,19 @@
 namespace headroom::host {
 
 namespace detail {
-// The first rows * cols floats of z rounded to bf16, in place: the bf16 rows
+// The first rows * cols floats of z rounded to H (bf16 or f16), in place: the H rows
 // (rows, cols) start where z does. Row r's bf16 values land on half of
 // float row r / 2, so after row 0 the rows go in rounds [2^k, 2^(k+1)): a
 // round reads only its own rows and writes only rows earlier rounds have
 // read; within a row, blocks in order write only bytes already read. Bytes
 // move through memcpy (the buffer holds floats, then bf16).
-inline bf16* narrow_rows_in_place(float* z, std::int64_t rows, std::int64_t cols, int workers) {
+template <class H>
+H* narrow_rows_in_place(float* z, std::int64_t rows, std::int64_t cols, int workers) {
   auto* bytes = reinterpret_cast<unsigned char*>(z);
   const auto row = [&](std::int64_t r) {
     constexpr std::int64_t block = 256;
     float in[block];
-    bf16 out[block];
+    H out[block];
     for (std::int64_t c0 = 0; c0 < cols; c0 += block) {
       const std::int64_t m = cols - c0 < block ? cols - c0 : block;
       std::memcpy(in, bytes + (r * cols + c0) * 4, static_cast<std::size_t>(m) * 4);
@@ -43,7 +44,7 @@ inline bf16* narrow_rows_in_place(float* z, std::int64_t rows, std::int64_t cols
     const std::int64_t last = 2 * first < rows ? 2 * first : rows;
     parallel_for_this_cpu(last - first, workers, [&](std::int64_t i, int) { row(first + i); });
   }
-  return reinterpret_cast<bf16*>(z);
+  return reinterpret_cast<H*>(z);
 }
 }  // namespace detail
 
@@ -64,7 +65,7 @@ double lm_head_chunks(const T* h, const T* w, T* dh, bool dh_first, T* dw, bool 
     if (dh == nullptr && dw == nullptr) continue;
     const T* dz;  // dlogits (rows, V), as the products read them
     if constexpr (std::is_same_v<T, C>) dz = logits;
-    else dz = detail::narrow_rows_in_place(logits, rows, vocab, workers);
+    else dz = detail::narrow_rows_in_place<T>(logits, rows, vocab, workers);
     if (dh != nullptr)
       gemm(Trans::no, Trans::no, rows, d, vocab, C(1), dz, vocab, w, d, dh_first ? C(0) : C(1), dh + c0 * d, d, ws, workers);
     if (dw != nullptr)

@@ -110,8 +110,8 @@ void adamw_range(T* p, const T* g, float* m, float* v, std::int64_t begin, std::
 // range, chunk by chunk, gradient widened onto the stack, then
 // serial(master + i, g_chunk, i, count) updates the masters of [i, i +
 // count), which are then stored rounded as the weights.
-template <class Serial>
-void through_masters(bf16* w, float* master, const bf16* g, std::int64_t n, int workers, Serial&& serial) {
+template <class H, class Serial>
+void through_masters(H* w, float* master, const H* g, std::int64_t n, int workers, Serial&& serial) {
   constexpr std::int64_t chunk = 1024;
   team_for_this_cpu(workers, [&](int wk, int c) {
     const Range r = share(n, c, wk);
@@ -136,8 +136,10 @@ void adamw_pass(T* p, const T* g, float* m, float* v, std::int64_t n, const math
   });
 }
 // through the f32 masters (above)
-inline void adamw_pass(bf16* w, float* master, const bf16* g, float* m, float* v, std::int64_t n, const math::AdamWStep<float>& s,
-                       float grad_scale, int workers) {
+template <class H>
+  requires half_storage<H>
+void adamw_pass(H* w, float* master, const H* g, float* m, float* v, std::int64_t n, const math::AdamWStep<float>& s,
+                float grad_scale, int workers) {
   detail::through_masters(w, master, g, n, workers, [&](float* p, const float* gc, std::int64_t i, std::int64_t count) {
     detail::adamw_range(p, gc, m + i, v + i, 0, count, s, grad_scale);
   });
@@ -219,8 +221,10 @@ void sgd_pass(T* p, const T* g, float* momentum_buf, std::int64_t n, T lr, T mom
   });
 }
 // through the f32 masters (above)
-inline void sgd_pass(bf16* w, float* master, const bf16* g, float* momentum_buf, std::int64_t n, float lr, float momentum,
-                     float weight_decay, float grad_scale, int workers) {
+template <class H>
+  requires half_storage<H>
+void sgd_pass(H* w, float* master, const H* g, float* momentum_buf, std::int64_t n, float lr, float momentum,
+              float weight_decay, float grad_scale, int workers) {
   detail::through_masters(w, master, g, n, workers, [&](float* p, const float* gc, std::int64_t i, std::int64_t count) {
     detail::sgd_range(p, gc, momentum_buf != nullptr ? momentum_buf + i : nullptr, 0, count, lr, momentum, weight_decay,
                       grad_scale);

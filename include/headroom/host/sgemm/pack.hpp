@@ -25,6 +25,7 @@
 
 #include "../../plan/graph.hpp"
 #include "../bf16.hpp"
+#include "../f16.hpp"
 #include "../target.hpp"
 
 namespace headroom::host::detail {
@@ -206,11 +207,14 @@ Blocks blocks(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t panel
   return b;
 }
 
-// op(A) / op(B) of bf16 values, widened to float while packing, into the
-// float kernels' slivers (the layouts above): a CPU without AVX512_BF16 runs
-// a bf16 product on its float tile.
-template <std::int64_t mr, bool a_trans>
-void pack_a(std::int64_t mb, std::int64_t kb, const bf16* A, std::int64_t lda, float* dst) {
+// op(A) / op(B) of 16-bit values (bf16 or f16), widened to float while
+// packing, into the float kernels' slivers (the layouts above): a CPU without
+// AVX512_BF16 runs a bf16 product on its float tile, and every CPU an f16 one.
+template <class H>
+inline constexpr bool sixteen_bit = std::is_same_v<H, bf16> || std::is_same_v<H, f16>;
+template <std::int64_t mr, bool a_trans, class H>
+  requires sixteen_bit<H>
+void pack_a(std::int64_t mb, std::int64_t kb, const H* A, std::int64_t lda, float* dst) {
   for (std::int64_t q = 0; q * mr < mb; ++q)
     for (std::int64_t k = 0; k < kb; ++k)
       for (std::int64_t r = 0; r < mr; ++r) {
@@ -218,8 +222,9 @@ void pack_a(std::int64_t mb, std::int64_t kb, const bf16* A, std::int64_t lda, f
         dst[(q * kb + k) * mr + r] = i < mb ? to_float(a_trans ? A[k * lda + i] : A[i * lda + k]) : 0.0f;
       }
 }
-template <std::int64_t nr, bool b_trans>
-void pack_b(std::int64_t kb, std::int64_t nb, const bf16* B, std::int64_t ldb, float* dst) {
+template <std::int64_t nr, bool b_trans, class H>
+  requires sixteen_bit<H>
+void pack_b(std::int64_t kb, std::int64_t nb, const H* B, std::int64_t ldb, float* dst) {
   for (std::int64_t q = 0; q * nr < nb; ++q)
     for (std::int64_t k = 0; k < kb; ++k)
       for (std::int64_t c = 0; c < nr; ++c) {
@@ -313,21 +318,22 @@ void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In
   }
 }
 
-// A bf16 C: the float block above, run on a float accumulator at the end of
-// the panel, `rows` rows of C by nc columns at a time (usually every row:
-// then op(B) is packed once per block, as for a float C), every chunk of K
-// in the same order as for a float C, then rounded once: each element is the
-// float product's, rounded to bf16.
-template <class Kernel, bool a_trans, bool b_trans, class In>
+// A 16-bit C (bf16 or f16): the float block above, run on a float
+// accumulator at the end of the panel, `rows` rows of C by nc columns at a
+// time (usually every row: then op(B) is packed once per block, as for a
+// float C), every chunk of K in the same order as for a float C, then
+// rounded once: each element is the float product's, rounded to H.
+template <class Kernel, bool a_trans, bool b_trans, class In, class H>
+  requires sixteen_bit<H>
 void block(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const In* A, std::int64_t lda, const In* B,
-           std::int64_t ldb, float beta, bf16* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
+           std::int64_t ldb, float beta, H* C, std::int64_t ldc, float* panels, std::int64_t panel_elements) {
   const AccumulatorBlocks ab = blocks_with_accumulator<Kernel::mr, Kernel::nr>(M, N, K, panel_elements);
   for (std::int64_t i0 = 0; i0 < M; i0 += ab.rows) {
     const std::int64_t rows = M - i0 < ab.rows ? M - i0 : ab.rows;
     for (std::int64_t jc = 0; jc < N; jc += ab.b.nc) {
       const std::int64_t nb = N - jc < ab.b.nc ? N - jc : ab.b.nc;
       float* acc = panels + panel_elements - rows * nb;  // (rows, nb), after the packed blocks
-      bf16* c = C + i0 * ldc + jc;
+      H* c = C + i0 * ldc + jc;
       if (beta != 0.0f)
         for (std::int64_t i = 0; i < rows; ++i)
           for (std::int64_t j = 0; j < nb; ++j) acc[i * nb + j] = to_float(c[i * ldc + j]);
