@@ -247,6 +247,11 @@ struct Train {
   HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::no_repeat,
                    "Train<Model, PipelineParallel<{}>>: the stages divide the blocks of a Repeat of the model, and it has none",
                    pipeline_parallel);
+  HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::runs,
+                   "Train<Model, PipelineParallel<{}>>: the stages divide one Repeat of identical blocks, but the block selectors of "
+                   "the model (Blocks, EveryKth, FirstBlocks) make its blocks {} runs of differing blocks; select with EveryBlock, "
+                   "or train it without PipelineParallel",
+                   pipeline_parallel, pp_blocks);
   HEADROOM_REQUIRE(pp_issue.kind != pipeline_stages::Issue::uneven,
                    "Train<Model, PipelineParallel<{}>>: each stage takes an equal share of the {} blocks of the model, which do not "
                    "divide by {}",

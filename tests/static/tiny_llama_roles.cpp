@@ -99,6 +99,38 @@ static_assert(ckpt.flops_fwd == full.flops_fwd);
 static_assert(ckpt.flops_bwd == full.flops_bwd);
 
 // ============================================================================
+// 2b. Selected blocks checkpointed (Blocks, EveryKth, FirstBlocks)
+// ============================================================================
+// Blocks 0 and 2 checkpointed, 1 and 3 not: four runs of one block each
+// (layers/block_runs.hpp). A checkpointed block keeps its input only; a plain
+// one keeps `block` (its own input included), whatever its neighbours do.
+using TinySel = models::Llama<models::tiny_llama, Apply<Checkpointed<>, Blocks<0, 2>>>;
+static_assert(TinySel::blocks::run_count == 4);
+constexpr auto sel = plan<Train<TinySel, Batch<2>, Seq<64>, AdamW>>();
+static_assert(sel.valid());
+static_assert(sel.bytes(Role::saved_activation) == 2 * xD + 2 * block + xD + rstd);
+static_assert(sel.bytes(Role::saved_activation) == 4'594'176);
+static_assert(sel.bytes(Role::recompute) == ckpt.bytes(Role::recompute) / 2);
+static_assert(sel.flops_recompute == 2 * (fl_block - fl_mlp - fl_res));
+static_assert(sel.flops_fwd == full.flops_fwd && sel.flops_bwd == full.flops_bwd);
+// every other block is the same selection; the first two another with the same bytes
+static_assert(plan<Train<models::Llama<models::tiny_llama, Apply<Checkpointed<>, EveryKth<2>>>, Batch<2>, Seq<64>, AdamW>>()
+                  .peak_bytes() == sel.peak_bytes());
+using TinyFirst2 = models::Llama<models::tiny_llama, Apply<Checkpointed<>, FirstBlocks<2>>>;
+static_assert(TinyFirst2::blocks::run_count == 2);
+static_assert(plan<Train<TinyFirst2, Batch<2>, Seq<64>, AdamW>>().bytes(Role::saved_activation) == 2 * xD + 2 * block + xD + rstd);
+// selecting every block is EveryBlock, one Repeat, the same plan
+using TinyFirst4 = models::Llama<models::tiny_llama, Apply<Checkpointed<>, FirstBlocks<4>>>;
+static_assert(TinyFirst4::blocks::run_count == 1);
+static_assert(plan<Train<TinyFirst4, Batch<2>, Seq<64>, AdamW>>().peak_bytes() == ckpt.peak_bytes());
+// where activations dominate (Batch 16 x Seq 256: 4,096 tokens), the peak
+// falls with each block checkpointed
+constexpr auto big_full = plan<Train<Tiny, Batch<16>, Seq<256>, AdamW>>();
+constexpr auto big_sel = plan<Train<TinySel, Batch<16>, Seq<256>, AdamW>>();
+constexpr auto big_ckpt = plan<Train<TinyCkpt, Batch<16>, Seq<256>, AdamW>>();
+static_assert(big_full.peak_bytes() > big_sel.peak_bytes() && big_sel.peak_bytes() > big_ckpt.peak_bytes());
+
+// ============================================================================
 // 3. QLoRA (NF4 + double quantization, r = 16 on all 7 projections), BF16,
 //    AdamW8bit, checkpointed, Batch 1, Seq 100: sizes that need rounding
 // ============================================================================

@@ -20,13 +20,14 @@
 namespace headroom::pipeline_stages {
 
 struct Issue {
-  enum Kind : int { none, no_repeat, uneven } kind = none;
-  std::int64_t blocks = 0;  // the Repeat's count
+  enum Kind : int { none, no_repeat, uneven, runs } kind = none;
+  std::int64_t blocks = 0;  // the Repeat's count (runs: how many Repeats the model's blocks are)
 };
 
 namespace detail {
 struct Found {
   std::int64_t repeat = -1;  // the first Repeat's count, -1: none
+  int repeats = 0;           // Repeats found (several: a model whose block selectors make runs of blocks)
   bool tied = false;
 };
 template <class L>
@@ -39,6 +40,7 @@ template <class L>
 constexpr void find(Found& f) {
   if constexpr (L::kind == std::string_view("Repeat")) {
     if (f.repeat < 0) f.repeat = L::count;
+    ++f.repeats;
   } else if constexpr (L::kind == std::string_view("LMHeadLoss")) {
     f.tied = f.tied || L::tied;
   }
@@ -52,6 +54,7 @@ constexpr Issue issue(int stages) {
   detail::Found f;
   detail::find<M>(f);
   if (f.repeat < 0) return {Issue::no_repeat, 0};
+  if (f.repeats > 1) return {Issue::runs, f.repeats};
   if (f.repeat % stages != 0) return {Issue::uneven, f.repeat};
   return {Issue::none, f.repeat};
 }

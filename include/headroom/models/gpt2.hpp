@@ -6,6 +6,7 @@
 // h.{i}.mlp.c_proj, ln_f.
 #include "../layers/attention.hpp"
 #include "../layers/block.hpp"
+#include "../layers/block_runs.hpp"
 #include "../layers/embedding.hpp"
 #include "../layers/lm_head.hpp"
 #include "../layers/mlp.hpp"
@@ -45,7 +46,13 @@ struct GPT2 {
   using proj = project_t<Slots, Linear<In, Out, true>, Mods...>;
   using attention = FusedAttention<D, C.heads, proj<type_list<c_attn>, D, 3 * D>, proj<type_list<c_proj, attn_c_proj>, D, D>>;
   using mlp = MLP<D, F, proj<type_list<c_fc>, D, F>, proj<type_list<c_proj, mlp_c_proj>, F, D>>;
-  using block = every_block_t<PreNormBlock<GPT2BlockNames, LayerNorm<D>, attention, LayerNorm<D>, mlp>, Mods...>;
+  using base_block = PreNormBlock<GPT2BlockNames, LayerNorm<D>, attention, LayerNorm<D>, mlp>;
+  HEADROOM_REQUIRE(detail::block_out_of_range<Mods...>(C.layers) < 0,
+                   "GPT2: a block selector names block {}, but the model has {} blocks (0 to {})",
+                   detail::block_out_of_range<Mods...>(C.layers), C.layers, C.layers - 1);
+  template <int I>
+  using block_at = block_at_t<base_block, I, C.layers, Mods...>;
+  using blocks = BlockRuns<C.layers, block_at, !selects_blocks<Mods...>>;  // one Repeat per run of equal blocks
 
   // One LoRA adapter per projection, however many Applys name it (c_proj
   // names both attn.c_proj and mlp.c_proj).
@@ -71,8 +78,8 @@ struct GPT2 {
   static constexpr std::int64_t in_features = 0, out_features = 0;
   static constexpr std::int64_t max_seq = C.max_positions;
   static constexpr bool adapters = uses_adapters<Mods...>;
-  using children = type_list<Embedding<C.vocab, D>, LearnedPositions<C.max_positions, D>, Repeat<C.layers, block>,
-                             LayerNorm<D>, LMHeadLoss<C.vocab, D, true>>;
+  using children = concat_t<type_list<Embedding<C.vocab, D>, LearnedPositions<C.max_positions, D>>, typename blocks::repeats,
+                            type_list<LayerNorm<D>, LMHeadLoss<C.vocab, D, true>>>;
 
   static constexpr Ref build(graph::Builder& b, Ref tokens) {
     if constexpr (adapters) b.push_frozen();
@@ -83,7 +90,7 @@ struct GPT2 {
     } else if (b.cfg.last_stage()) {
       b.declare<Embedding<C.vocab, D>>("wte");  // the tied head's copy of the table (layers/pipeline_stages.hpp)
     }
-    x = b.child<Repeat<C.layers, block>>("h", x);
+    x = blocks::build(b, "h", x);
     if (b.cfg.last_stage()) {
       x = b.child<LayerNorm<D>>("ln_f", x);
       x = b.child<LMHeadLoss<C.vocab, D, true>>("lm_head", x);  // the loss

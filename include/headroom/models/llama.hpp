@@ -9,6 +9,7 @@
 // layers.{i}.{input,post_attention}_layernorm, norm, lm_head.
 #include "../layers/attention.hpp"
 #include "../layers/block.hpp"
+#include "../layers/block_runs.hpp"
 #include "../layers/embedding.hpp"
 #include "../layers/lm_head.hpp"
 #include "../layers/mlp.hpp"
@@ -59,7 +60,13 @@ struct Llama {
   using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd>, proj<k_proj, D, KV * hd>,
                               proj<v_proj, D, KV * hd>, proj<o_proj, H * hd, D>, C.rope_theta>;
   using mlp = SwiGLU<D, F, proj<gate_proj, D, F>, proj<up_proj, D, F>, proj<down_proj, F, D>>;
-  using block = every_block_t<PreNormBlock<LlamaBlockNames, RMSNorm<D>, attention, RMSNorm<D>, mlp>, Mods...>;
+  using base_block = PreNormBlock<LlamaBlockNames, RMSNorm<D>, attention, RMSNorm<D>, mlp>;
+  HEADROOM_REQUIRE(detail::block_out_of_range<Mods...>(C.layers) < 0,
+                   "Llama: a block selector names block {}, but the model has {} blocks (0 to {})",
+                   detail::block_out_of_range<Mods...>(C.layers), C.layers, C.layers - 1);
+  template <int I>
+  using block_at = block_at_t<base_block, I, C.layers, Mods...>;
+  using blocks = BlockRuns<C.layers, block_at, !selects_blocks<Mods...>>;  // one Repeat per run of equal blocks
 
   // One LoRA adapter per projection, however many Applys name it.
   template <class Slot>
@@ -83,14 +90,14 @@ struct Llama {
   static constexpr std::int64_t in_features = 0, out_features = 0;
   static constexpr std::int64_t max_seq = C.max_positions;
   static constexpr bool adapters = uses_adapters<Mods...>;
-  using children = type_list<Embedding<C.vocab, D>, Repeat<C.layers, block>, RMSNorm<D>, LMHeadLoss<C.vocab, D, C.tied>>;
+  using children = concat_t<type_list<Embedding<C.vocab, D>>, typename blocks::repeats, type_list<RMSNorm<D>, LMHeadLoss<C.vocab, D, C.tied>>>;
 
   static constexpr Ref build(graph::Builder& b, Ref tokens) {
     if constexpr (adapters) b.push_frozen();
     Ref x = tokens;  // with pipeline parallelism, a stage builds its part (layers/repeat.hpp)
     if (b.cfg.first_stage()) x = b.child<Embedding<C.vocab, D>>("embed_tokens", tokens);
     else if (C.tied && b.cfg.last_stage()) b.declare<Embedding<C.vocab, D>>("embed_tokens");  // the tied head's copy
-    x = b.child<Repeat<C.layers, block>>("layers", x);
+    x = blocks::build(b, "layers", x);
     if (b.cfg.last_stage()) {
       x = b.child<RMSNorm<D>>("norm", x);
       x = b.child<LMHeadLoss<C.vocab, D, C.tied>>("lm_head", x);  // the loss

@@ -3,6 +3,14 @@
 //
 //   Apply<Quantized<NF4, LoRA<16>>, On<q_proj, v_proj>>   every q_proj and v_proj
 //   Apply<Checkpointed<>, EveryBlock>                     every block
+//   Apply<Checkpointed<>, Blocks<0, 5, 9>>                blocks 0, 5 and 9
+//   Apply<Checkpointed<>, EveryKth<4>>                    blocks 0, 4, 8, ...
+//   Apply<Checkpointed<>, FirstBlocks<12>>                blocks 0 to 11
+//
+// A block selector (Blocks, EveryKth, FirstBlocks) picks blocks by their
+// index in the model (0 first); the blocks then differ, and the model keeps
+// each run of consecutive blocks of one type in one Repeat
+// (layers/block_runs.hpp): the plan builds each run's block once.
 //
 // A recipe is a policy stack ending in a hole (Linear<> or Hole): the model
 // fills the hole with what it would have put there (Linear<In, Out, bias> for
@@ -38,6 +46,40 @@ HEADROOM_TARGET(mlp_c_proj);   // GPT-2: mlp.c_proj only
 template <class... Targets>
 struct On {};
 struct EveryBlock {};
+
+// ---- block selectors --------------------------------------------------------------------
+template <int... I>
+struct Blocks {
+  static constexpr bool selects(int i, int /*n*/) { return ((i == I) || ...); }
+  static constexpr bool valid(int n) { return ((I >= 0 && I < n) && ...); }
+  static constexpr int first_invalid(int n) {
+    int bad = -1;
+    ((bad < 0 && !(I >= 0 && I < n) ? (void)(bad = I) : (void)0), ...);
+    return bad;
+  }
+};
+template <int K>
+struct EveryKth {
+  static_assert(K >= 1, "EveryKth<K>: K must be at least 1 (EveryKth<1> is every block)");
+  static constexpr bool selects(int i, int /*n*/) { return i % K == 0; }
+  static constexpr bool valid(int /*n*/) { return true; }
+  static constexpr int first_invalid(int /*n*/) { return -1; }
+};
+template <int N>
+struct FirstBlocks {
+  static_assert(N >= 0, "FirstBlocks<N>: N must not be negative");
+  static constexpr bool selects(int i, int /*n*/) { return i < N; }
+  static constexpr bool valid(int n) { return N <= n; }
+  static constexpr int first_invalid(int n) { return N <= n ? -1 : N; }
+};
+template <class W>
+struct is_block_selector : std::false_type {};
+template <int... I>
+struct is_block_selector<Blocks<I...>> : std::true_type {};
+template <int K>
+struct is_block_selector<EveryKth<K>> : std::true_type {};
+template <int N>
+struct is_block_selector<FirstBlocks<N>> : std::true_type {};
 
 template <class Recipe, class Where>
 struct Apply {
@@ -104,6 +146,35 @@ struct every_block<Base, M, Rest...> {
   using type = typename every_block<Base, Rest...>::type;
 };
 
+// Block I of N: the EveryBlock recipes, and those whose selector picks I, in order.
+template <class Base, int I, int N, class... Mods>
+struct block_at {
+  using type = Base;
+};
+template <class Base, int I, int N, class R, class W, class... Rest>
+struct block_at<Base, I, N, Apply<R, W>, Rest...> {
+  static constexpr bool hit = [] {
+    if constexpr (std::is_same_v<W, EveryBlock>) return true;
+    else if constexpr (is_block_selector<W>::value) return W::selects(I, N);
+    else return false;
+  }();
+  using type = typename block_at<std::conditional_t<hit, fill_t<R, Base>, Base>, I, N, Rest...>::type;
+};
+
+// The first selector of the Applys that names a block the model does not have
+// (n blocks): that block's index, or -1.
+template <class M>
+constexpr int selected_out_of_range(int n) {
+  if constexpr (requires { typename M::where; } && is_block_selector<typename M::where>::value) return M::where::first_invalid(n);
+  else return -1;
+}
+template <class... Mods>
+constexpr int block_out_of_range(int n) {
+  int bad = -1;
+  ((bad < 0 ? (void)(bad = selected_out_of_range<Mods>(n)) : (void)0), ...);
+  return bad;
+}
+
 template <class L>
 constexpr bool has_lora() {
   if constexpr (requires { L::rank; typename L::alpha; }) return true;
@@ -154,6 +225,12 @@ template <class Slot, class Base, class... Mods>
 using project_t = typename detail::project<Slot, Base, Mods...>::type;
 template <class Base, class... Mods>
 using every_block_t = typename detail::every_block<Base, Mods...>::type;
+// Block I of a model of N blocks (selectors included).
+template <class Base, int I, int N, class... Mods>
+using block_at_t = typename detail::block_at<Base, I, N, Mods...>::type;
+// Whether some Apply picks blocks (the model's blocks may then differ).
+template <class... Mods>
+inline constexpr bool selects_blocks = (is_block_selector<typename Mods::where>::value || ... || false);
 
 // True when some Apply puts LoRA adapters in: the model then trains the
 // adapters only, and every other parameter is frozen (as PEFT does).

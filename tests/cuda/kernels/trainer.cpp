@@ -124,6 +124,14 @@ TEST_CASE("cuda::Trainer f32 matches host::Trainer: LoRA dropout (checkpointed b
   compare_with_host<Train<M, Batch<2>, Seq<16>, Accumulate<2>>, Train<M, Batch<2>, Seq<16>, Accumulate<2>, OnCuda>>(3, 1e-4, 1e-3);
 }
 
+// Blocks 1 and 3 checkpointed, 0 and 2 not: four groups of one block each
+// (layers/block_runs.hpp), the recompute only where a block is checkpointed.
+TEST_CASE("cuda::Trainer f32 matches host::Trainer: selected blocks checkpointed (Blocks<1, 3>)", "[trainer]") {
+  using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>, Apply<Checkpointed<>, Blocks<1, 3>>>;
+  static_assert(M::blocks::run_count == 4);
+  compare_with_host<Train<M, Batch<2>, Seq<16>>, Train<M, Batch<2>, Seq<16>, OnCuda>>(3, 1e-4, 1e-3);
+}
+
 TEST_CASE("cuda::Trainer f32 matches host::Trainer: UpdateInBackward", "[trainer]") {
   using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
   TrainOptions o = options();
