@@ -1,5 +1,6 @@
 // Checkpointing chosen blocks (Apply<Checkpointed<>, Blocks<...>> and the
-// other block selectors; layers/block_runs.hpp). Recomputing a block repeats
+// other block selectors; layers/block_runs.hpp), and part of every block
+// (Apply<Checkpointed<>, On<mlp_act>>: the MLP's activation; layers/mlp.hpp). Recomputing a block repeats
 // its forward exactly, so a run with any blocks checkpointed trains as the
 // run with none, to the bit: the evidence here is that twin, not the code
 // that splits the blocks. The blocks keep the uniform model's names (the
@@ -113,6 +114,23 @@ TEST_CASE("selected blocks checkpointed: the run trains as the run with none, to
     using All = models::GPT2<gcfg, Lora, Apply<Checkpointed<>, EveryBlock>>;
     static_assert(Sel::blocks::run_count == 4);
     trains_as<Train<Sel, Batch<2>, Seq<16>, AdamW>, Train<All, Batch<2>, Seq<16>, AdamW>>({.seed = 5, .lr = 1e-2});
+  }
+}
+
+TEST_CASE("the MLP's activation recomputed (On<mlp_act>): the run trains as the run that keeps it, to the bit",
+          "[checkpointing]") {
+  SECTION("Llama's silu(gate) * up") {
+    using Act = models::Llama<cfg, Apply<Checkpointed<>, On<mlp_act>>>;
+    trains_as<Train<Act, Batch<2>, Seq<16>, AdamW>, Train<models::Llama<cfg>, Batch<2>, Seq<16>, AdamW>>({.seed = 7, .lr = 1e-2});
+  }
+  SECTION("GPT-2's GELU, with LoRA on c_fc and c_proj (the segment holds an adapter)") {
+    using Lora = Apply<LoRA<4>, On<c_fc, mlp_c_proj>>;
+    using Act = models::GPT2<gcfg, Lora, Apply<Checkpointed<>, On<mlp_act>>>;
+    trains_as<Train<Act, Batch<2>, Seq<16>, AdamW>, Train<models::GPT2<gcfg, Lora>, Batch<2>, Seq<16>, AdamW>>({.seed = 8, .lr = 1e-2});
+  }
+  SECTION("with the first two blocks checkpointed whole: those recompute as blocks, the others their activation") {
+    using Both = models::Llama<cfg, Apply<Checkpointed<>, On<mlp_act>>, Apply<Checkpointed<>, FirstBlocks<2>>>;
+    trains_as<Train<Both, Batch<2>, Seq<16>, AdamW>, Train<models::Llama<cfg>, Batch<2>, Seq<16>, AdamW>>({.seed = 9, .lr = 1e-2});
   }
 }
 

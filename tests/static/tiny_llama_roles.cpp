@@ -131,6 +131,26 @@ constexpr auto big_ckpt = plan<Train<TinyCkpt, Batch<16>, Seq<256>, AdamW>>();
 static_assert(big_full.peak_bytes() > big_sel.peak_bytes() && big_sel.peak_bytes() > big_ckpt.peak_bytes());
 
 // ============================================================================
+// 2c. Part of every block: the MLP's activation recomputed (On<mlp_act>)
+// ============================================================================
+// silu(g) * u and down_proj are one checkpointed segment: g and u stay saved
+// (the activation's backward reads them), s = silu(g) * u is not kept but
+// recomputed before down_proj's backward (5 N F FLOPs, 3 x 128 x 768 x 5 ...
+// per block: the SiLU-mul line of fl_block); down_proj is not re-run (no
+// backward reads its output).
+using TinyAct = models::Llama<models::tiny_llama, Apply<Checkpointed<>, On<mlp_act>>>;
+constexpr auto act = plan<Train<TinyAct, Batch<2>, Seq<64>, AdamW>>();
+static_assert(act.valid());
+static_assert(act.bytes(Role::saved_activation) == 4 * (block - xF) + xD + rstd);
+static_assert(act.bytes(Role::saved_activation) == 6'959'616);
+static_assert(act.bytes(Role::recompute) == 4 * xF);
+static_assert(act.flops_recompute == 4 * 5 * N * F);
+// with whole blocks checkpointed too, the block's recompute makes s anyway: EveryBlock's plan
+static_assert(plan<Train<models::Llama<models::tiny_llama, Apply<Checkpointed<>, On<mlp_act>>, Apply<Checkpointed<>, EveryBlock>>,
+                         Batch<2>, Seq<64>, AdamW>>()
+                  .flops_recompute == ckpt.flops_recompute);
+
+// ============================================================================
 // 3. QLoRA (NF4 + double quantization, r = 16 on all 7 projections), BF16,
 //    AdamW8bit, checkpointed, Batch 1, Seq 100: sizes that need rounding
 // ============================================================================

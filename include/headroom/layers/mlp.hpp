@@ -2,13 +2,33 @@
 // The feed-forward halves of a block.
 // MLP<D, F, Fc, Proj>: proj(gelu_tanh(fc(x))) (GPT-2; Hendrycks & Gimpel 2016).
 // SwiGLU<D, F, Gate, Up, Down>: down(silu(gate(x)) * up(x)) (Shazeer 2020; Llama).
+//
+// RecomputeAct (a model's Apply<Checkpointed<>, On<mlp_act>>): the
+// activation and the down projection are one checkpointed segment, so the
+// activation's inputs stay saved and its output, (N, F), is recomputed
+// before the down projection's backward instead of kept (Korthikanti et al.
+// 2022's selective recomputation, for the MLP: 5 N F or 8 N F FLOPs to save
+// N F elements per block). Inside a checkpointed block it changes nothing:
+// the block's recompute makes the activation anyway.
 #include "../ops/elementwise.hpp"
 #include "layer.hpp"
 #include "tensor_parallel.hpp"
 
 namespace headroom {
 
-template <std::int64_t D, std::int64_t F, class Fc, class Proj>
+// [first, ...) of the ops of a feed-forward half: a checkpointed segment from
+// the activation on when RecomputeAct (and not already inside one); none otherwise.
+template <bool RecomputeAct>
+constexpr int begin_activation_segment(graph::Builder& b, Ref input) {
+  if constexpr (RecomputeAct)
+    if (!b.in_checkpoint()) return b.begin_segment(input, true, false);
+  return graph::none;
+}
+constexpr void end_activation_segment(graph::Builder& b, int segment) {
+  if (segment != graph::none) b.end_segment(segment);
+}
+
+template <std::int64_t D, std::int64_t F, class Fc, class Proj, bool RecomputeAct = false>
 struct MLP {
   HEADROOM_REQUIRE(Fc::in_features == D && Fc::out_features == F,
                    "MLP<D, F, ...>: c_fc must map D to F ({} to {}); it maps {} to {}", D, F, Fc::in_features,
@@ -25,14 +45,17 @@ struct MLP {
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     x = tensor_parallel::input(b, x, D);
     const Ref pre = tensor_parallel::column_parallel<Fc>(b, "c_fc", x);  // pre: (N, F / ranks)
+    const int segment = begin_activation_segment<RecomputeAct>(b, pre);
     b.open("act", "GELU");
     const Ref g = headroom::ops::Gelu::emit(b, pre, tensor_parallel::local(b, F));  // g: (N, F / ranks)
     b.close();
-    return tensor_parallel::row_parallel<Proj>(b, "c_proj", g);
+    const Ref y = tensor_parallel::row_parallel<Proj>(b, "c_proj", g);
+    end_activation_segment(b, segment);
+    return y;
   }
 };
 
-template <std::int64_t D, std::int64_t F, class Gate, class Up, class Down>
+template <std::int64_t D, std::int64_t F, class Gate, class Up, class Down, bool RecomputeAct = false>
 struct SwiGLU {
   HEADROOM_REQUIRE(Gate::in_features == D && Gate::out_features == F,
                    "SwiGLU<D, F, ...>: gate_proj must map D to F ({} to {}); it maps {} to {}", D, F, Gate::in_features,
@@ -53,10 +76,13 @@ struct SwiGLU {
     x = tensor_parallel::input(b, x, D);
     const Ref gu[2] = {tensor_parallel::column_parallel<Gate>(b, "gate_proj", x),
                        tensor_parallel::column_parallel<Up>(b, "up_proj", x)};  // (N, F / ranks) each
+    const int segment = begin_activation_segment<RecomputeAct>(b, gu[0]);
     b.open("act", "SiLU*");
     const Ref s = headroom::ops::SwiGLU::emit(b, gu[0], gu[1], tensor_parallel::local(b, F));  // s: (N, F / ranks)
     b.close();
-    return tensor_parallel::row_parallel<Down>(b, "down_proj", s);
+    const Ref y = tensor_parallel::row_parallel<Down>(b, "down_proj", s);
+    end_activation_segment(b, segment);
+    return y;
   }
 };
 

@@ -28,7 +28,7 @@ struct GPT2Config {
 inline constexpr GPT2Config gpt2_124m{50257, 768, 12, 12, 1024};
 inline constexpr GPT2Config gpt2_355m{50257, 1024, 24, 16, 1024};
 
-using GPT2Slots = type_list<c_attn, c_proj, attn_c_proj, c_fc, mlp_c_proj>;
+using GPT2Slots = type_list<c_attn, c_proj, attn_c_proj, c_fc, mlp_c_proj, mlp_act>;
 
 template <GPT2Config C, class... Mods>
 struct GPT2 {
@@ -45,7 +45,9 @@ struct GPT2 {
   template <class Slots, std::int64_t In, std::int64_t Out>
   using proj = project_t<Slots, Linear<In, Out, true>, Mods...>;
   using attention = FusedAttention<D, C.heads, proj<type_list<c_attn>, D, 3 * D>, proj<type_list<c_proj, attn_c_proj>, D, D>>;
-  using mlp = MLP<D, F, proj<type_list<c_fc>, D, F>, proj<type_list<c_proj, mlp_c_proj>, F, D>>;
+  static_assert(activation_policy_known<Mods...>,
+                "GPT2: On<mlp_act> takes Checkpointed<> alone: the activation has no weights for another recipe to wrap");
+  using mlp = MLP<D, F, proj<type_list<c_fc>, D, F>, proj<type_list<c_proj, mlp_c_proj>, F, D>, recomputes_activation<Mods...>>;
   using base_block = PreNormBlock<GPT2BlockNames, LayerNorm<D>, attention, LayerNorm<D>, mlp>;
   HEADROOM_REQUIRE(detail::block_out_of_range<Mods...>(C.layers) < 0,
                    "GPT2: a block selector names block {}, but the model has {} blocks (0 to {})",

@@ -41,7 +41,7 @@ inline constexpr LlamaConfig llama3_2_1b{128256, 2048, 8192, 16, 32, 8, 131072, 
 // (byte-level vocabulary, 4 layers, d 256, 4 heads, 2 KV heads).
 inline constexpr LlamaConfig tiny_llama{256, 256, 768, 4, 4, 2, 512, false};
 
-using LlamaSlots = type_list<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>;
+using LlamaSlots = type_list<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, mlp_act>;
 
 template <LlamaConfig C, class... Mods>
 struct Llama {
@@ -59,7 +59,9 @@ struct Llama {
   using proj = project_t<type_list<Slot>, Linear<In, Out, false>, Mods...>;
   using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd>, proj<k_proj, D, KV * hd>,
                               proj<v_proj, D, KV * hd>, proj<o_proj, H * hd, D>, C.rope_theta>;
-  using mlp = SwiGLU<D, F, proj<gate_proj, D, F>, proj<up_proj, D, F>, proj<down_proj, F, D>>;
+  static_assert(activation_policy_known<Mods...>,
+                "Llama: On<mlp_act> takes Checkpointed<> alone: the activation has no weights for another recipe to wrap");
+  using mlp = SwiGLU<D, F, proj<gate_proj, D, F>, proj<up_proj, D, F>, proj<down_proj, F, D>, recomputes_activation<Mods...>>;
   using base_block = PreNormBlock<LlamaBlockNames, RMSNorm<D>, attention, RMSNorm<D>, mlp>;
   HEADROOM_REQUIRE(detail::block_out_of_range<Mods...>(C.layers) < 0,
                    "Llama: a block selector names block {}, but the model has {} blocks (0 to {})",

@@ -440,6 +440,8 @@ class Builder {
   constexpr int current_group() const { return group_stack_.empty() ? none : group_stack_.back(); }
   constexpr int current_node() const { return node_stack_.empty() ? 0 : node_stack_.back(); }
   constexpr bool frozen() const { return frozen_ > 0; }
+  // Inside a checkpointed segment (a layer within it recomputes anyway).
+  constexpr bool in_checkpoint() const { return open_checkpoints_ > 0; }
 
   // ---- node scopes -------------------------------------------------------
   constexpr int open(std::string_view name, std::string_view kind, int index = none) {
@@ -567,9 +569,11 @@ class Builder {
     s.offload = offload;
     s.input = input;
     segments.push_back(s);
+    if (checkpoint) ++open_checkpoints_;
     return static_cast<int>(segments.size()) - 1;
   }
   constexpr void end_segment(int s) {
+    if (segments[s].checkpoint) --open_checkpoints_;
     segments[s].end_op = static_cast<int>(ops.size());
     if (segments[s].offload) {
       const int e = push_event(EventKind::offload, segments[s].node, segments[s].group);
@@ -682,6 +686,7 @@ class Builder {
   detail::cvec<QuantDesc> quant_stack_;
   detail::cvec<TensorSplit> split_stack_;
   int frozen_ = 0;
+  int open_checkpoints_ = 0;
   detail::cvec<int> grad_of_;
   detail::cvec<int> remap_;        // checkpoint / offload: tensor -> copy used by backward
   detail::cvec<int> active_seg_;   // segments whose backward is in progress

@@ -41,7 +41,18 @@ HEADROOM_TARGET(c_proj);       // GPT-2: both attn.c_proj and mlp.c_proj (PEFT m
 HEADROOM_TARGET(attn_c_proj);  // GPT-2: attn.c_proj only
 HEADROOM_TARGET(c_fc);         // GPT-2 MLP up projection
 HEADROOM_TARGET(mlp_c_proj);   // GPT-2: mlp.c_proj only
+HEADROOM_TARGET(mlp_act);      // the MLP's activation (Llama's silu(gate) * up, GPT-2's GELU): Checkpointed<> only
 #undef HEADROOM_TARGET
+
+// What a model puts in the mlp_act slot: nothing but a marker. Apply<Checkpointed<>,
+// On<mlp_act>> makes it Checkpointed<ActivationSlot>: the MLP then keeps the
+// activation's inputs and recomputes its output before the down projection's
+// backward (Korthikanti et al. 2022's selective recomputation, for the MLP).
+struct ActivationSlot {
+  static constexpr std::string_view kind = "activation";
+  static constexpr std::int64_t in_features = 0, out_features = 0;
+  using children = type_list<>;
+};
 
 template <class... Targets>
 struct On {};
@@ -231,6 +242,16 @@ using block_at_t = typename detail::block_at<Base, I, N, Mods...>::type;
 // Whether some Apply picks blocks (the model's blocks may then differ).
 template <class... Mods>
 inline constexpr bool selects_blocks = (is_block_selector<typename Mods::where>::value || ... || false);
+
+// The mlp_act slot as the Applys leave it: ActivationSlot, or (the one
+// recipe it takes) Checkpointed<ActivationSlot>.
+template <class... Mods>
+using activation_policy_t = project_t<type_list<mlp_act>, ActivationSlot, Mods...>;
+template <class... Mods>
+inline constexpr bool recomputes_activation = std::is_same_v<activation_policy_t<Mods...>, Checkpointed<ActivationSlot>>;
+template <class... Mods>
+inline constexpr bool activation_policy_known =
+    std::is_same_v<activation_policy_t<Mods...>, ActivationSlot> || recomputes_activation<Mods...>;
 
 // True when some Apply puts LoRA adapters in: the model then trains the
 // adapters only, and every other parameter is frozen (as PEFT does).

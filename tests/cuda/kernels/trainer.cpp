@@ -132,6 +132,13 @@ TEST_CASE("cuda::Trainer f32 matches host::Trainer: selected blocks checkpointed
   compare_with_host<Train<M, Batch<2>, Seq<16>>, Train<M, Batch<2>, Seq<16>, OnCuda>>(3, 1e-4, 1e-3);
 }
 
+// The MLP's activation recomputed before down_proj's backward (On<mlp_act>).
+TEST_CASE("cuda::Trainer f32 matches host::Trainer: the MLP's activation recomputed (On<mlp_act>)", "[trainer]") {
+  using M = models::Llama<models::tiny_llama, Apply<Checkpointed<>, On<mlp_act>>>;
+  static_assert(plan<Train<M, Batch<2>, Seq<16>, OnCuda>>().flops_recompute > 0);
+  compare_with_host<Train<M, Batch<2>, Seq<16>>, Train<M, Batch<2>, Seq<16>, OnCuda>>(3, 1e-4, 1e-3);
+}
+
 TEST_CASE("cuda::Trainer f32 matches host::Trainer: UpdateInBackward", "[trainer]") {
   using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
   TrainOptions o = options();
