@@ -1,5 +1,5 @@
 // Precision<BF16> on the host engine trains one process without offloading.
-// expect: host::Trainer: Precision<BF16> on the host engine trains one process without offloading
+// expect: host::Trainer: Precision<BF16> and <F16> on the host engine train one process without offloading
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
 using namespace headroom;

@@ -1,5 +1,7 @@
 // Pipeline stages divide one Repeat of identical blocks; selected blocks make several.
-// expect: the block selectors of the model (Blocks, EveryKth, FirstBlocks) make its blocks 4 runs of differing blocks
+// expect-gcc: the block selectors of the model (Blocks, EveryKth, FirstBlocks) make its blocks 4 runs of differing blocks
+// expect-clang: headroom::diag::values<2, 4>::hold<false>
+// expect-clang: the block selectors of the model (Blocks, EveryKth, FirstBlocks) make its blocks {} runs of differing blocks
 #include <headroom/headroom.hpp>
 using namespace headroom;
 
