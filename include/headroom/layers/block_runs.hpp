@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "layer.hpp"
+#include "ops_of.hpp"
 #include "repeat.hpp"
 
 namespace headroom {
@@ -39,17 +40,6 @@ struct block_runs {
                          block_runs<N, At, (I < N ? I : Start), (I < N ? I + 1 : N), Done..., BlockRun<Start, I - Start, At<Start>>>>>::type;
 };
 
-template <class... Lists>
-struct cat;
-template <class... As>
-struct cat<type_list<As...>> {
-  using type = type_list<As...>;
-};
-template <class... As, class... Bs, class... Rest>
-struct cat<type_list<As...>, type_list<Bs...>, Rest...> {
-  using type = typename cat<type_list<As..., Bs...>, Rest...>::type;
-};
-
 template <class Runs>
 struct run_repeats;
 template <class... Rs>
@@ -60,7 +50,7 @@ struct run_repeats<type_list<Rs...>> {
 
 // One type_list of the lists' elements, in order.
 template <class... Lists>
-using concat_t = typename detail::cat<Lists...>::type;
+using concat_t = typename detail::concat<Lists...>::type;  // (layers/ops_of.hpp)
 
 template <int N, template <int> class BlockAt, bool Uniform = false>
 struct BlockRuns {
