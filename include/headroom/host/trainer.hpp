@@ -821,6 +821,13 @@ class Trainer {
       k.next_ = &next;
       k.next_op_ = sched.steps[g + 1].op;
     }
+    try {
+      forward_op(g, st, k);
+    } catch (const outlier_bound_exceeded& e) {  // LLM.int8: the batch is refused, naming the layer
+      throw e.in(trainers::node_path(plan, st.node, st.instance));
+    }
+  }
+  void forward_op(std::size_t g, const Step& st, OpContext<T>& k) {
     Ops::visit(g, [&]<class E>() {
       using O = typename E::op;
       if constexpr (!requires { O::forward(k); }) {

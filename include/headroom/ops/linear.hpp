@@ -3,12 +3,16 @@
 // y = x W^T (+ b): the projection op. W (out, in) is dense, or quantized
 // (NF4, int8, int4) and frozen: then it is dequantized panel by panel inside
 // the GEMM (host) or tile by tile in shared memory (CUDA), never whole.
+// LLM.int8 (row-wise int8 W, LLMInt8<>): the forward quantizes the input
+// too and multiplies in int8, its outlier columns in f32
+// (math/llm_int8.hpp); the backward dequantizes as for the other formats.
 // An activation that declares epilogue_of = "linear" (GELU, SwiGLU) and
 // comes right after it is computed in this op's GEMM epilogue.
 #include <cstdint>
 #include <string_view>
 
 #include "../host/op_context.hpp"
+#include "../math/llm_int8.hpp"
 #include "elementwise.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
@@ -58,11 +62,16 @@ struct Linear {
     }
     if (quantized && b.cfg.cuda()) {
       // dequantized tile by tile inside the GEMM's shared memory: no scratch
+      // (LLM.int8: the quantized input and its outlier columns, math/llm_int8.hpp)
+      if (pw.quant.vectorwise) op.scratch_fwd = math::int8_scratch(n, in_f, pw.quant.max_outliers).bytes;
     } else if (quantized) {
       // one dequantized panel of W per worker, in the compute type: (panel_rows, in)
       op.scratch_fwd = op.scratch_bwd = b.cfg.workers * panel_rows * in_f * b.cfg.compute_bytes();
-      b.gemm(n, b.cfg.workers * panel_rows, in_f);  // Y panel = X W_panel^T
       b.gemm(n, in_f, b.cfg.workers * panel_rows);  // dX += dY_panel W_panel
+      if (pw.quant.vectorwise)  // LLM.int8's forward: the quantized input and its outlier columns, no panel
+        op.scratch_fwd = math::int8_scratch(n, in_f, pw.quant.max_outliers).bytes;
+      else
+        b.gemm(n, b.cfg.workers * panel_rows, in_f);  // Y panel = X W_panel^T
     } else {
       b.gemm(n, out_f, in_f);  // Y = X W^T;  dX = dY W
       b.gemm(n, in_f, out_f);
@@ -151,10 +160,15 @@ void Linear::forward(const host::OpContext<T>& k) {
     ep.act_out = (*s)[SwiGLU::y];
     ep.gate = (*s)[SwiGLU::gate];
   }
-  if (k.quantized(weight))
-    host::quant_linear_forward(k[x], k.quant(weight), k[y], k.rows(), ep, k.scratch(), k.panels(), k.workers());
-  else
+  const math::QuantView& q = k.quant(weight);
+  if (k.quantized(weight) && q.q.vectorwise) {
+    const std::int64_t found = host::llm_int8_forward(k[x], q, k[y], k.rows(), ep, k.template scratch<std::byte>(), k.workers());
+    if (found > q.q.max_outliers) throw outlier_bound_exceeded("", found, q.q.max_outliers, q.q.outlier_threshold);
+  } else if (k.quantized(weight)) {
+    host::quant_linear_forward(k[x], q, k[y], k.rows(), ep, k.scratch(), k.panels(), k.workers());
+  } else {
     host::linear_forward(k[x], k[weight], k[y], k.rows(), k[in], k[out], ep, k.panels(), k.workers());
+  }
 }
 template <class T>
 void Linear::backward(const host::OpContext<T>& k) {

@@ -36,9 +36,9 @@ constexpr void lower_into(ProjectionDesc& d) {
     d.frozen = true;
     lower_into<typename L::inner>(d);
   } else if constexpr (requires { typename L::format; typename L::inner; }) {
-    d.quant = L::format::desc;
     d.frozen = true;
     lower_into<typename L::inner>(d);
+    d.quant = L::format::desc.for_row_length(d.in);
   } else if constexpr (is_offloaded<L>::value) {
     d.offloaded = true;
     lower_into<typename L::inner>(d);

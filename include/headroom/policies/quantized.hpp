@@ -1,6 +1,6 @@
 #pragma once
 // Quantized<Q, L>: L's weight matrix stored frozen in format Q (NF4, Int4,
-// Int8; see core/quant_format.hpp). Forward and the input gradient
+// Int8, LLMInt8<>; see core/quant_format.hpp). Forward and the input gradient
 // dequantize one (tile, In) panel at a time into per-worker scratch; the
 // whole dequantized matrix never exists.
 #include "projection.hpp"
@@ -18,10 +18,10 @@ constexpr const std::string_view* quant_name() {
 
 template <class Q, class L = Linear<>>
 struct Quantized {
-  static_assert(QuantFormat<Q>, "Quantized<Q, L>: Q must be a quantization format (NF4, NF4DQ, Int8, Int4)");
+  static_assert(QuantFormat<Q>, "Quantized<Q, L>: Q must be a quantization format (NF4, NF4DQ, Int8, Int4, LLMInt8<>)");
   static constexpr bool is_recipe = headroom::is_recipe<L>();
   static_assert(is_projection_v<L>, "Quantized<Q, L>: L must be a linear projection (Linear, or LoRA / Frozen over one)");
-  HEADROOM_REQUIRE(is_recipe || L::in_features % Q::desc.block == 0,
+  HEADROOM_REQUIRE(is_recipe || Q::desc.block == 0 || L::in_features % Q::desc.block == 0,
                    "Quantized<Q, L>: the quantization block size of Q ({}) must divide the row length (in_features) of L ({})",
                    Q::desc.block, L::in_features);
   HEADROOM_REQUIRE(std::is_void_v<typename quant_format_of<L>::type>,
@@ -36,7 +36,7 @@ struct Quantized {
   using rebind = Quantized<Q, New>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
-    b.push_quant(Q::desc);
+    b.push_quant(Q::desc.for_row_length(L::in_features));
     const Ref y = L::build(b, x);
     b.pop_quant();
     return y;

@@ -1,6 +1,6 @@
 #pragma once
-// Projections on the host: dense, quantized (panel-at-a-time dequantization)
-// and LoRA (low-rank product added into the base output in place).
+// Projections on the host: dense, quantized (panel-at-a-time dequantization;
+// LLM.int8's decomposed int8 product) and LoRA (low-rank product added into the base output in place).
 //
 // Conventions of every host kernel: row-major tensors, N = tokens; a
 // gradient argument written with `first` = true is overwritten (this event
@@ -12,6 +12,7 @@
 
 #include "../../math/activations.hpp"
 #include "../../math/dropout.hpp"
+#include "../../math/llm_int8.hpp"
 #include "../gemm.hpp"
 #include "../quant.hpp"
 #include "../vector_math.hpp"
@@ -114,6 +115,79 @@ void quant_linear_forward(const T* x, const QuantView& w, T* y, std::int64_t n, 
       const Range r = share(n, count, wk);
       detail::apply_epilogue(ep, y, r.begin, r.end, out);
     });
+}
+
+// LLM.int8 (math/llm_int8.hpp): y (N, Out) = the decomposed product of x
+// (N, In) and the row-wise int8 W, then the epilogue. `scratch` is the op's
+// forward scratch (math::int8_scratch's layout). Returns the number of
+// outlier columns found; above the plan's bound (w.q.max_outliers) nothing
+// is computed and y is not written (the op refuses the batch).
+template <class T>
+std::int64_t llm_int8_forward(const T* x, const QuantView& w, T* y, std::int64_t n, const Epilogue<T>& ep, std::byte* scratch,
+                              int workers) {
+  const std::int64_t in = w.cols, out = w.rows, bound = w.q.max_outliers;
+  const math::Int8Scratch at = math::int8_scratch(n, in, bound);
+  auto* xq = reinterpret_cast<std::int8_t*>(scratch + at.xq);           // (N, In)
+  auto* row_scale = reinterpret_cast<float*>(scratch + at.row_scale);   // (N)
+  auto* marks = reinterpret_cast<std::int32_t*>(scratch + at.marks);    // (In)
+  auto* outliers = reinterpret_cast<std::int32_t*>(scratch + at.outliers);  // (bound)
+  // 1. the outlier columns: some |x| >= threshold in the batch
+  const float threshold = w.q.outlier_threshold;
+  team(workers, [&](int wk, int count) {
+    const Range c = share(in, count, wk);
+    for (std::int64_t j = c.begin; j < c.end; ++j) marks[j] = 0;
+    if (!w.q.decomposed()) return;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = c.begin; j < c.end; ++j) marks[j] |= std::abs(widen(x[i * in + j])) >= threshold ? 1 : 0;
+  });
+  std::int64_t found = 0;
+  for (std::int64_t j = 0; j < in; ++j)
+    if (marks[j] != 0) {
+      if (found < bound) outliers[found] = static_cast<std::int32_t>(j);
+      ++found;
+    }
+  if (found > bound) return found;
+  // 2. the rest of each row in int8: its absmax over the other columns
+  parallel_for(n, workers, [&](std::int64_t i, int) {
+    const T* xi = x + i * in;
+    float s = 0.0f;
+    for (std::int64_t j = 0; j < in; ++j)
+      if (marks[j] == 0) s = std::max(s, std::abs(widen(xi[j])));
+    row_scale[i] = s;
+    const float inv = math::int8_inverse_scale(s);
+    for (std::int64_t j = 0; j < in; ++j) xq[i * in + j] = marks[j] == 0 ? math::int8_input_code(widen(xi[j]), inv) : 0;
+  });
+  // 3. y = int8 product (int32 sums) dequantized + the outlier columns' f32 product,
+  // a tile of rows at a time so its codes stay in cache while W streams by
+  const auto* codes = reinterpret_cast<const std::int8_t*>(w.codes);
+  constexpr std::int64_t tile = 64;
+  team(workers, [&](int wk, int count) {
+    const Range o_range = share(out, count, wk);
+    for (std::int64_t i0 = 0; i0 < n; i0 += tile) {
+      const std::int64_t i1 = std::min(n, i0 + tile);
+      for (std::int64_t o = o_range.begin; o < o_range.end; ++o) {
+        const std::int8_t* c = codes + o * in;
+        const float a = w.block_absmax(o), a_over_q = a / math::int8_qmax;
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const std::int8_t* q = xq + i * in;
+          std::int32_t acc = 0;
+          for (std::int64_t j = 0; j < in; ++j) acc += static_cast<std::int32_t>(q[j]) * static_cast<std::int32_t>(c[j]);
+          float v = static_cast<float>(acc) * (row_scale[i] * a) * math::int8_dequant;
+          for (std::int64_t k = 0; k < found; ++k) {
+            const std::int64_t j = outliers[k];
+            v += widen(x[i * in + j]) * (static_cast<float>(c[j]) * a_over_q);
+          }
+          y[i * out + o] = narrow<T>(v);
+        }
+      }
+    }
+  });
+  if (ep.bias != nullptr || ep.act != Fused::none)
+    team(workers, [&](int wk, int count) {
+      const Range r = share(n, count, wk);
+      detail::apply_epilogue(ep, y, r.begin, r.end, out);
+    });
+  return found;
 }
 
 // dx (N, In) (+)= dy (N, Out) dequant(W), panel by panel.
