@@ -44,7 +44,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int steps = 20;
+// Steps of a run: 20. LLM.int8: 6, because its forward rounds its input to
+// int8: once the two sides' weights differ in the last bits (a few steps in),
+// an input element may round to the neighbouring code on one side only, which
+// moves that step's loss by about 1e-5 relative to the other's and grows from
+// there; over the first steps no element does and the two agree to 1e-7.
+int steps = 20;
 constexpr models::LlamaConfig llama_cfg{96, 64, 160, 2, 4, 2, 64, false};
 constexpr models::GPT2Config gpt2_cfg{96, 64, 2, 4, 64};
 // nf4: wide enough that an NF4DQ matrix has more than 256 blocks (up_proj,
@@ -63,6 +68,9 @@ using GPT2LoraCkpt = models::GPT2<gpt2_cfg, Apply<Lora8, On<c_attn, attn_c_proj,
 using LlamaNF4 = models::Llama<nf4_cfg, Apply<Quantized<NF4, LoRA<8>>, On<q_proj, k_proj, gate_proj>>,
                                Apply<Quantized<NF4DQ, LoRA<8>>, On<v_proj, o_proj, up_proj, down_proj>>>;
 using SGDm = SGD<Ratio<9, 10>, Ratio<1, 100>>;  // momentum 0.9, weight decay 0.01
+// LLM.int8 (load_in_8bit, llm_int8_threshold 6) under LoRA adapters, on every projection.
+using LlamaInt8 = models::Llama<llama_cfg, Apply<Quantized<LLMInt8<>, Lora8>,
+                                                 On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>>>;
 
 template <class Tr>
 constexpr bool has_adapters() {
@@ -165,6 +173,63 @@ void load_nf4_originals(Tr& t, const fs::path& dir) {
   io::write_safetensors(dir / "quant.safetensors", q);
 }
 
+template <class Tr>
+constexpr bool has_llm_int8() {
+  for (std::size_t k = 0; k < Tr::param_count; ++k)
+    if (Tr::param(k).quant.vectorwise) return true;
+  return false;
+}
+
+// llm_int8: dense originals for the int8 projections (each row its own scale),
+// loaded with io::load_pretrained (quantized row-wise as it loads), and the
+// norms' gains raised to 10 on features 3 and 17 (and 40 in the second
+// block), so those input columns of the projections after them exceed
+// llm_int8_threshold: the decomposition is exercised. Written out: the int8
+// codes and row absmaxes as headroom holds them (quant.safetensors).
+template <class Tr>
+void load_int8_originals(Tr& t, const fs::path& dir) {
+  const std::vector<io::HfParam> params = io::hf_params<Tr>();
+  std::vector<std::vector<float>> values;
+  values.reserve(params.size());
+  std::vector<io::TensorView> views;
+  std::uint32_t x = 808;
+  auto uniform = [&] {
+    x = x * 1664525u + 1013904223u;
+    return (static_cast<double>(x >> 8) + 0.5) / 16777216.0;
+  };
+  for (const io::HfParam& h : params) {
+    const ParamSlot& p = *h.slot;
+    std::vector<float>& v = values.emplace_back(static_cast<std::size_t>(p.elements()));
+    if (p.quant.kind == QuantKind::none) {
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t.weight(p)[i];
+      if (h.name.find("layernorm") != std::string::npos) {
+        v[3] = v[17] = 10.0f;
+        if (h.name.find("layers.1.") != std::string::npos) v[40] = 10.0f;
+      }
+    } else {
+      for (std::int64_t r = 0; r < p.rows; ++r) {
+        const double scale = 0.02 + 0.1 * uniform();
+        for (std::int64_t c = 0; c < p.cols; ++c) {
+          const double n = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+          v[static_cast<std::size_t>(r * p.cols + c)] = static_cast<float>(scale * n);
+        }
+      }
+    }
+    views.push_back(io::TensorView{h.name, DType::F32, h.shape, v.data()});
+  }
+  io::write_safetensors(dir / "original.safetensors", views, {{"format", "pt"}});
+  io::load_pretrained(t, dir / "original.safetensors");
+  std::vector<io::TensorView> q;
+  for (const io::HfParam& h : params) {
+    const ParamSlot& p = *h.slot;
+    if (p.quant.kind == QuantKind::none) continue;
+    const host::QuantView w = t.quant(p);
+    q.push_back({h.name + ".codes", DType::I8, {p.rows, p.cols}, w.codes});
+    q.push_back({h.name + ".absmax", DType::F32, {p.rows}, w.absmax()});
+  }
+  io::write_safetensors(dir / "quant.safetensors", q);
+}
+
 // LoRA dropout: the keep masks each module's adapter applies to its input at
 // step `step` (1-based), as math/dropout.hpp derives them (the trainer's seed,
 // data-parallel rank 0, micro-batch 0, the module's node and instance), one U8
@@ -212,6 +277,7 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
         t.set_dense(Tr::param(k), std::vector<float>(static_cast<std::size_t>(Tr::param(k).elements()), 100.0f));
   fs::create_directories(dir);
   if constexpr (quant) load_nf4_originals(t, dir);
+  if constexpr (has_llm_int8<Tr>()) load_int8_originals(t, dir);
   io::save_pretrained(t, dir / "init.safetensors");
   // bf16: the masters become the stored (rounded) values PyTorch starts from
   if constexpr (R::dtype == DType::BF16) io::load_pretrained(t, dir / "init.safetensors");
@@ -267,6 +333,12 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
   cfg << ", \"norm_eps\": 1e-5, \"lora\": " << (lora ? "true" : "false") << ", \"checkpointed\": "
       << (recomputes<Tr>() ? "true" : "false") << ", \"quantized\": " << (quant ? "true" : "false") << ", \"dtype\": \""
       << name_of(R::dtype) << "\"";
+  if constexpr (has_llm_int8<Tr>()) {
+    QuantDesc d{};
+    for (std::size_t k = 0; k < Tr::param_count; ++k)
+      if (Tr::param(k).quant.vectorwise) d = Tr::param(k).quant;
+    cfg << ", \"llm_int8\": {\"threshold\": " << d.outlier_threshold << ", \"max_outliers\": " << d.max_outliers << "}";
+  }
   if (scaling != nullptr)
     cfg << std::setprecision(17) << ", \"loss_scaling\": {\"init_scale\": " << scaling->init_scale << ", \"growth_factor\": "
         << scaling->growth_factor << ", \"backoff_factor\": " << scaling->backoff_factor
@@ -280,7 +352,7 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
 int main(int argc, char** argv) {
   const char* names =
       "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
-      "gpt2_lora_ckpt_bf16 llama_loss_scale";
+      "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
@@ -300,6 +372,11 @@ int main(int argc, char** argv) {
   if (name == "gpt2_lora_ckpt_bf16") return run<Train<GPT2LoraCkpt, Batch<2>, Seq<16>, AdamW, Precision<BF16>>>(dir, 3e-3);
   // dynamic loss scaling forced to overflow: the scales and skipped steps against GradScaler's (reference.py)
   if (name == "llama_loss_scale") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 1e-4, &forced_overflow);
+  // LLM.int8 against the algorithm written in torch (llm_int8.py)
+  if (name == "llm_int8") {
+    steps = 6;
+    return run<Train<LlamaInt8, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  }
   std::fprintf(stderr, "parity_driver: unknown configuration '%s' (known: %s)\n", name.c_str(), names);
   return 2;
 }

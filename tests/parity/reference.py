@@ -13,6 +13,10 @@ tolerances are then bf16's, see BF16_LOSS_RTOL and bf16_tolerance), and compares
     W + scale B A matches the adapters it was written with;
   - nf4: headroom's NF4 / NF4DQ storage of each quantized projection against the
     bitsandbytes format written out in nf4.py (codes, absmaxes, dequantized weights);
+  - llm_int8: headroom's row-wise int8 weights against llm_int8.py's quantizer, and the
+    training through LLM.int8's forward (llm_int8.py, the algorithm of Dettmers et al.
+    2022 in torch); the run must have outlier columns, and two wrong models (no
+    decomposition; no int8 at all) must miss headroom's losses (the check can fail);
   - loss scaling: every step's scale and whether it was skipped, against
     torch.cuda.amp.GradScaler's own state machine run on the CPU (grad_scaler.py).
 Exit status 0: agree; 1: disagree (the differences are printed); 77: torch is not
@@ -201,6 +205,45 @@ def scaled_step(scaler, opt, loss, params, ours, s):
     return int(bad)
 
 
+def read_int8(d, init):
+    """llm_int8: headroom's stored weights ({weight name: (codes, absmax)}) checked
+    against llm_int8.quantize_weight of the dense originals; returns them and the count
+    of differences."""
+    import llm_int8  # noqa: E402
+    q = read_safetensors(f"{d}/quant.safetensors")
+    original = read_safetensors(f"{d}/original.safetensors")
+    out, bad = {}, 0
+    codes_off = absmax_off = 0
+    for name in init:
+        if name + ".codes" not in q:
+            continue
+        codes, absmax = q[name + ".codes"], q[name + ".absmax"]
+        theirs_codes, theirs_absmax = llm_int8.quantize_weight(original[name])
+        codes_off += int((codes != theirs_codes).sum())
+        absmax_off += int((absmax != theirs_absmax).sum())
+        out[name] = (codes, absmax)
+    print(f"llm_int8: {len(out)} int8 weights; codes differing from llm_int8.py's quantizer: {codes_off}, "
+          f"row absmaxes differing: {absmax_off}" + ("  <-- differs" if codes_off or absmax_off else ""))
+    bad += bool(codes_off or absmax_off) + (len(out) == 0)
+    return out, bad
+
+
+def int8_losses(c, init, adapters, scale, batches, int8):
+    """The losses of a training run with the given int8 weights (threshold from c)."""
+    torch.manual_seed(0)
+    m = Model(c, init, adapters, scale, c["checkpointed"], int8=int8)
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=c["lr"], betas=(c["beta1"], c["beta2"]),
+                            eps=c["eps"], weight_decay=c["weight_decay"])
+    losses = []
+    for s in range(c["steps"]):
+        opt.zero_grad()
+        loss = m(batches["tokens"][s], batches["targets"][s])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def main(d):
     c = json.load(open(f"{d}/config.json"))
     init = read_safetensors(f"{d}/init.safetensors")
@@ -228,8 +271,13 @@ def main(d):
         if abs((1 - kept) - dropout) > 0.01:
             print("  <-- the masks do not drop about lora_dropout of the elements")
             bad += 1
+    int8 = None
+    if "llm_int8" in c:
+        int8, b = read_int8(d, init)
+        bad += b
+        print(f"LLM.int8: threshold {c['llm_int8']['threshold']:g}, at most {c['llm_int8']['max_outliers']} outlier columns")
     torch.manual_seed(0)
-    model = Model(c, init, adapters, scale, c["checkpointed"], dropout, masks)
+    model = Model(c, init, adapters, scale, c["checkpointed"], dropout, masks, int8)
     params = [p for p in model.parameters() if p.requires_grad]
     if c["optimizer"] == "SGD":
         opt = torch.optim.SGD(params, lr=c["lr"], momentum=c["momentum"], dampening=0, weight_decay=c["weight_decay"],
@@ -279,6 +327,21 @@ def main(d):
         bad += rel > rtol
         print(f"step {s + 1:2d}  torch {loss.item():.7f}  headroom {ours[s]:.7f}  rel {rel:.2e}{flag}")
     print(f"losses: worst rel {worst_loss:.2e} (tolerance {rtol:g})")
+    if int8 is not None:
+        counts = model.int8_counts
+        per_step = len(counts) // c["steps"]
+        print(f"LLM.int8: outlier columns per projection call, step 1: {counts[:per_step]}; "
+              f"most in any call {max(counts)}, calls with outliers {sum(1 for k in counts if k)} of {len(counts)}")
+        bad += max(counts) == 0 or max(counts) > c["llm_int8"]["max_outliers"]
+        # the check can fail: models that are not LLM.int8 miss headroom's losses
+        c0 = dict(c, llm_int8={"threshold": 0.0})
+        for what, cc, w in (("threshold 0 (no decomposition)", c0, int8),
+                            ("no int8 (dequantized weights, f32 product)", c, {})):
+            other = int8_losses(cc, init, adapters, scale, batches, w)
+            miss = max(abs(a - b) / abs(a) for a, b in zip(other, ours))
+            print(f"  a model with {what}: worst rel {miss:.2e} from headroom's losses"
+                  + ("" if miss > rtol else "  <-- within tolerance: the check cannot tell"))
+            bad += miss <= rtol
     if scaler is not None:
         skips = sum(1 for _, k in scales if k)
         print(f"loss scaling: {len(scales)} steps, {skips} skipped; {scale_bad} differ from GradScaler's")

@@ -15,6 +15,8 @@ import struct
 import torch
 import torch.utils.checkpoint
 
+import llm_int8
+
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32, "F16": torch.float16, "BF16": torch.bfloat16,
           "U8": torch.uint8, "I8": torch.int8}
 
@@ -102,8 +104,11 @@ class Model(torch.nn.Module):
     dropout on their input) and optional activation checkpointing of every block
     (torch.utils.checkpoint)."""
 
-    def __init__(self, c, base, adapters=None, scale=1.0, checkpointed=False, dropout=0.0, masks=None):
+    def __init__(self, c, base, adapters=None, scale=1.0, checkpointed=False, dropout=0.0, masks=None, int8=None):
         super().__init__()
+        # LLM.int8 (llm_int8.py): {weight name: (codes, absmax)} and the threshold;
+        # each call's count of outlier columns is appended to int8_counts
+        self.int8, self.int8_threshold, self.int8_counts = (int8 or {}), (c.get("llm_int8") or {}).get("threshold", 0.0), []
         # LoRA dropout (PEFT's lora_dropout p): the adapter reads its input with the
         # keep mask of the step (masks["<module>.step<s>"], (tokens, in), from the
         # driver), times 1 / (1 - p), as torch.nn.Dropout computes it; set .step
@@ -139,6 +144,9 @@ class Model(torch.nn.Module):
         W = self.w(name)
         if self.gpt2:  # Conv1D: (in, out) and a bias
             y = h @ W + self.w(module + ".bias")
+        elif name in self.int8:
+            codes, absmax = self.int8[name]
+            y = llm_int8.Int8Linear.apply(h, codes, absmax, self.int8_threshold, self.int8_counts)
         else:
             y = h @ W.T
         if name in self.lora:
