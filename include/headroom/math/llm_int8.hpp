@@ -77,15 +77,18 @@ inline constexpr float int8_qmax = 127.0f;
 inline constexpr float int8_dequant = 1.0f / (127.0f * 127.0f);  // of an int32 product sum
 
 // One row's code of x (j not an outlier column): round half to even of
-// x * (127 / s), 0 for a row whose non-outlier values are all 0.
-HEADROOM_HOST_DEVICE inline std::int8_t int8_input_code(float x, float inv_scale) {
-  const float v = x * inv_scale;  // |v| <= 127 (s is the row's absmax)
-  float r = static_cast<float>(static_cast<int>(v));  // toward zero
-  const float frac = v - r;
-  if (frac > 0.5f || (frac == 0.5f && static_cast<int>(r) % 2 != 0)) r += 1.0f;
-  else if (frac < -0.5f || (frac == -0.5f && static_cast<int>(r) % 2 != 0)) r -= 1.0f;
+// x * (127 / s), 0 for a row whose non-outlier values are all 0. F: the
+// compute type (float; double in an F64 run).
+template <class F>
+HEADROOM_HOST_DEVICE inline std::int8_t int8_input_code(F x, F inv_scale) {
+  const F v = x * inv_scale;  // |v| <= 127 (s is the row's absmax)
+  F r = static_cast<F>(static_cast<int>(v));  // toward zero
+  const F frac = v - r;
+  if (frac > F(0.5) || (frac == F(0.5) && static_cast<int>(r) % 2 != 0)) r += F(1);
+  else if (frac < F(-0.5) || (frac == F(-0.5) && static_cast<int>(r) % 2 != 0)) r -= F(1);
   return static_cast<std::int8_t>(static_cast<int>(r));
 }
-HEADROOM_HOST_DEVICE inline float int8_inverse_scale(float s) { return s > 0.0f ? int8_qmax / s : 0.0f; }
+template <class F>
+HEADROOM_HOST_DEVICE inline F int8_inverse_scale(F s) { return s > F(0) ? F(127) / s : F(0); }
 
 }  // namespace headroom::math

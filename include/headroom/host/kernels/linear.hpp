@@ -122,17 +122,17 @@ void quant_linear_forward(const T* x, const QuantView& w, T* y, std::int64_t n, 
 // forward scratch (math::int8_scratch's layout). Returns the number of
 // outlier columns found; above the plan's bound (w.q.max_outliers) nothing
 // is computed and y is not written (the op refuses the batch).
-template <class T>
+template <class T, class C = compute_t<T>>
 std::int64_t llm_int8_forward(const T* x, const QuantView& w, T* y, std::int64_t n, const Epilogue<T>& ep, std::byte* scratch,
                               int workers) {
   const std::int64_t in = w.cols, out = w.rows, bound = w.q.max_outliers;
   const math::Int8Scratch at = math::int8_scratch(n, in, bound);
   auto* xq = reinterpret_cast<std::int8_t*>(scratch + at.xq);           // (N, In)
-  auto* row_scale = reinterpret_cast<float*>(scratch + at.row_scale);   // (N)
+  auto* row_scale = reinterpret_cast<float*>(scratch + at.row_scale);   // (N) (f32: an F64 run keeps s in f32 too)
   auto* marks = reinterpret_cast<std::int32_t*>(scratch + at.marks);    // (In)
   auto* outliers = reinterpret_cast<std::int32_t*>(scratch + at.outliers);  // (bound)
   // 1. the outlier columns: some |x| >= threshold in the batch
-  const float threshold = w.q.outlier_threshold;
+  const C threshold = w.q.outlier_threshold;
   team(workers, [&](int wk, int count) {
     const Range c = share(in, count, wk);
     for (std::int64_t j = c.begin; j < c.end; ++j) marks[j] = 0;
@@ -150,12 +150,12 @@ std::int64_t llm_int8_forward(const T* x, const QuantView& w, T* y, std::int64_t
   // 2. the rest of each row in int8: its absmax over the other columns
   parallel_for(n, workers, [&](std::int64_t i, int) {
     const T* xi = x + i * in;
-    float s = 0.0f;
+    C s = 0;
     for (std::int64_t j = 0; j < in; ++j)
-      if (marks[j] == 0) s = std::max(s, std::abs(widen(xi[j])));
-    row_scale[i] = s;
-    const float inv = math::int8_inverse_scale(s);
-    for (std::int64_t j = 0; j < in; ++j) xq[i * in + j] = marks[j] == 0 ? math::int8_input_code(widen(xi[j]), inv) : 0;
+      if (marks[j] == 0) s = std::max(s, static_cast<C>(std::abs(widen(xi[j]))));
+    row_scale[i] = static_cast<float>(s);
+    const C inv = math::int8_inverse_scale(static_cast<C>(row_scale[i]));
+    for (std::int64_t j = 0; j < in; ++j) xq[i * in + j] = marks[j] == 0 ? math::int8_input_code(static_cast<C>(widen(xi[j])), inv) : 0;
   });
   // 3. y = int8 product (int32 sums) dequantized + the outlier columns' f32 product,
   // a tile of rows at a time so its codes stay in cache while W streams by
@@ -167,15 +167,15 @@ std::int64_t llm_int8_forward(const T* x, const QuantView& w, T* y, std::int64_t
       const std::int64_t i1 = std::min(n, i0 + tile);
       for (std::int64_t o = o_range.begin; o < o_range.end; ++o) {
         const std::int8_t* c = codes + o * in;
-        const float a = w.block_absmax(o), a_over_q = a / math::int8_qmax;
+        const C a = w.block_absmax(o), a_over_q = a / C(127);
         for (std::int64_t i = i0; i < i1; ++i) {
           const std::int8_t* q = xq + i * in;
           std::int32_t acc = 0;
           for (std::int64_t j = 0; j < in; ++j) acc += static_cast<std::int32_t>(q[j]) * static_cast<std::int32_t>(c[j]);
-          float v = static_cast<float>(acc) * (row_scale[i] * a) * math::int8_dequant;
+          C v = static_cast<C>(acc) * (static_cast<C>(row_scale[i]) * a) * (C(1) / C(127 * 127));
           for (std::int64_t k = 0; k < found; ++k) {
             const std::int64_t j = outliers[k];
-            v += widen(x[i * in + j]) * (static_cast<float>(c[j]) * a_over_q);
+            v += static_cast<C>(widen(x[i * in + j])) * (static_cast<C>(c[j]) * a_over_q);
           }
           y[i * out + o] = narrow<T>(v);
         }
