@@ -34,6 +34,7 @@ struct OpContext : ops::Bound<S> {
   Communicator* comm = nullptr;  // data parallelism: the ranks' communicator (the collectives' kernels)
   Communicator* tensor_comm = nullptr;  // tensor parallelism: this rank's group (its collectives run on the compute stream)
   PipeExchange* pipe = nullptr;         // pipeline parallelism: the transfers with the stages before and after (compute stream)
+  int schedule_step = -1;  // this event's step in the trainer's schedule (a kernel that stops the step records it in the control block)
 
   cudaStream_t stream() const { return compute; }
   Blas& blas() const { return *cublas; }

@@ -35,7 +35,13 @@
 // of updates first checks its own gradients); the host waits once, at the
 // end, to read the loss and the gradient norm, and throws non_finite_loss or
 // non_finite_gradient with no non-finite value in the weights or optimizer
-// state. Everything the host copies in (weights, code tables) is ordered on
+// state. An LLM.int8 projection (Quantized<LLMInt8<>, L>) whose batch has
+// more outlier columns than the plan's bound stops the step the same way
+// (kernels/llm_int8.cuh: the skip flag, the count and the projection's
+// schedule step in the control block, and a NaN output, so the other
+// processes of a parallel run see a non-finite loss and stop too); the host
+// then throws outlier_bound_exceeded naming the layer, as host::Trainer
+// does. Everything the host copies in (weights, code tables) is ordered on
 // the compute stream. That makes the whole step capturable: with
 // TrainOptions::cuda_graph the second step is captured into a CUDA graph and
 // every later step is one cudaGraphLaunch (see docs/cuda.md for what it buys).
@@ -120,6 +126,7 @@
 #include "../host/parallel.hpp"
 #include "../host/quant.hpp"
 #include "../math/dynamic_map.hpp"
+#include "../math/llm_int8.hpp"
 #include "../math/optim.hpp"
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
@@ -185,6 +192,13 @@ constexpr bool pipe_pairs_apart(const Sched& sched) {
   }
   return !trainers::overlap(sent_out, got_grad) && !trainers::overlap(sent_grad, got_in);
 }
+// Every quantized parameter's block is a multiple of 32 elements (kernels/quant_linear.cuh).
+template <class Sched>
+constexpr bool quant_blocks_fit(const Sched& sched) {
+  for (const ParamSlot& p : sched.params)
+    if (p.quant.kind != QuantKind::none && p.quant.block % 32 != 0) return false;
+  return true;
+}
 }  // namespace detail
 
 template <TrainingRun R>
@@ -226,6 +240,10 @@ class Trainer {
   using Ops = trainers::OpTable<R, sched>;
   // every op of the plan is listed by a layer and has this engine's kernels
   static_assert(sizeof(Ops) > 0 && detail::check_kernels<S>(typename Ops::ops{}));
+  static_assert(detail::quant_blocks_fit(sched),
+                "cuda::Trainer: a quantized projection's blocks must be multiples of 32 elements on the CUDA engine (its "
+                "dequantizing GEMMs, kernels/quant_linear.cuh, read 32 codes of one block at a time); LLMInt8<>'s block is a "
+                "whole row: in_features must be a multiple of 32");
   // A micro-batch runs schedule steps [1, micro_batch_end); the update follows.
   static constexpr int micro_batch_end = sched.update_step >= 0 ? sched.update_step : static_cast<int>(sched.steps.size());
   // per step of an op on the communication lane: the step before which the compute stream waits for it
@@ -376,6 +394,7 @@ class Trainer {
       check(cudaGraphLaunch(graph_exec_, compute_), "cudaGraphLaunch");
     }
     const UpdateControl r = results();
+    check_outliers(r);
     if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);
     // loss scaling: a non-finite norm (clip_scale_kernel's first_bad = 0) means the update kernels skipped the step
     const bool overflow = r.first_bad != no_bad_gradient && scaler_.enabled();
@@ -400,9 +419,10 @@ class Trainer {
     micro_batch(0, config.accumulate - 1);  // as the last micro-batch: a data-parallel run averages the gradients
     mean_over_ranks();
     if constexpr (offloaded) offload_summed_gradients();  // (not summed: as without OffloadOptimizer)
-    const double loss = results().loss * config.accumulate;
+    const UpdateControl r = results();
     if constexpr (offloaded) settle_offload();  // the gradients are in the offload tier (download_grad)
-    return loss;
+    check_outliers(r);
+    return r.loss * config.accumulate;
   }
 
   // Mean loss of one micro-batch; no gradient, no update. (A pipeline
@@ -429,7 +449,7 @@ class Trainer {
       for (int g = sched.backward_step; g <= micro_batch_end; ++g) wait_for_copies(g, sched.backward_step);
       loss_over_stages();
       mean_over_ranks();
-      return results().loss * config.accumulate;
+      return evaluated_loss();
     } else {
       for (int g = 1; g < sched.loss_step; ++g) {
         wait_for_copies(g);
@@ -444,7 +464,7 @@ class Trainer {
       // where they are graph nodes that cannot be waited for)
       for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g, sched.loss_step);
       mean_over_ranks();
-      return results().loss * config.accumulate;
+      return evaluated_loss();
     }
   }
 
@@ -773,6 +793,21 @@ class Trainer {
     check(cudaMemcpyAsync(staged_control_out(), control(), sizeof(UpdateControl), cudaMemcpyDeviceToHost, compute_), "read results");
     wait(compute_, "the step");
     return *staged_control_out();
+  }
+  // LLM.int8: a projection refused the batch (more outlier columns than the
+  // plan's bound; kernels/llm_int8.cuh): the error names its layer as
+  // host::Trainer names it. The step updated nothing (skip).
+  void check_outliers(const UpdateControl& r) const {
+    if (r.outliers_found == 0) return;
+    const Step& st = sched.steps[static_cast<std::size_t>(r.outlier_step)];
+    const QuantDesc& q = sched.params[static_cast<std::size_t>(st.param[0])].quant;
+    throw outlier_bound_exceeded(trainers::node_path(plan, st.node, st.instance), r.outliers_found, q.max_outliers,
+                                 q.outlier_threshold);
+  }
+  double evaluated_loss() {
+    const UpdateControl r = results();
+    check_outliers(r);
+    return r.loss * config.accumulate;
   }
   // (A pipeline stage between the first and the last reads neither.)
   void load_batch(int k) {
@@ -1203,6 +1238,7 @@ class Trainer {
     k.comm = comm_;
     k.tensor_comm = tensor_comm_;
     k.pipe = pipe_comm_ != nullptr ? &pipe_ : nullptr;
+    k.schedule_step = static_cast<int>(&st - sched.steps.data());
     k.micro = micro_;
     k.seed = opt_.seed;
     k.step = evaluating_ ? 0 : step_ + 1;  // (the kernels read the step from the control block)
@@ -1516,6 +1552,7 @@ class Trainer {
     const UpdateControl r = results();
     wait(copy_, "the gradients' copies to the offload tier");
     updater_->wait_all();
+    check_outliers(r);  // the update thread saw the skip flag too: nothing was updated
     if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);  // the update thread saw the flag: nothing was updated
     StepStats s;
     s.step = step_no;

@@ -8,6 +8,7 @@
 // (math/llm_int8.hpp); the backward dequantizes as for the other formats.
 // An activation that declares epilogue_of = "linear" (GELU, SwiGLU) and
 // comes right after it is computed in this op's GEMM epilogue.
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -16,6 +17,7 @@
 #include "elementwise.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
+#include "../cuda/kernels/llm_int8.cuh"
 #include "../cuda/kernels/pointwise.cuh"
 #include "../cuda/kernels/quant_linear.cuh"
 #include "../cuda/op_context.cuh"
@@ -90,7 +92,8 @@ struct Linear {
   // ---- CUDA ----------------------------------------------------------------------------------------------
 #if HEADROOM_CUDA_KERNELS
   // y = x W^T + b and the activation fused after it (GELU in cuBLASLt's
-  // epilogue when it fits; SwiGLU as its own kernel, right after).
+  // epilogue when it fits; SwiGLU as its own kernel, right after). LLM.int8:
+  // cuda/kernels/llm_int8.cuh, in the op's forward scratch.
   template <class S>
   static void forward(const cuda::OpContext<S>& k) {
     using cuda::GemmEpilogue, cuda::Trans;
@@ -99,7 +102,11 @@ struct Linear {
     S* out_y = k[y];
     const auto* gelu = k.template fused<Gelu>();
     const auto* swiglu = k.template fused<SwiGLU>();
-    if (k.quantized(weight)) {
+    if (k.quantized(weight) && k.quant(weight).q.vectorwise) {
+      // LLM.int8: a batch beyond the plan's outlier bound stops the step (the control block)
+      cuda::llm_int8_forward<S>(k[x], k.quant(weight), b, out_y, n, k.template scratch<std::byte>(), k.control(), k.schedule_step,
+                                k.stream());
+    } else if (k.quantized(weight)) {
       cuda::quant_linear_forward<S>(k[x], k.quant(weight), b, out_y, n, k.stream());
     } else if (gelu != nullptr && b != nullptr && cuda::Blas::gelu_epilogue_fits(k[out])) {
       // the pre-activation y (saved for backward) and gelu(y) in one GEMM

@@ -709,8 +709,6 @@ class Builder {
     p.group = current_group();
     p.split = split();
     if (p.split.axis == SplitAxis::cols && cols == 1) p.split = TensorSplit{};
-    if (q.vectorwise && cfg.tp > 1 && p.split.axis == SplitAxis::cols)
-      throw "LLMInt8: a row-parallel projection (TensorParallel splits its input features) cannot hold LLM.int8's whole-row absmaxes";
     const std::int64_t n = rows * cols;
     // Data parallelism with ZeRO: each rank keeps its shard (cfg.shard(n)
     // elements) of what its stage shards; the full tensors a collective

@@ -52,9 +52,10 @@ static_assert(reduction_slots == CudaWorkspace::reduction_slots, "optimizer.cuh:
 // so one captured CUDA graph serves every step: the step's hyperparameters
 // (copied in at the start of the step), the clip scale and gradient norm
 // (written by squared_norm), the loss of the step (summed by finish_loss),
-// a skip flag (set by finish_loss when a loss is not finite: every update
-// kernel then returns at once and the weights stay those of the last step)
-// and the first update position whose gradient is not finite (see above).
+// a skip flag (set by finish_loss when a loss is not finite, or by an
+// LLM.int8 projection that refuses its batch: every update kernel then
+// returns at once and the weights stay those of the last step) and the
+// first update position whose gradient is not finite (see above).
 // It lives in the plan's reductions buffer, after the partial sums.
 inline constexpr std::int32_t no_bad_gradient = 0x7fffffff;
 struct SgdControl {
@@ -72,6 +73,11 @@ struct UpdateControl {
   };
   std::int32_t step = 0;         // the step in progress (dropout masks: kernels/dropout.cuh); 0: evaluation
   float loss_scale = 1.0f;       // the loss's gradient is multiplied by it (train/loss_scaling.hpp); 1: off
+  // LLM.int8 (kernels/llm_int8.cuh): the step's first projection whose input
+  // had more outlier columns than the plan's bound (it also sets skip): the
+  // columns it found (0: none) and its schedule step.
+  std::int32_t outliers_found = 0;
+  std::int32_t outlier_step = -1;
 };
 static_assert(sizeof(UpdateControl) <= CudaWorkspace::control_floats * sizeof(float),
               "optimizer.cuh: UpdateControl must fit the plan's control block");
