@@ -120,10 +120,6 @@ struct SearchResult {
 
 namespace search {
 
-// OffloadOptimizer's traffic per step: each trainable parameter's gradient
-// out to the offload tier and its updated weight back, in the run's type.
-constexpr std::int64_t offload_moved_bytes(std::int64_t trainable, DType t) { return 2 * trainable * size_of(t); }
-
 // ---- models: adding recipes, counting blocks ---------------------------------------------
 // A user's own model template joins by specializing these two.
 template <class M, class... More>
@@ -198,34 +194,43 @@ struct candidate_run<Train<M, Os...>, Variant<Opt, Recipes...>, R, K, Offload> {
   using type = typename train_of<model, options>::type;
 };
 
-// ---- one candidate, planned (once per run type) ---------------------------------------------------
-template <class Run, int V, Remedy R, int K, bool Offload, std::int64_t Budget, SearchOptions O>
-constexpr Candidate measure() {
+// ---- one candidate, planned (once per run type, whatever the budget) ------------------------------
+struct Figures {
+  std::int64_t peak = 0, offload_peak = 0, recompute_flops = 0, trainable = 0, element_bytes = 0;
+};
+template <class Run>
+constexpr Figures measure() {
   const auto p = plan<Run>();
+  return Figures{p.peak_bytes(Tier::device), p.peak_bytes(Tier::offload), p.flops_recompute, p.trainable_parameters(),
+                 size_of(Run::dtype)};
+}
+template <class Run>
+inline constexpr Figures figures = measure<Run>();
+
+template <int V, Remedy R, int K, bool Offload, std::int64_t Budget, SearchOptions O>
+constexpr Candidate candidate(const Figures& f) {
   Candidate c;
   c.variant = V;
   c.remedy = R;
   c.blocks = K;
   c.offload = Offload;
-  c.peak = p.peak_bytes(Tier::device);
-  c.offload_peak = p.peak_bytes(Tier::offload);
-  c.recompute_flops = p.flops_recompute;
-  c.trainable = p.trainable_parameters();
-  c.moved_bytes = Offload ? offload_moved_bytes(c.trainable, Run::dtype) : 0;
+  c.peak = f.peak;
+  c.offload_peak = f.offload_peak;
+  c.recompute_flops = f.recompute_flops;
+  c.trainable = f.trainable;
+  c.moved_bytes = Offload ? 2 * f.trainable * f.element_bytes : 0;
   c.seconds = static_cast<double>(c.recompute_flops) / static_cast<double>(O.flops_per_second) +
               static_cast<double>(c.moved_bytes) / static_cast<double>(O.link_bytes_per_second);
   c.fits = c.peak <= Budget && (!Offload || c.offload_peak <= O.offload_budget);
   return c;
 }
-template <class Run, int V, Remedy R, int K, bool Offload, std::int64_t Budget, SearchOptions O>
-inline constexpr Candidate measured = measure<Run, V, R, K, Offload, Budget, O>();
 
 // The search's fixed parameters for one variant and offload setting.
 template <class Run, class V, int Index, bool Offload, std::int64_t Budget, SearchOptions O>
 struct Setting {
   template <Remedy R, int K>
   static constexpr Candidate at() {
-    return measured<typename candidate_run<Run, V, R, K, Offload>::type, Index, R, K, Offload, Budget, O>;
+    return candidate<Index, R, K, Offload, Budget, O>(figures<typename candidate_run<Run, V, R, K, Offload>::type>);
   }
   static constexpr int blocks = block_count<typename Run::model>();
   static constexpr std::int64_t budget = Budget;
@@ -317,8 +322,7 @@ constexpr Trail variant_trail() {
   using Local = Setting<Run, V, I, false, Budget, O>;
   constexpr Trail local = cheapest<Local, O>();
   constexpr Candidate plain = Local::template at<Remedy::none, 0>();
-  constexpr double floor =
-      static_cast<double>(offload_moved_bytes(plain.trainable, Run::dtype)) / static_cast<double>(O.link_bytes_per_second);
+  constexpr double floor = static_cast<double>(2 * plain.trainable * size_of(Run::dtype)) / static_cast<double>(O.link_bytes_per_second);
   if constexpr (O.offload_optimizer && (!local.best.fits || floor < local.best.seconds)) {
     constexpr Trail off = cheapest<Setting<Run, V, I, true, Budget, O>, O>();
     Trail t = local;
