@@ -799,6 +799,8 @@ class Trainer {
   // host::Trainer names it. The step updated nothing (skip).
   void check_outliers(const UpdateControl& r) const {
     if (r.outliers_found == 0) return;
+    if (r.outlier_step < 0 || r.outlier_step >= static_cast<int>(sched.steps.size()) || sched.steps[r.outlier_step].param[0] < 0)
+      throw outlier_bound_exceeded("", r.outliers_found, -1, 0.0f);  // (a kernel run outside the schedule's events)
     const Step& st = sched.steps[static_cast<std::size_t>(r.outlier_step)];
     const QuantDesc& q = sched.params[static_cast<std::size_t>(st.param[0])].quant;
     throw outlier_bound_exceeded(trainers::node_path(plan, st.node, st.instance), r.outliers_found, q.max_outliers,

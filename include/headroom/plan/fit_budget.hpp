@@ -29,10 +29,13 @@
 //     link per step (gradients out, weights back) / link_bytes_per_second.
 //
 // How few plans it makes (a Llama-3-8B plan takes seconds): for each variant
-// and offload setting, the run without remedies; if it does not fit, the
+// and offload setting, the run without remedies (when its weights, master
+// weights and optimizer state alone exceed the budget, nothing more); if it
+// does not fit, the
 // MLP-activation recompute (the cheapest: 5 or 8 FLOPs per (tokens, ffn)
 // element per block, below one block's recompute whenever 6 x dim > 5 x
-// blocks); if that does not fit, every block checkpointed; if that fits,
+// blocks), unless the budget is further below than all the blocks' (tokens,
+// ffn) activations, the most it can save; if that does not fit, every block checkpointed; if that fits,
 // FirstBlocks<k> at the k the two ends predict (peak linear in k), then
 // k - 1, k - 2, ... down while they fit, or k + 1, ... up until one does
 // (the peak does not grow with k). Offloading is planned only when its
@@ -95,6 +98,7 @@ struct Candidate {
   std::int64_t peak = 0, offload_peak = 0;  // plan bytes of the device and offload tiers
   std::int64_t recompute_flops = 0, moved_bytes = 0;
   std::int64_t trainable = 0;  // trainable parameters (elements)
+  std::int64_t model_states = 0;  // device bytes no activation remedy changes (Figures::model_states)
   double seconds = 0;  // extra cost per optimizer step
   bool fits = false;
   constexpr bool planned() const { return variant >= 0; }
@@ -135,6 +139,12 @@ struct with_recipes<models::GPT2<C, Ms...>, More...> {
 template <class M>
 constexpr int block_count() {
   return static_cast<int>(M::config.layers);
+}
+// The MLP's hidden width (what On<mlp_act> stops keeping: (tokens, ffn) per block).
+template <class M>
+constexpr std::int64_t mlp_width() {
+  if constexpr (requires { M::config.ffn; }) return M::config.ffn;
+  else return 4 * M::config.dim;  // GPT-2
 }
 
 // ---- the run of a candidate ---------------------------------------------------------------------
@@ -197,12 +207,20 @@ struct candidate_run<Train<M, Os...>, Variant<Opt, Recipes...>, R, K, Offload> {
 // ---- one candidate, planned (once per run type, whatever the budget) ------------------------------
 struct Figures {
   std::int64_t peak = 0, offload_peak = 0, recompute_flops = 0, trainable = 0, element_bytes = 0;
+  // what no activation remedy changes: the device's weights, scales, master
+  // weights and optimizer state (with OffloadParameters the weights are
+  // fetched per event: then 0, no floor is assumed)
+  std::int64_t model_states = 0;
 };
 template <class Run>
 constexpr Figures measure() {
   const auto p = plan<Run>();
+  const std::int64_t states = Run::offload_params ? 0
+                                                  : p.bytes(Role::weights, Tier::device) + p.bytes(Role::quant_scales, Tier::device) +
+                                                        p.bytes(Role::master_weights, Tier::device) +
+                                                        p.bytes(Role::optimizer_state, Tier::device);
   return Figures{p.peak_bytes(Tier::device), p.peak_bytes(Tier::offload), p.flops_recompute, p.trainable_parameters(),
-                 size_of(Run::dtype)};
+                 size_of(Run::dtype), states};
 }
 template <class Run>
 inline constexpr Figures figures = measure<Run>();
@@ -218,6 +236,7 @@ constexpr Candidate candidate(const Figures& f) {
   c.offload_peak = f.offload_peak;
   c.recompute_flops = f.recompute_flops;
   c.trainable = f.trainable;
+  c.model_states = f.model_states;
   c.moved_bytes = Offload ? 2 * f.trainable * f.element_bytes : 0;
   c.seconds = static_cast<double>(c.recompute_flops) / static_cast<double>(O.flops_per_second) +
               static_cast<double>(c.moved_bytes) / static_cast<double>(O.link_bytes_per_second);
@@ -234,6 +253,9 @@ struct Setting {
   }
   static constexpr int blocks = block_count<typename Run::model>();
   static constexpr std::int64_t budget = Budget;
+  // the most On<mlp_act> can take off the peak: every block's (tokens, ffn) activation
+  static constexpr std::int64_t activation_bytes =
+      blocks * Run::batch * Run::seq * mlp_width<typename Run::model>() * size_of(Run::dtype);
 };
 
 // The plans of one stretch of the search, and the best fitting candidate among them.
@@ -284,7 +306,8 @@ constexpr Trail cheapest() {
     t.best = none;
     return t;
   } else {
-    if constexpr (O.recompute_activation) {
+    if constexpr (none.model_states > S::budget) return t;  // the model's states alone do not fit
+    if constexpr (O.recompute_activation && none.peak - S::activation_bytes <= S::budget) {
       constexpr Candidate act = S::template at<Remedy::mlp_act, 0>();
       t.add(act);
       if constexpr (act.fits) {

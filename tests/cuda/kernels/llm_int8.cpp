@@ -7,7 +7,8 @@
 //     not a multiple of 4); a batch beyond the bound: the count, the list's
 //     first entries, a NaN output and the control block's stop;
 //   - cuda::Trainer against host::Trainer on a small Llama with
-//     Quantized<LLMInt8<>, LoRA<4>> on q_proj, v_proj and down_proj, whose
+//     Quantized<LLMInt8<>, LoRA<4>> on q_proj, v_proj and down_proj
+//     (checkpointed blocks: the forward runs again in the recompute), whose
 //     embeddings of three tokens each hold one dominant feature, so that a
 //     batch with them has exactly those input columns of the first block's
 //     q_proj / v_proj beyond the threshold (|x| ~ 8 after RMSNorm);
@@ -250,8 +251,6 @@ TEST_CASE("cuda.llm_int8: refuses what is not an LLM.int8 weight, and a missing 
 // ---- training ---------------------------------------------------------------------------------------------------
 
 constexpr models::LlamaConfig int8_llama{64, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
-template <class Q>
-using Int8Llama = models::Llama<int8_llama, Apply<Quantized<Q, LoRA<4>>, On<q_proj, v_proj, down_proj>>>;
 
 // Tokens whose embeddings hold one dominant feature each (1 there, ~1e-3
 // elsewhere): after RMSNorm (gain 1) that feature is ~8 = sqrt(64), beyond
@@ -338,10 +337,14 @@ void check_weights_match(const host::Trainer<H>& h, const cuda::Trainer<C>& c, d
   CHECK(adapters == 2 * 3 * int8_llama.layers);  // A and B of q_proj, v_proj and down_proj in every block
 }
 
-TEST_CASE("cuda::Trainer f32 matches host::Trainer: LLM.int8 + LoRA with outlier columns", "[trainer][llm_int8]") {
-  using M = Int8Llama<LLMInt8<>>;
+// Checkpointed blocks: the recompute runs the LLM.int8 forward again, in its scratch.
+TEST_CASE("cuda::Trainer f32 matches host::Trainer: LLM.int8 + LoRA with outlier columns (checkpointed blocks)",
+          "[trainer][llm_int8]") {
+  using M = models::Llama<int8_llama, Apply<Quantized<LLMInt8<>, LoRA<4>>, On<q_proj, v_proj, down_proj>>,
+                          Apply<Checkpointed<>, EveryBlock>>;
   using H = Train<M, Batch<2>, Seq<16>>;
   using C = Train<M, Batch<2>, Seq<16>, OnCuda>;
+  static_assert(plan<C>().flops_recompute > 0);
   host::Trainer<H> h(options());
   cuda::Trainer<C> c(options());
   plant_features(h);
@@ -382,7 +385,7 @@ std::vector<std::vector<std::byte>> states(const Trainer& t) {
 // engines alike and the fourth trains like the host's.
 TEST_CASE("cuda::Trainer: a batch beyond LLM.int8's outlier bound throws outlier_bound_exceeded and updates nothing",
           "[trainer][llm_int8]") {
-  using M = Int8Llama<LLMInt8<Ratio<6>, 2>>;
+  using M = models::Llama<int8_llama, Apply<Quantized<LLMInt8<Ratio<6>, 2>, LoRA<4>>, On<q_proj, v_proj, down_proj>>>;
   using H = Train<M, Batch<2>, Seq<16>>;
   using C = Train<M, Batch<2>, Seq<16>, OnCuda>;
   for (const bool graph : {false, true}) {
