@@ -313,3 +313,18 @@ TEST_CASE("LLM.int8: gradient check where every column is an outlier", "[host][i
   check_layer<Quantized<Everything, Linear<64, 16>>>();
   check_layer<Quantized<Everything, LoRA<4, Linear<64, 16, true>>>>();
 }
+
+TEST_CASE("LLM.int8 in a bf16 run tracks the f32 run", "[host][int8][bf16]") {
+  using F32 = host::Trainer<Run<LlamaQ<LLMInt8<>>>>;
+  using B16 = host::Trainer<Run<LlamaQ<LLMInt8<>>, Precision<BF16>>>;
+  const auto tok = ids(24, 8, 48), tgt = ids(24, 9, 48);
+  F32 a({.seed = 2, .lr = 1e-2});
+  B16 b({.seed = 2, .lr = 1e-2});
+  raise_gains(a);
+  raise_gains(b);
+  for (int s = 0; s < 4; ++s) {
+    const double la = a.step(tok, tgt).loss, lb = b.step(tok, tgt).loss;
+    INFO("step " << s + 1 << ": f32 " << la << ", bf16 " << lb);
+    CHECK(std::abs(la - lb) < 0.02 * la);
+  }
+}
