@@ -21,7 +21,8 @@ struct Quantized {
   static_assert(QuantFormat<Q>, "Quantized<Q, L>: Q must be a quantization format (NF4, NF4DQ, Int8, Int4, LLMInt8<>)");
   static constexpr bool is_recipe = headroom::is_recipe<L>();
   static_assert(is_projection_v<L>, "Quantized<Q, L>: L must be a linear projection (Linear, or LoRA / Frozen over one)");
-  HEADROOM_REQUIRE(is_recipe || Q::desc.block == 0 || L::in_features % Q::desc.block == 0,
+  // (block 0: one block per row, LLMInt8)
+  HEADROOM_REQUIRE(is_recipe || L::in_features % (Q::desc.block == 0 ? 1 : Q::desc.block) == 0,
                    "Quantized<Q, L>: the quantization block size of Q ({}) must divide the row length (in_features) of L ({})",
                    Q::desc.block, L::in_features);
   HEADROOM_REQUIRE(std::is_void_v<typename quant_format_of<L>::type>,

@@ -255,16 +255,22 @@ constexpr models::LlamaConfig int8_llama{64, 64, 128, 2, 4, 2, 64, false};  // v
 // Tokens whose embeddings hold one dominant feature each (1 there, ~1e-3
 // elsewhere): after RMSNorm (gain 1) that feature is ~8 = sqrt(64), beyond
 // the threshold 6, and the others far below it; the other tokens'
-// embeddings are random (|x| ~ 1 after the norm).
+// embeddings are random (|x| ~ 1 after the norm). (Beside the adapters
+// everything is frozen, the embeddings too: the planted rows stay.)
 constexpr std::int32_t planted_tokens[] = {5, 9, 13};
 constexpr i64 planted_features[] = {3, 17, 40};
+
+// Every dense parameter's values (cuda: download_weight; host: weight()), by path.
+template <class Trainer>
+std::vector<float> values(const Trainer& t, const ParamSlot& p) {
+  if constexpr (requires { t.download_weight(p); }) return t.download_weight(p);
+  else return std::vector<float>(t.weight(p), t.weight(p) + p.elements());
+}
 
 template <class Trainer>
 void plant_features(Trainer& t) {
   const ParamSlot& e = *Trainer::find("embed_tokens.weight");
-  std::vector<float> table(static_cast<std::size_t>(e.elements()));
-  if constexpr (requires { t.download_weight(e); }) table = t.download_weight(e);
-  else std::copy(t.weight(e), t.weight(e) + e.elements(), table.begin());
+  std::vector<float> table = values(t, e);
   const std::vector<float> small = cuda_test::pattern(static_cast<std::size_t>(e.cols), 51, 1e-3f);
   for (int k = 0; k < 3; ++k) {
     float* row = table.data() + planted_tokens[k] * e.cols;
@@ -297,10 +303,13 @@ TokenBatch batch(std::uint32_t seed, int planted) {
 
 // Host against CUDA, f32: the LLM.int8 forward is the same operations on
 // both engines (above), so the runs differ only by the summation orders of
-// the other ops (norms, attention, the dense GEMMs), ~1e-7 relative here;
-// the tolerances are 100 times that, and ten times below what computing
-// the plain dequantized product instead (quant_linear_forward) gives.
-constexpr double loss_rel = 1e-5, norm_rel = 1e-4, weight_rel = 1e-4;
+// the other ops (norms, attention, the dense GEMMs): losses and norms by
+// ~1e-7 relative, the adapters by up to ~4e-5 of their largest value (an
+// input code that rounds the other way). The tolerances leave a margin
+// over that and stay well below what the plain dequantized product
+// (quant_linear_forward) gives in LLM.int8's place: losses 2e-5 .. 1e-4
+// apart, norms 7e-4, adapters up to 3e-2.
+constexpr double loss_rel = 1e-5, norm_rel = 1e-4, weight_rel = 3e-4;
 
 TrainOptions options() {
   TrainOptions o;
@@ -308,13 +317,6 @@ TrainOptions options() {
   o.clip_norm = 1.0;
   o.seed = 99;
   return o;
-}
-
-// Every dense parameter's values (cuda: download_weight; host: weight()), by path.
-template <class Trainer>
-std::vector<float> values(const Trainer& t, const ParamSlot& p) {
-  if constexpr (requires { t.download_weight(p); }) return t.download_weight(p);
-  else return std::vector<float>(t.weight(p), t.weight(p) + p.elements());
 }
 
 // The CUDA trainer's dense parameters (adapters included) against the host's, by path.

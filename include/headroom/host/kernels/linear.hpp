@@ -146,6 +146,7 @@ std::int64_t llm_int8_forward(const T* x, const QuantView& w, T* y, std::int64_t
       if (found < bound) outliers[found] = static_cast<std::int32_t>(j);
       ++found;
     }
+  reinterpret_cast<std::int32_t*>(scratch + at.count)[0] = static_cast<std::int32_t>(found);
   if (found > bound) return found;
   // 2. the rest of each row in int8: its absmax over the other columns
   parallel_for(n, workers, [&](std::int64_t i, int) {
