@@ -17,6 +17,7 @@
 //     updates nothing, and the next batch trains; eagerly and replayed from a
 //     captured CUDA graph.
 #include "../support/kernel_test.hpp"
+#include "../support/trainer_test.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -311,14 +312,6 @@ TokenBatch batch(std::uint32_t seed, int planted) {
 // apart, norms 7e-4, adapters up to 3e-2.
 constexpr double loss_rel = 1e-5, norm_rel = 1e-4, weight_rel = 3e-4;
 
-TrainOptions options() {
-  TrainOptions o;
-  o.lr = 3e-3;
-  o.clip_norm = 1.0;
-  o.seed = 99;
-  return o;
-}
-
 // The CUDA trainer's dense parameters (adapters included) against the host's, by path.
 template <class H, class C>
 void check_weights_match(const host::Trainer<H>& h, const cuda::Trainer<C>& c, double rtol) {
@@ -347,8 +340,8 @@ TEST_CASE("cuda::Trainer f32 matches host::Trainer: LLM.int8 + LoRA with outlier
   using H = Train<M, Batch<2>, Seq<16>>;
   using C = Train<M, Batch<2>, Seq<16>, OnCuda>;
   static_assert(plan<C>().flops_recompute > 0);
-  host::Trainer<H> h(options());
-  cuda::Trainer<C> c(options());
+  host::Trainer<H> h(cuda_test::trainer_options());
+  cuda::Trainer<C> c(cuda_test::trainer_options());
   plant_features(h);
   plant_features(c);
   const ParamSlot* q = cuda::Trainer<C>::find("layers.0.self_attn.q_proj.weight");
@@ -392,9 +385,9 @@ TEST_CASE("cuda::Trainer: a batch beyond LLM.int8's outlier bound throws outlier
   using C = Train<M, Batch<2>, Seq<16>, OnCuda>;
   for (const bool graph : {false, true}) {
     INFO("cuda_graph = " << graph);
-    TrainOptions o = options();
+    TrainOptions o = cuda_test::trainer_options();
     o.cuda_graph = graph;
-    host::Trainer<H> h(options());
+    host::Trainer<H> h(cuda_test::trainer_options());
     cuda::Trainer<C> c(o);
     plant_features(h);
     plant_features(c);

@@ -5,6 +5,7 @@
 // trainer's dispatch, arena offsets, chunking and copies with kernels run on
 // the CPU and cuBLASLt's products computed by the emulator.
 #include "../support/kernel_test.hpp"
+#include "../support/trainer_test.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -52,20 +53,12 @@ Curve train_steps(Trainer& t, int steps, std::int64_t vocab) {
   return c;
 }
 
-TrainOptions options() {
-  TrainOptions o;
-  o.lr = 3e-3;
-  o.clip_norm = 1.0;
-  o.seed = 99;
-  return o;
-}
-
 // The CUDA run of HostRun (the same options plus OnCuda) against the host
 // trainer: losses and gradient norms of `steps` steps within rel.
 template <class HostRun, class CudaRun>
 void compare_with_host(int steps, double loss_rel, double norm_rel) {
-  host::Trainer<HostRun> h(options());
-  cuda::Trainer<CudaRun> c(options());
+  host::Trainer<HostRun> h(cuda_test::trainer_options());
+  cuda::Trainer<CudaRun> c(cuda_test::trainer_options());
   constexpr std::int64_t vocab = host::Trainer<HostRun>::vocab_size();
   // the plan is the truth: the device arena is the plan's bytes
   REQUIRE(c.arena_bytes(Tier::device) == plan<CudaRun>().peak_bytes(Tier::device));
@@ -141,7 +134,7 @@ TEST_CASE("cuda::Trainer f32 matches host::Trainer: the MLP's activation recompu
 
 TEST_CASE("cuda::Trainer f32 matches host::Trainer: UpdateInBackward", "[trainer]") {
   using M = models::Llama<models::tiny_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0;
   host::Trainer<Train<M, Batch<2>, Seq<16>, UpdateInBackward>> h(o);
   cuda::Trainer<Train<M, Batch<2>, Seq<16>, UpdateInBackward, OnCuda>> c(o);
@@ -160,8 +153,8 @@ TEST_CASE("cuda::Trainer f32 matches host::Trainer: UpdateInBackward", "[trainer
 TEST_CASE("cuda::Trainer bf16 stays close to the f32 host run and learns", "[trainer]") {
   using H = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>>;
   using C = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>;
-  host::Trainer<H> h(options());
-  cuda::Trainer<C> c(options());
+  host::Trainer<H> h(cuda_test::trainer_options());
+  cuda::Trainer<C> c(cuda_test::trainer_options());
   const std::vector<std::int32_t> stream = token_pattern(33, small_gpt2.vocab, 5);
   const std::vector<std::int32_t> tokens(stream.begin(), stream.end() - 1), targets(stream.begin() + 1, stream.end());
   const double first_host = h.step(tokens, targets).loss;
@@ -174,7 +167,7 @@ TEST_CASE("cuda::Trainer bf16 stays close to the f32 host run and learns", "[tra
 
 TEST_CASE("cuda::Trainer rejects a bad batch with the host's message", "[trainer]") {
   using C = Train<models::GPT2<small_gpt2>, Batch<1>, Seq<8>, OnCuda>;
-  cuda::Trainer<C> c(options());
+  cuda::Trainer<C> c(cuda_test::trainer_options());
   std::vector<std::int32_t> tokens(8, 1), targets(8, 1);
   targets[3] = 384;
   CHECK_THROWS_WITH(c.step(tokens, targets), Catch::Contains("outside the vocabulary [0, 384)"));
@@ -194,7 +187,7 @@ TEST_CASE("cuda::Trainer: steps replayed from a CUDA graph match eager steps", "
   using M = models::Llama<models::tiny_llama, Apply<LoRA<4, Linear<>, Ratio<4>, Ratio<1, 5>>, On<q_proj, v_proj>>,
                           Apply<Checkpointed<>, EveryBlock>>;
   using C = Train<M, Batch<2>, Seq<16>, Accumulate<2>, OnCuda>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.warmup_steps = 2;  // a learning rate that changes from step to step
   cuda::Trainer<C> eager(o);
   o.cuda_graph = true;
@@ -221,7 +214,7 @@ TEST_CASE("cuda::Trainer: a non-finite loss updates nothing", "[trainer]") {
   using C = Train<models::GPT2<small_gpt2>, Batch<1>, Seq<8>, SGD<Ratio<0>>, OnCuda>;
   for (const bool graph : {false, true}) {
     INFO("cuda_graph = " << graph);
-    TrainOptions o = options();
+    TrainOptions o = cuda_test::trainer_options();
     o.lr = 1e12;  // diverges within a few steps
     o.clip_norm = 0;
     o.cuda_graph = graph;
@@ -259,14 +252,14 @@ TEST_CASE("cuda::Trainer loads and saves Hugging Face checkpoints like host::Tra
   using C = Train<M, Batch<2>, Seq<16>, OnCuda>;
   const auto dir = std::filesystem::temp_directory_path() / "headroom_cuda_io_test";
   std::filesystem::create_directories(dir);
-  TrainOptions other = options();
+  TrainOptions other = cuda_test::trainer_options();
   other.seed = 7;  // different initial weights, replaced by the file's
   host::Trainer<H> h(other);
   io::save_pretrained(h, dir / "base.safetensors");
-  cuda::Trainer<C> c(options());
+  cuda::Trainer<C> c(cuda_test::trainer_options());
   io::load_pretrained(c, dir / "base.safetensors");
   io::save_pretrained(c, dir / "from_cuda.safetensors");
-  host::Trainer<H> back(options());
+  host::Trainer<H> back(cuda_test::trainer_options());
   io::load_pretrained(back, dir / "from_cuda.safetensors");
   for (std::size_t k = 0; k < host::Trainer<H>::param_count; ++k) {
     const ParamSlot& p = host::Trainer<H>::param(k);
@@ -296,10 +289,10 @@ namespace {
 TEST_CASE("cuda::Trainer: weights uploaded right before a step are the weights it trains", "[trainer][upload]") {
   using H = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>>;
   using C = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>, OnCuda>;
-  host::Trainer<H> h(options());
-  cuda::Trainer<C> c(options());
+  host::Trainer<H> h(cuda_test::trainer_options());
+  cuda::Trainer<C> c(cuda_test::trainer_options());
   // new values for every parameter: the host's at another seed
-  TrainOptions other = options();
+  TrainOptions other = cuda_test::trainer_options();
   other.seed = 5;
   host::Trainer<H> source(other);
   for (std::size_t k = 0; k < host::Trainer<H>::param_count; ++k) {
@@ -334,7 +327,7 @@ TEST_CASE("cuda::Trainer: weights uploaded right before a step are the weights i
 TEST_CASE("cuda::Trainer: evaluate() after steps replayed from a CUDA graph (offloaded blocks)", "[trainer][graph]") {
   using M = models::GPT2<small_gpt2, Apply<Offloaded<>, EveryBlock>>;
   using C = Train<M, Batch<1>, Seq<16>, OnCuda>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   cuda::Trainer<C> eager(o);
   o.cuda_graph = true;
   cuda::Trainer<C> graph(o);
@@ -362,8 +355,8 @@ TEST_CASE("cuda::Trainer: an odd vocabulary's logits have a padded leading dimen
   constexpr models::GPT2Config odd{385, 64, 1, 4, 64};
   using H = Train<models::GPT2<odd>, Batch<2>, Seq<16>, LossChunk<12>>;
   using C = Train<models::GPT2<odd>, Batch<2>, Seq<16>, LossChunk<12>, OnCuda>;
-  host::Trainer<H> h(options());
-  cuda::Trainer<C> c(options());
+  host::Trainer<H> h(cuda_test::trainer_options());
+  cuda::Trainer<C> c(cuda_test::trainer_options());
   const std::vector<std::int32_t> stream = token_pattern(33, odd.vocab, 3);
   const std::vector<std::int32_t> tokens(stream.begin(), stream.end() - 1), targets(stream.begin() + 1, stream.end());
 #if !defined(__CUDACC__)
@@ -461,7 +454,7 @@ TEST_CASE("cuda::Trainer: a finite loss with a non-finite gradient updates nothi
   for (const double clip : {1.0, 0.0})
     for (const bool graph : {false, true}) {
       INFO("clip_norm = " << clip << ", cuda_graph = " << graph);
-      TrainOptions o = options();
+      TrainOptions o = cuda_test::trainer_options();
       o.clip_norm = clip;
       o.cuda_graph = graph;
       cuda::Trainer<C> c(o);
@@ -495,7 +488,7 @@ TEST_CASE("cuda::Trainer: a finite loss with a non-finite gradient updates nothi
 // overflows is named.
 TEST_CASE("cuda::Trainer: a gradient norm that overflows f32 updates nothing", "[trainer][non_finite]") {
   using C = Train<models::GPT2<nan_gpt2>, Batch<1>, Seq<8>, OnCuda>;
-  cuda::Trainer<C> c(options());
+  cuda::Trainer<C> c(cuda_test::trainer_options());
   train_steps(c, 1, nan_gpt2.vocab);
   break_mlp_backward(c, 3e19f);
   const Snapshot before = snapshot(c);
@@ -526,7 +519,7 @@ TEST_CASE("cuda::Trainer: UpdateInBackward stops updating at the first non-finit
   using M = models::GPT2<nan_gpt2>;
   using C = Train<M, Batch<1>, Seq<8>, UpdateInBackward, OnCuda>;
   using Twin = Train<M, Batch<1>, Seq<8>, OnCuda>;  // keeps every gradient to the end of the step
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0;
   cuda::Trainer<C> c(o);
   cuda::Trainer<Twin> twin(o);
@@ -635,7 +628,7 @@ void compare_offloaded(TrainOptions o, int steps, std::int64_t vocab, double nor
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW bf16 trains bit for bit as on the device, clipped and not", "[trainer][offload]") {
   using M = models::GPT2<small_gpt2>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.5;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
                     Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_gpt2.vocab, 0);
@@ -650,7 +643,7 @@ constexpr models::LlamaConfig small_llama{64, 64, 128, 2, 4, 2, 64, false};  // 
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW8bit", "[trainer][offload]") {
   using M = models::Llama<small_llama>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.5;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OnCuda>,
                     Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 0);
@@ -658,7 +651,7 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW8bit", "[trainer][offload]") {
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: SGD with Accumulate<2> (f32)", "[trainer][offload]") {
   using M = models::GPT2<small_gpt2>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OffloadOptimizer, OnCuda>,
                     Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 20, small_gpt2.vocab, 1e-5);
@@ -666,7 +659,7 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: SGD with Accumulate<2> (f32)", "[trai
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: LoRA", "[trainer][offload]") {
   using M = models::Llama<small_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.01;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
                     Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_llama.vocab, 0);
@@ -679,7 +672,7 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: LoRA", "[trainer][offload]") {
 
 TEST_CASE("cuda::Trainer OffloadParameters: AdamW bf16, GPT-2's tied head, clipped and not", "[trainer][offload][offload_params]") {
   using M = models::GPT2<small_gpt2>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.5;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OffloadParameters, OnCuda>,
                     Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_gpt2.vocab, 0);
@@ -691,7 +684,7 @@ TEST_CASE("cuda::Trainer OffloadParameters: AdamW bf16, GPT-2's tied head, clipp
 TEST_CASE("cuda::Trainer OffloadParameters: QLoRA (NF4 + LoRA, checkpointed blocks, AdamW8bit) with Accumulate<2>",
           "[trainer][offload][offload_params]") {
   using M = models::Llama<small_llama, Apply<Quantized<NF4, LoRA<4>>, On<q_proj, v_proj, down_proj>>, Apply<Checkpointed<>, EveryBlock>>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.01;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OffloadParameters, OnCuda>,
                     Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 0);
@@ -704,7 +697,7 @@ TEST_CASE("cuda::Trainer OffloadParameters: QLoRA (NF4 + LoRA, checkpointed bloc
 // activations offloaded: prefetches and fetches share the copy stream.
 TEST_CASE("cuda::Trainer OffloadParameters: f32 SGD, offloaded blocks, Accumulate<2>", "[trainer][offload][offload_params]") {
   using M = models::GPT2<small_gpt2, Apply<Offloaded<>, EveryBlock>>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OffloadOptimizer, OffloadParameters, OnCuda>,
                     Train<M, Batch<1>, Seq<16>, Accumulate<2>, SGD<>, OnCuda>>(o, 20, small_gpt2.vocab, 1e-5);
@@ -733,7 +726,7 @@ void check_offloaded_non_finite() {
   const std::vector<std::int32_t> tokens(stream.begin(), stream.end() - 1), targets(stream.begin() + 1, stream.end());
   for (const double clip : {1.0, 0.0}) {
     INFO("clip_norm = " << clip);
-    TrainOptions o = options();
+    TrainOptions o = cuda_test::trainer_options();
     o.clip_norm = clip;
     cuda::Trainer<C> c(o);
     cuda::Trainer<Twin> twin(o);
@@ -805,7 +798,7 @@ TEST_CASE("cuda::Trainer OffloadParameters: a non-finite gradient stops the upda
 // it and the weights' copies back: refused, with the reason.
 TEST_CASE("cuda::Trainer OffloadOptimizer refuses cuda_graph", "[trainer][offload]") {
   using C = Train<models::GPT2<nan_gpt2>, Batch<1>, Seq<8>, OffloadOptimizer, OnCuda>;
-  TrainOptions o = options();
+  TrainOptions o = cuda_test::trainer_options();
   o.cuda_graph = true;
   CHECK_THROWS_WITH(cuda::Trainer<C>(o), Catch::Contains("OffloadOptimizer") && Catch::Contains("cuda_graph = false"));
 }
