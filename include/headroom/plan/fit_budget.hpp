@@ -52,6 +52,7 @@
 #include <string_view>
 
 #include "../core/diagnostic.hpp"
+#include "../layers/ops_of.hpp"
 #include "../models/gpt2.hpp"
 #include "../models/llama.hpp"
 #include "../policies/apply.hpp"
@@ -176,17 +177,8 @@ struct add_list<M, type_list<Rs...>> {
 
 // Train<M', Options'...>: the run's options without its optimizer, then the
 // variant's optimizer (or the run's), then OffloadOptimizer when asked.
-template <class Kept, class Rest>
-struct options_without_optimizer;
-template <class... Kept>
-struct options_without_optimizer<type_list<Kept...>, type_list<>> {
-  using type = type_list<Kept...>;
-};
-template <class... Kept, class O, class... Os>
-struct options_without_optimizer<type_list<Kept...>, type_list<O, Os...>> {
-  using type = typename options_without_optimizer<std::conditional_t<Optimizer<O>, type_list<Kept...>, type_list<Kept..., O>>,
-                                                  type_list<Os...>>::type;
-};
+template <class... Os>
+using options_without_optimizer = typename detail::concat<std::conditional_t<Optimizer<Os>, type_list<>, type_list<Os>>...>::type;
 template <class M, class Options>
 struct train_of;
 template <class M, class... Os>
@@ -200,7 +192,7 @@ template <class M, class... Os, class Opt, class... Recipes, Remedy R, int K, bo
 struct candidate_run<Train<M, Os...>, Variant<Opt, Recipes...>, R, K, Offload> {
   using optimizer = std::conditional_t<std::is_same_v<Opt, Keep>, typename Train<M, Os...>::optimizer, Opt>;
   using model = typename add_list<typename with_recipes<M, Recipes...>::type, typename remedy_recipes<R, K>::type>::type;
-  using options = typename detail::concat<typename options_without_optimizer<type_list<>, type_list<Os...>>::type,
+  using options = typename detail::concat<options_without_optimizer<Os...>,
                                           type_list<optimizer>,
                                           std::conditional_t<Offload, type_list<OffloadOptimizer>, type_list<>>>::type;
   using type = typename train_of<model, options>::type;
