@@ -100,6 +100,40 @@ void perturb_lora_b(Tr& t) {
   }
 }
 
+// A deterministic source of uniform (0, 1) values (a 32-bit LCG, 24 bits
+// used) and of normal ones (Box-Muller).
+struct Lcg {
+  std::uint32_t x;
+  double uniform() {
+    x = x * 1664525u + 1013904223u;
+    return (static_cast<double>(x >> 8) + 0.5) / 16777216.0;
+  }
+  double normal() { return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()); }
+};
+
+// Writes the model's original dense tensors (original.safetensors, under
+// their Hugging Face names) and loads them with io::load_pretrained, which
+// quantizes the quantized projections as it loads. Each tensor starts as the
+// trainer holds it (zeros where quantized); fill(hf param, slot, values)
+// then sets or edits it.
+template <class Tr, class Fill>
+void load_originals(Tr& t, const fs::path& dir, Fill&& fill) {
+  const std::vector<io::HfParam> params = io::hf_params<Tr>();
+  std::vector<std::vector<float>> values;
+  values.reserve(params.size());
+  std::vector<io::TensorView> views;
+  for (const io::HfParam& h : params) {
+    const ParamSlot& p = *h.slot;
+    std::vector<float>& v = values.emplace_back(static_cast<std::size_t>(p.elements()));
+    if (p.quant.kind == QuantKind::none)
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t.weight(p)[i];
+    fill(h, p, v);
+    views.push_back(io::TensorView{h.name, DType::F32, h.shape, v.data()});
+  }
+  io::write_safetensors(dir / "original.safetensors", views, {{"format", "pt"}});
+  io::load_pretrained(t, dir / "original.safetensors");
+}
+
 // nf4: dense originals for the quantized projections (varied block scales, a
 // few heavy tails), loaded with io::load_pretrained, which quantizes them as
 // it loads (set_quantized); then the quantized state is written out.
@@ -109,42 +143,27 @@ void perturb_lora_b(Tr& t) {
 template <class Tr>
 void load_nf4_originals(Tr& t, const fs::path& dir) {
   const std::vector<io::HfParam> params = io::hf_params<Tr>();
-  std::vector<std::vector<float>> values;
-  values.reserve(params.size());
-  std::vector<io::TensorView> views;
-  std::uint32_t x = 2024;
-  auto uniform = [&] {
-    x = x * 1664525u + 1013904223u;
-    return (static_cast<double>(x >> 8) + 0.5) / 16777216.0;
-  };
+  Lcg g{2024};
   bool edge_done = false;
-  for (const io::HfParam& h : params) {
-    const ParamSlot& p = *h.slot;
-    std::vector<float>& v = values.emplace_back(static_cast<std::size_t>(p.elements()));
-    if (p.quant.kind == QuantKind::none) {
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t.weight(p)[i];
-    } else {
-      for (std::int64_t b = 0; b < p.elements() / 64; ++b) {
-        const double scale = 0.005 + 0.04 * uniform();  // each block its own absmax
-        for (std::int64_t i = b * 64; i < (b + 1) * 64; ++i) {
-          const double n = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
-          v[static_cast<std::size_t>(i)] = static_cast<float>(scale * n * (uniform() < 0.02 ? 4.0 : 1.0));
-        }
-      }
-      if (!edge_done) {
-        edge_done = true;
-        v[0] = 1.0f;
-        for (int i = 0; i < 15; ++i) {
-          v[static_cast<std::size_t>(1 + i)] = 0.5f * (math::nf4_code(i) + math::nf4_code(i + 1));
-          v[static_cast<std::size_t>(16 + i)] = math::nf4_code(i);
-        }
-        for (int i = 64; i < 128; ++i) v[static_cast<std::size_t>(i)] = 0.0f;
+  load_originals(t, dir, [&](const io::HfParam&, const ParamSlot& p, std::vector<float>& v) {
+    if (p.quant.kind == QuantKind::none) return;
+    for (std::int64_t b = 0; b < p.elements() / 64; ++b) {
+      const double scale = 0.005 + 0.04 * g.uniform();  // each block its own absmax
+      for (std::int64_t i = b * 64; i < (b + 1) * 64; ++i) {
+        const double n = g.normal();
+        v[static_cast<std::size_t>(i)] = static_cast<float>(scale * n * (g.uniform() < 0.02 ? 4.0 : 1.0));
       }
     }
-    views.push_back(io::TensorView{h.name, DType::F32, h.shape, v.data()});
-  }
-  io::write_safetensors(dir / "original.safetensors", views, {{"format", "pt"}});
-  io::load_pretrained(t, dir / "original.safetensors");
+    if (!edge_done) {
+      edge_done = true;
+      v[0] = 1.0f;
+      for (int i = 0; i < 15; ++i) {
+        v[static_cast<std::size_t>(1 + i)] = 0.5f * (math::nf4_code(i) + math::nf4_code(i + 1));
+        v[static_cast<std::size_t>(16 + i)] = math::nf4_code(i);
+      }
+      for (int i = 64; i < 128; ++i) v[static_cast<std::size_t>(i)] = 0.0f;
+    }
+  });
 
   std::vector<std::vector<float>> deq;
   deq.reserve(params.size());
@@ -189,36 +208,20 @@ constexpr bool has_llm_int8() {
 template <class Tr>
 void load_int8_originals(Tr& t, const fs::path& dir) {
   const std::vector<io::HfParam> params = io::hf_params<Tr>();
-  std::vector<std::vector<float>> values;
-  values.reserve(params.size());
-  std::vector<io::TensorView> views;
-  std::uint32_t x = 808;
-  auto uniform = [&] {
-    x = x * 1664525u + 1013904223u;
-    return (static_cast<double>(x >> 8) + 0.5) / 16777216.0;
-  };
-  for (const io::HfParam& h : params) {
-    const ParamSlot& p = *h.slot;
-    std::vector<float>& v = values.emplace_back(static_cast<std::size_t>(p.elements()));
+  Lcg g{808};
+  load_originals(t, dir, [&](const io::HfParam& h, const ParamSlot& p, std::vector<float>& v) {
     if (p.quant.kind == QuantKind::none) {
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = t.weight(p)[i];
       if (h.name.find("layernorm") != std::string::npos) {
         v[3] = v[17] = 10.0f;
         if (h.name.find("layers.1.") != std::string::npos) v[40] = 10.0f;
       }
-    } else {
-      for (std::int64_t r = 0; r < p.rows; ++r) {
-        const double scale = 0.02 + 0.1 * uniform();
-        for (std::int64_t c = 0; c < p.cols; ++c) {
-          const double n = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
-          v[static_cast<std::size_t>(r * p.cols + c)] = static_cast<float>(scale * n);
-        }
-      }
+      return;
     }
-    views.push_back(io::TensorView{h.name, DType::F32, h.shape, v.data()});
-  }
-  io::write_safetensors(dir / "original.safetensors", views, {{"format", "pt"}});
-  io::load_pretrained(t, dir / "original.safetensors");
+    for (std::int64_t r = 0; r < p.rows; ++r) {
+      const double scale = 0.02 + 0.1 * g.uniform();
+      for (std::int64_t c = 0; c < p.cols; ++c) v[static_cast<std::size_t>(r * p.cols + c)] = static_cast<float>(scale * g.normal());
+    }
+  });
   std::vector<io::TensorView> q;
   for (const io::HfParam& h : params) {
     const ParamSlot& p = *h.slot;
