@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 namespace {
@@ -314,6 +315,46 @@ TEST_CASE("data set: the unigram baseline, computed by hand", "[io][dataset]") {
   // a uniform training split over the whole vocabulary gives ln V
   const auto uniform = make_dataset(tmp, Ids{0, 1, 2, 3, 0, 1, 2, 3, 1, 2}, 4, 0.2);
   CHECK(uniform.unigram_loss() == Approx(std::log(4.0)).epsilon(1e-12));
+}
+
+TEST_CASE("data set: a header's vocab size sizes nothing the file does not back", "[io][dataset]") {
+  const TempDir tmp;
+  // vocab 2^32 - 1 in a 44-byte file (5 tokens of 4 bytes): once a table of 8 bytes per id, 32 GiB
+  // and std::bad_alloc. train = [5 5 7 1000000], validation = [9]: p(9) = 1 / (4 + V)
+  const double V = 4294967295.0;
+  const auto huge = make_dataset(tmp, Ids{5, 5, 7, 1000000, 9}, 4294967295u, 0.2);
+  CHECK(fs::file_size(tmp / "data.tok") == 44);
+  REQUIRE(huge.validation_size() == 1);
+  CHECK(huge.unigram_loss() == Approx(std::log(4 + V)).epsilon(1e-12));
+
+  // vocab 2^29 (4 GiB as such a table, 4.2 GB resident once filled): the process's peak resident
+  // set grows by far less. train = [3 3 2^29-1 3 8], validation = [3 8]: p(3) = 4 / (5 + V), p(8) = 2 / (5 + V)
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const double V2 = 536870912.0;
+  const auto big = make_dataset(tmp, Ids{3, 3, 536870911, 3, 8, 3, 8}, 536870912u, 0.3);
+  REQUIRE(big.validation_size() == 2);
+  CHECK(big.unigram_loss() == Approx(-(std::log(4 / (5 + V2)) + std::log(2 / (5 + V2))) / 2).epsilon(1e-12));
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 256 * 1024);  // KiB
+
+  // the dense table and the sorted ids agree: the same ids under a vocabulary on either side of the bound
+  // (tokens + 65,536 = 65,556)
+  Ids ids;
+  std::mt19937 g(7);
+  for (int i = 0; i < 20; ++i) ids.push_back(static_cast<std::int32_t>(g() % 50));
+  const double dense = make_dataset(tmp, ids, 65556, 0.25).unigram_loss();
+  const double sorted = make_dataset(tmp, ids, 65557, 0.25).unigram_loss();
+  const double V3 = 65556.0;  // the sparse one's denominator is one larger: compare it by hand
+  double by_hand = 0;
+  for (std::size_t i = 15; i < 20; ++i) {
+    double count = 0;
+    for (std::size_t j = 0; j < 15; ++j) count += ids[j] == ids[i];
+    by_hand -= std::log((count + 1) / (15 + V3 + 1));
+  }
+  CHECK(sorted == Approx(by_hand / 5).epsilon(1e-12));
+  CHECK(dense == Approx(sorted - std::log(15 + V3 + 1) + std::log(15 + V3)).epsilon(1e-12));
 }
 
 TEST_CASE("data set from a text file: tokenized once, cached as a token file", "[io][dataset]") {

@@ -19,6 +19,7 @@
 // part (the tail, contiguous), draws training batches at random offsets from a
 // seeded generator, walks the validation part in fixed windows, and gives the
 // unigram baseline a model has to beat.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
@@ -390,20 +391,35 @@ class TokenDataset {
     return x % n;
   }
 
+  // The counts behind unigram_loss(). What they take is bounded by the file,
+  // never by the header's vocab size alone (a 200-byte file may claim 2^32 - 1
+  // ids): a dense table of V counts when V is at most the file's token count
+  // plus 65,536, else a sorted copy of the training ids (4 bytes a token),
+  // where a validation token's count is the length of its run.
   double compute_unigram_loss() const {
-    const std::size_t V = file_.vocab_size();
-    std::vector<std::uint64_t> counts(V, 0);
-    for (std::size_t i = 0; i < file_.size(); ++i) {
+    const std::size_t V = file_.vocab_size(), n = file_.size();
+    for (std::size_t i = 0; i < n; ++i) {
       const std::int32_t id = file_[i];
       if (id < 0 || static_cast<std::size_t>(id) >= V)
         fail("token id " + std::to_string(id) + " at position " + std::to_string(i) +
              " is outside the vocabulary [0, " + std::to_string(V) + ") of the header");
-      if (i < train_) ++counts[static_cast<std::size_t>(id)];
     }
     const double log_denominator = std::log(static_cast<double>(train_) + static_cast<double>(V));
     double sum = 0;
-    for (std::size_t i = train_; i < file_.size(); ++i)
-      sum += std::log(static_cast<double>(counts[static_cast<std::size_t>(file_[i])] + 1)) - log_denominator;
+    auto add = [&](std::uint64_t count) { sum += std::log(static_cast<double>(count + 1)) - log_denominator; };
+    if (V <= n + 65536) {
+      std::vector<std::uint64_t> counts(V, 0);  // (V)
+      for (std::size_t i = 0; i < train_; ++i) ++counts[static_cast<std::size_t>(file_[i])];
+      for (std::size_t i = train_; i < n; ++i) add(counts[static_cast<std::size_t>(file_[i])]);
+    } else {
+      std::vector<std::int32_t> train(train_);  // (train_size()) sorted
+      file_.copy(0, train_, train.data());
+      std::sort(train.begin(), train.end());
+      for (std::size_t i = train_; i < n; ++i) {
+        const auto [first, last] = std::equal_range(train.begin(), train.end(), file_[i]);
+        add(static_cast<std::uint64_t>(last - first));
+      }
+    }
     return -sum / static_cast<double>(validation_size());
   }
 
