@@ -14,6 +14,8 @@
 //   LoRA and QLoRA (NF4) adapters with checkpointed blocks, AdamW8bit, SGD.
 #include <catch2/catch.hpp>
 
+#include "support/repeats.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -35,9 +37,11 @@ std::vector<std::int32_t> pattern(std::size_t n, int vocab, int shift) {
   return v;
 }
 
-// The losses of `steps` steps of Run's bf16 run and of its f32 twin.
+// The losses of `steps` steps of Run's bf16 run and of its f32 twin (4 under
+// the sanitizers, support/repeats.hpp: too few to ask that both learn).
 template <class R16, class R32>
 void tracks_f32(int steps, double first_tol, double step_tol, host::TrainOptions o = {.lr = 1e-3, .warmup_steps = 2}) {
+  steps = test::repeats(steps, 4);
   host::Trainer<R16> a(o);
   host::Trainer<R32> b(o);
   using Tr = host::Trainer<R16>;
@@ -55,8 +59,10 @@ void tracks_f32(int steps, double first_tol, double step_tol, host::TrainOptions
     last32 = y.loss;
   }
   // both learn, the bf16 run at least nine tenths as much as the f32 run
-  CHECK(first32 - last32 > 0.05);
-  CHECK(first - last >= 0.9 * (first32 - last32));
+  if (!test::under_sanitizers) {
+    CHECK(first32 - last32 > 0.05);
+    CHECK(first - last >= 0.9 * (first32 - last32));
+  }
   // the stored weights are the masters rounded, to the bit
   for (std::size_t k = 0; k < Tr::param_count; ++k) {
     const auto& p = Tr::param(k);

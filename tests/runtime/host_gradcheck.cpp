@@ -7,6 +7,7 @@
 
 #include "support/fixtures.hpp"
 #include "support/gradients.hpp"
+#include "support/repeats.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -35,10 +36,11 @@ void check_arena(const Trainer& t) {
 }
 
 // Central differences (of evaluate(), which runs no backward) on a spread of
-// elements of every trainable parameter; LoRA's B given values first, so both
+// elements of every trainable parameter (the first and last under the
+// sanitizers: support/repeats.hpp); LoRA's B given values first, so both
 // adapters' gradients are checked for real.
 template <class R>
-void gradcheck(int per_param = 6) {
+void gradcheck(int per_param = test::repeats(6, 2)) {
   host::Trainer<R> t({.seed = 11});
   check_arena(t);
   test::perturb_lora_b(t);

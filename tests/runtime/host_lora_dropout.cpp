@@ -7,6 +7,7 @@
 
 #include "support/fixtures.hpp"
 #include "support/gradients.hpp"
+#include "support/repeats.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -139,7 +140,8 @@ TEST_CASE("gradcheck: LoRA dropout on every Llama projection, through the step's
   const std::int64_t n = Tr::tokens_per_micro_batch;
   const auto tok = ids(n, 1, 48), tgt = ids(n, 2, 48);
   t.forward_backward(tok, tgt);
-  CHECK(test::central_differences(t, 4, [&] { return t.forward_backward(tok, tgt); }) == 4 * 2 * 7 * 2);
+  const int per_param = test::repeats(4, 2);  // elements of each of A and B, in 7 projections of 2 blocks
+  CHECK(test::central_differences(t, per_param, [&] { return t.forward_backward(tok, tgt); }) == per_param * 2 * 7 * 2);
   // and the masks matter: the same weights without dropout give another loss
   host::Trainer<Run<LlamaNoDrop, Precision<DType::F64>>> plain({.seed = 11});
   perturb_lora_b(plain);

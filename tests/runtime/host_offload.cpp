@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "support/fixtures.hpp"
+#include "support/repeats.hpp"
 
 using namespace headroom;
 using headroom::test::mismatch_at;
@@ -72,8 +73,9 @@ void check_same_model(const A& a, const B& b) {
   }
 }
 
-// 20 steps of the run on the device and with OffloadOptimizer (and
-// `Also`: OffloadParameters), same seed and batches.
+// 20 steps (3 under the sanitizers: support/repeats.hpp) of the run on the
+// device and with OffloadOptimizer (and `Also`: OffloadParameters), same
+// seed and batches.
 template <class Also, class Model, class... Options>
 struct offloaded {
   using type = Train<Model, Options..., OffloadOptimizer, Also>;
@@ -95,7 +97,7 @@ void same_as_on_device(double clip) {
   A a(o);
   B b(o);
   REQUIRE(b.arena(Tier::offload).file_backed());
-  for (int s = 0; s < 20; ++s) {
+  for (int s = 0, steps = test::repeats(20, 3); s < steps; ++s) {
     const Stream d(static_cast<std::size_t>(A::tokens_per_step), 30 + s);
     const StepStats x = a.step(d.tok, d.tgt), y = b.step(d.tok, d.tgt);
     INFO("step " << s + 1);
@@ -197,15 +199,16 @@ void resumes_bit_identically() {
   const TempDir tmp;
   const TrainOptions o{.seed = 5, .lr = 1e-2, .clip_norm = 1.0, .offload_dir = tmp.dir};
   Tr whole(o), first(o);
-  for (int s = 0; s < 10; ++s) {
+  const int half = test::repeats(10, 2);  // steps before the checkpoint and after it
+  for (int s = 0; s < half; ++s) {
     const Stream d(static_cast<std::size_t>(Tr::tokens_per_step), 60 + s);
     CHECK(whole.step(d.tok, d.tgt).loss == first.step(d.tok, d.tgt).loss);
   }
   io::save_checkpoint(first, tmp / "ckpt");
   Tr resumed({.seed = 99, .lr = 1e-2, .clip_norm = 1.0, .offload_dir = tmp.dir});  // other initial weights: the checkpoint decides
   io::load_checkpoint(resumed, tmp / "ckpt");
-  CHECK(resumed.steps_done() == 10);
-  for (int s = 10; s < 20; ++s) {
+  CHECK(resumed.steps_done() == half);
+  for (int s = half; s < 2 * half; ++s) {
     const Stream d(static_cast<std::size_t>(Tr::tokens_per_step), 60 + s);
     CHECK(whole.step(d.tok, d.tgt).loss == resumed.step(d.tok, d.tgt).loss);
   }
