@@ -289,7 +289,7 @@ constexpr void sort_by_birth(cvec<int>& items, const Spans& s, int events, bool 
   items = out_v;
 }
 
-// A buffer already placed, as the sweeps see it.
+// A buffer already placed, as the check's sweep sees it.
 struct Placed {
   std::int64_t offset = 0, end = 0;
   int last = 0;
@@ -308,6 +308,9 @@ struct PackOrder {
 //      birth order, so it takes the room the freed activations leave;
 //   3. everything else is swept in birth order, each buffer into the
 //      smallest gap between the buffers still alive (best fit), above 1.
+//      The sweep keeps the gaps, not the live buffers: a placement scans
+//      the gaps (far fewer than the buffers alive: the saved activations
+//      lie back to back), a death merges one buffer into its neighbours.
 constexpr std::int64_t pack(Spans& s, int events, int loss_event, PackOrder how = {}) {
   const int n = static_cast<int>(s.first.size());
   const int* first = s.first.begin();
@@ -328,35 +331,81 @@ constexpr std::int64_t pack(Spans& s, int events, int loss_event, PackOrder how 
   }
   sort_by_birth(bottom, s, events, how.largest_first);
   sort_by_birth(top, s, events);
-  // the buffers alive at the current birth, sorted by offset
-  cvec<Placed> live_v;
-  live_v.reserve(bottom.size() + 1);
+  // The free room below the end of the highest live buffer (`top_end`, base
+  // when none lives): its maximal intervals [gap_lo, gap_hi), sorted by
+  // offset. Sizes are positive (empty tensors get no buffer), so two live
+  // buffers never share an end and the gaps are exactly the room between
+  // consecutive live buffers.
+  const std::size_t room = bottom.size() + 1;
+  cvec<std::int64_t> gap_lo_v(room, 0), gap_hi_v(room, 0);
+  std::int64_t* gap_lo = gap_lo_v.begin();
+  std::int64_t* gap_hi = gap_hi_v.begin();
+  std::size_t gaps = 0;
+  std::int64_t top_end = base;
+  // the bottom buffers placed so far, listed by their last event
+  cvec<int> dies_head_v(static_cast<std::size_t>(events), -1), dies_next_v(static_cast<std::size_t>(n), -1);
+  int* dies_head = dies_head_v.begin();
+  int* dies_next = dies_next_v.begin();
+  int freed_through = -1;  // every placed buffer whose last event is at most this one is free
   for (int i : bottom) {
     const int born = first[i];
-    const std::int64_t sz = size[i];
-    std::int64_t best = -1, best_gap = -1, cursor = base;
-    std::size_t best_pos = 0, w = 0;
-    Placed* live = live_v.begin();
-    const std::size_t count = live_v.size();
-    for (std::size_t k = 0; k < count; ++k) {
-      if (live[k].last < born) continue;  // dead: dropped by compaction
-      const std::int64_t gap = live[k].offset - cursor;
-      if (gap >= sz && (best_gap < 0 || gap < best_gap)) {
-        best_gap = gap;
-        best = cursor;
-        best_pos = w;
+    // free what died before this birth: merge it into its neighbouring gaps
+    for (int e = freed_through + 1; e < born; ++e) {
+      for (int j = dies_head[e]; j >= 0; j = dies_next[j]) {
+        const std::int64_t lo = offset[j], hi = lo + size[j];
+        if (hi == top_end) {  // the highest: the top comes down past any gap below it
+          top_end = lo;
+          if (gaps > 0 && gap_hi[gaps - 1] == top_end) top_end = gap_lo[--gaps];
+          continue;
+        }
+        std::size_t a = 0, z = gaps;  // the first gap above lo
+        while (a < z) {
+          const std::size_t m = (a + z) / 2;
+          if (gap_lo[m] < lo) a = m + 1;
+          else z = m;
+        }
+        const bool left = a > 0 && gap_hi[a - 1] == lo, right = a < gaps && gap_lo[a] == hi;
+        if (left && right) {
+          gap_hi[a - 1] = gap_hi[a];
+          for (std::size_t k = a + 1; k < gaps; ++k) gap_lo[k - 1] = gap_lo[k], gap_hi[k - 1] = gap_hi[k];
+          --gaps;
+        } else if (left) {
+          gap_hi[a - 1] = hi;
+        } else if (right) {
+          gap_lo[a] = lo;
+        } else {
+          for (std::size_t k = gaps; k > a; --k) gap_lo[k] = gap_lo[k - 1], gap_hi[k] = gap_hi[k - 1];
+          gap_lo[a] = lo;
+          gap_hi[a] = hi;
+          ++gaps;
+        }
       }
-      if (live[k].end > cursor) cursor = live[k].end;
-      if (w != k) live[w] = live[k];
-      ++w;
     }
-    while (live_v.size() > w) live_v.pop_back();
-    if (best < 0) {
-      best = cursor;
-      best_pos = w;
+    if (born - 1 > freed_through) freed_through = born - 1;
+    // best fit: the smallest gap that holds it, the lowest of equals; else on top
+    const std::int64_t sz = size[i];
+    std::size_t best = gaps;
+    std::int64_t best_gap = -1;
+    for (std::size_t k = 0; k < gaps; ++k) {
+      const std::int64_t g = gap_hi[k] - gap_lo[k];
+      if (g >= sz && (best_gap < 0 || g < best_gap)) {
+        best_gap = g;
+        best = k;
+      }
     }
-    offset[i] = best;
-    live_v.insert_at(best_pos, Placed{best, best + sz, last[i]});
+    if (best == gaps) {
+      offset[i] = top_end;
+      top_end += sz;
+    } else {
+      offset[i] = gap_lo[best];
+      gap_lo[best] += sz;
+      if (gap_lo[best] == gap_hi[best]) {
+        for (std::size_t k = best + 1; k < gaps; ++k) gap_lo[k - 1] = gap_lo[k], gap_hi[k - 1] = gap_hi[k];
+        --gaps;
+      }
+    }
+    dies_next[i] = dies_head[last[i]];
+    dies_head[last[i]] = i;
   }
   // depth of the top stack per event: non-decreasing (it never pops)
   cvec<std::int64_t> depth_v(events, 0);

@@ -180,7 +180,7 @@ constexpr int selected_out_of_range(int n) {
   else return -1;
 }
 template <class... Mods>
-constexpr int block_out_of_range(int n) {
+constexpr int block_out_of_range([[maybe_unused]] int n) {  // unused when Mods is empty
   int bad = -1;
   ((bad < 0 ? (void)(bad = selected_out_of_range<Mods>(n)) : (void)0), ...);
   return bad;
