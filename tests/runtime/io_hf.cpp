@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/fixtures.hpp"
+#include "support/hf_files.hpp"
 
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
@@ -29,6 +30,7 @@ namespace {
 using headroom::test::TempDir;
 using headroom::test::mismatch_at;
 using headroom::test::ids;
+using namespace headroom::test::hf_files;
 
 namespace fs = std::filesystem;
 
@@ -44,52 +46,6 @@ using LlamaQLoRA = models::Llama<llama_io, Apply<Quantized<NF4, LoRA<4>>, On<q_p
 template <class Tr>
 void train(Tr& t, int steps, std::uint32_t seed = 1) {
   for (int s = 0; s < steps; ++s) t.step(ids(24, seed + 2 * s), ids(24, seed + 2 * s + 1));
-}
-
-template <class Tr>
-std::vector<float> dense(const Tr& t, const ParamSlot& p) {
-  std::vector<float> v(static_cast<std::size_t>(p.elements()));
-  if (p.quant.kind == QuantKind::none) std::copy(t.weight(p), t.weight(p) + p.elements(), v.begin());
-  else host::dequantize_rows<float>(t.quant(p), 0, p.rows, v.data());
-  return v;
-}
-
-template <class Tr>
-void require_same_weights(const Tr& a, const Tr& b) {
-  for (std::size_t k = 0; k < Tr::param_count; ++k) {
-    const ParamSlot& p = Tr::param(k);
-    INFO(Tr::path_of(p));
-    REQUIRE(mismatch_at(dense(a, p), dense(b, p)) == -1);
-  }
-}
-
-// All tensors of a file, raw, so a test can change one and write them back.
-struct Raw {
-  std::string name;
-  DType dtype;
-  std::vector<std::int64_t> shape;
-  std::vector<unsigned char> bytes;
-};
-std::vector<Raw> read_all(const fs::path& p) {
-  const io::SafetensorsFile f(p);
-  std::vector<Raw> out;
-  for (const io::TensorInfo& t : f.tensors()) {
-    Raw r{t.name, t.dtype, t.shape, std::vector<unsigned char>(t.end - t.begin)};
-    f.read(t.name, r.bytes.data(), r.bytes.size());
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-void write_all(const fs::path& p, const std::vector<Raw>& raws) {
-  std::vector<io::TensorView> v;
-  for (const Raw& r : raws) v.push_back({r.name, r.dtype, r.shape, r.bytes.data()});
-  io::write_safetensors(p, v);
-}
-Raw& named(std::vector<Raw>& raws, const std::string& name) {
-  for (Raw& r : raws)
-    if (r.name == name) return r;
-  FAIL("no tensor " << name);
-  return raws.front();
 }
 
 template <class T>
@@ -376,8 +332,8 @@ TEST_CASE("hf: bad files give errors that name the file, the tensor and the prob
   SECTION("GPT-2: a Conv1D weight stored (out, in) is refused with a hint") {
     using G = host::Trainer<Run<GPT2>>;
     G g({.seed = 11});
-    io::save_pretrained(g, good.string() + ".gpt2");
-    auto raws = read_all(good.string() + ".gpt2");
+    io::save_pretrained(g, good.string() + ".gpt2.safetensors");
+    auto raws = read_all(good.string() + ".gpt2.safetensors");
     named(raws, "h.0.attn.c_attn.weight").shape = {192, 64};
     write_all(bad, raws);
     REQUIRE_THROWS_WITH(io::load_pretrained(g, bad), Contains("tensor 'h.0.attn.c_attn.weight'") &&

@@ -69,6 +69,7 @@ class Consolidated {
 
  public:
   using T = typename Trainer::T;
+  using run = typename Trainer::run;  // the model and its Seq (config.json is checked against them)
   // What the exporters read of a trainer type; the parameters are whole here.
   static constexpr const auto& plan = Model::plan;
   static constexpr const auto& sched = Model::sched;

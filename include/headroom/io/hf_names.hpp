@@ -3,8 +3,22 @@
 // Hugging Face name of every parameter, save_pretrained and load_pretrained.
 // Host only; not in the umbrella header.
 //
-//   io::save_pretrained(trainer, "out/model.safetensors");
+//   io::save_pretrained(trainer, "out/model.safetensors");   // one file
 //   io::load_pretrained(trainer, "Llama-3.2-1B/model.safetensors");
+//   io::save_pretrained(trainer, "out/llama");              // a model directory
+//   io::load_pretrained(trainer, "Meta-Llama-3-8B");        // config.json, index, shards
+//
+// Files and directories. A path ending in ".safetensors" is one weights
+// file. Any other path is a Hugging Face model directory: load_pretrained
+// checks its config.json against the run type first (hf_config.hpp; nothing
+// is read when a field differs), then reads model.safetensors or the shards
+// of model.safetensors.index.json, each shard opened once and read in
+// order (safetensors_shards.hpp); save_pretrained writes the weights as
+// model.safetensors or as shards of at most
+// PretrainedSaveOptions::max_shard_size bytes with their index, then
+// config.json. A model that is not a preset of a Hugging Face family (a
+// stack written by hand) has no config.json: its directory holds the
+// weights alone.
 //
 // Names. A trainer's parameter paths are the module paths of the model type
 // ("layers.3.self_attn.q_proj.weight"); the file uses the names of the
@@ -38,12 +52,20 @@
 // for (GPT-2's attn.bias masks, a tied lm_head.weight, ...) are ignored.
 //
 // Errors are io::format_error whose message names the file and the tensor:
-// a missing tensor, a wrong shape, a dtype that is not a float type. Every
-// tensor is checked before any parameter is written, so a bad file leaves the
-// trainer as it was.
+// a missing tensor, a wrong shape, a dtype that is not a float type (and
+// config_mismatch for config.json). Every tensor is checked before any
+// parameter is written, so a bad file leaves the trainer as it was.
+//
+// Memory. A load adds to the trainer's memory one staging buffer of
+// load_staging_bytes (16 MiB) of stored values, and, for a parameter that
+// is quantized, transposed (GPT-2's Conv1D) or kept in bf16 / f16 (set from
+// f32 values and masters), its values in f32 while it is set; f32 and f64
+// runs read a dense parameter straight into the arena.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,7 +74,9 @@
 
 #include "../host/quant.hpp"
 #include "../plan/schedule.hpp"
+#include "hf_config.hpp"
 #include "safetensors.hpp"
+#include "safetensors_shards.hpp"
 
 namespace headroom::io {
 
@@ -146,6 +170,12 @@ std::vector<HfParam> hf_params() {
   return out;
 }
 
+// How save_pretrained / save_merged write a model directory.
+struct PretrainedSaveOptions {
+  // The largest shard, in bytes of tensor data (transformers' default "5GB").
+  std::uint64_t max_shard_size = default_max_shard_size;
+};
+
 namespace detail::hf {
 
 // An engine whose arena is in host memory (host::Trainer: weight(p) is a
@@ -181,11 +211,16 @@ void transpose(const U* in, V* out, std::int64_t rows, std::int64_t cols) {
     for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = static_cast<V>(in[r * cols + c]);
 }
 
-// Writes the trainer's base parameters with Hugging Face names as F32.
+// A path save_pretrained writes as one file: it ends in ".safetensors".
+inline bool names_one_file(const std::filesystem::path& path) { return path.extension() == ".safetensors"; }
+
+// Writes the trainer's base parameters with Hugging Face names as F32, to
+// one file or a model directory (names_one_file).
 // `wants(p)` is true for a parameter whose values `apply(p, values)` changes
 // (in the trainer's (rows, cols) layout, in double) before they are written.
 template <class Trainer, class Wants, class Apply>
-void write_base(const Trainer& t, const std::filesystem::path& path, Wants&& wants, Apply&& apply) {
+void write_base(const Trainer& t, const std::filesystem::path& path, const PretrainedSaveOptions& o, std::string_view writer,
+                Wants&& wants, Apply&& apply) {
   HEADROOM_WHOLE_PARAMETERS("io::save_pretrained / save_merged");
   const std::vector<HfParam> params = hf_params<Trainer>();
   std::vector<std::vector<float>> staged;
@@ -211,7 +246,29 @@ void write_base(const Trainer& t, const std::filesystem::path& path, Wants&& wan
       for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
     views.push_back(TensorView{h.name, DType::F32, h.shape, out.data()});
   }
-  write_safetensors(path, views, {{"format", "pt"}});
+  if (names_one_file(path)) {
+    write_safetensors(path, views, {{"format", "pt"}});
+    return;
+  }
+  namespace hc = detail::hf_config;
+  namespace fs = std::filesystem;
+  constexpr bool config = hc::has_config<hc::model_of<Trainer>>;
+  const fs::path cfg = path / hf_config_file;
+  // into a missing or empty directory, or over a model
+  std::error_code ec;
+  if (fs::is_directory(path, ec) && !fs::is_empty(path, ec) && !fs::exists(cfg, ec) && !fs::exists(path / hf_weights_file, ec) &&
+      !fs::exists(path / hf_weights_index, ec))
+    throw overwrite_refused(std::string(writer) + ": " + path.string() + " is a directory that holds no model (no " + hf_config_file +
+                            ", " + hf_weights_file + " or " + hf_weights_index +
+                            "); a model is written into a new or empty directory, or over a model (nothing was written)");
+  if constexpr (config) check_replaceable(cfg, writer, "model config.json", is_hf_config);
+  write_safetensors_shards(path, views, {{"format", "pt"}}, o.max_shard_size, writer);
+  if constexpr (config) {
+    const std::string j = hf_config_json<Trainer>(DType::F32);
+    write_durably(
+        cfg, [&](std::ofstream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
+        [&](const std::string& what) { throw format_error(std::string(writer) + ": " + cfg.string() + ": " + what); });
+  }
 }
 
 [[noreturn]] inline void fail(const std::filesystem::path& file, const std::string& what) {
@@ -220,40 +277,49 @@ void write_base(const Trainer& t, const std::filesystem::path& path, Wants&& wan
 
 }  // namespace detail::hf
 
-// Writes the trainer's base parameters to `path` as a Hugging Face
-// model.safetensors (F32, Hugging Face names and layout; see the top of this
-// file). The write is atomic (write_safetensors).
+// Writes the trainer's base parameters (F32, Hugging Face names and layout;
+// see the top of this file) to `path`: one model.safetensors-style file
+// when it ends in ".safetensors", else a model directory (config.json and
+// the weights, sharded by o.max_shard_size). Each file is written atomically
+// and durably, and only over a file of its own kind.
 template <class Trainer>
-void save_pretrained(const Trainer& t, const std::filesystem::path& path) {
+void save_pretrained(const Trainer& t, const std::filesystem::path& path, const PretrainedSaveOptions& o = {}) {
   detail::hf::write_base(
-      t, path, [](const ParamSlot&) { return false; }, [](const ParamSlot&, std::vector<double>&) {});
+      t, path, o, "save_pretrained", [](const ParamSlot&) { return false; }, [](const ParamSlot&, std::vector<double>&) {});
 }
 
 // Loads every base parameter of the trainer from a Hugging Face
-// model.safetensors; quantized parameters are quantized from the loaded
-// values. Adapters, optimizer state and the step count are left as they are.
+// model.safetensors, or from a model directory (config.json checked first,
+// then model.safetensors or the index's shards; see the top of this file);
+// quantized parameters are quantized from the loaded values. Adapters,
+// optimizer state and the step count are left as they are.
 template <class Trainer>
 void load_pretrained(Trainer& t, const std::filesystem::path& path) {
   HEADROOM_WHOLE_PARAMETERS("io::load_pretrained");
   namespace st = detail::safetensors;
-  const SafetensorsFile file(path);
+  namespace hc = detail::hf_config;
+  std::error_code ec;
+  if constexpr (hc::has_config<hc::model_of<Trainer>>)
+    if (std::filesystem::is_directory(path, ec)) check_hf_config<Trainer>(path / hf_config_file);
+  const SafetensorsShards weights(path);
+  const bool sharded = weights.files().size() > 1;
   const std::vector<HfParam> params = hf_params<Trainer>();
 
   // Check everything first, so a bad file changes nothing.
-  std::vector<const TensorInfo*> found(params.size(), nullptr);
+  std::vector<SafetensorsShards::Found> found(params.size());
   std::vector<std::string> problems;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const HfParam& h = params[i];
     const std::vector<std::string> names = hf_accepted_names(hf_family<Trainer>(), h.path);
     for (const std::string& n : names)
-      if ((found[i] = file.find(n)) != nullptr) break;
-    const TensorInfo* ti = found[i];
+      if ((found[i] = weights.find(n)).tensor != nullptr) break;
+    const TensorInfo* ti = found[i].tensor;
     if (!ti) {
       std::string tried;
       for (std::size_t k = 1; k < names.size(); ++k) tried += (k > 1 ? "', '" : " (nor '") + names[k];
       if (!tried.empty()) tried += "')";
-      problems.push_back("tensor '" + names[0] + "'" + tried + " not found, for parameter " + h.path + " (the file has " +
-                         std::to_string(file.tensors().size()) + " tensors)");
+      problems.push_back("tensor '" + names[0] + "'" + tried + " not found, for parameter " + h.path + " (the " +
+                         (sharded ? "shards hold " : "file has ") + std::to_string(weights.tensor_count()) + " tensors)");
       continue;
     }
     std::string what;
@@ -264,7 +330,8 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
       what += "shape is " + st::shape_string(ti->shape) + ", expected " + st::shape_string(h.shape);
       if (h.transposed) what += " (GPT-2 Conv1D weights are stored transposed, (in, out))";
     }
-    if (!what.empty()) problems.push_back("tensor '" + ti->name + "': " + what);
+    const std::string in_shard = sharded ? " (in " + found[i].file->path().filename().string() + ")" : "";
+    if (!what.empty()) problems.push_back("tensor '" + ti->name + "'" + in_shard + ": " + what);
   }
   if (!problems.empty()) {
     std::string msg = problems[0];
@@ -273,31 +340,41 @@ void load_pretrained(Trainer& t, const std::filesystem::path& path) {
       for (std::size_t k = 1; k < problems.size() && k < 4; ++k) msg += (k > 1 ? "; " : "") + problems[k];
       msg += problems.size() > 4 ? "; ...)" : ")";
     }
-    detail::hf::fail(path, msg);
+    detail::hf::fail(weights.source(), msg);
   }
 
-  for (std::size_t i = 0; i < params.size(); ++i) {
+  // File by file, each opened once and read in data order.
+  std::vector<std::size_t> order(params.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const SafetensorsFile* first_file = weights.files().data();
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto fa = found[a].file - first_file, fb = found[b].file - first_file;
+    return fa != fb ? fa < fb : found[a].tensor->begin < found[b].tensor->begin;
+  });
+  std::unique_ptr<TensorStream> in;  // the open file
+  for (std::size_t i : order) {
     const HfParam& h = params[i];
     const ParamSlot& p = *h.slot;
-    const TensorInfo& ti = *found[i];
+    const TensorInfo& ti = *found[i].tensor;
+    if (!in || &in->file() != found[i].file) in = std::make_unique<TensorStream>(*found[i].file);
     const auto n = static_cast<std::size_t>(p.elements());
     if constexpr (detail::hf::HostArena<Trainer>) {
       using T = typename Trainer::T;
       if constexpr (!host::half_storage<T>) {  // f32 / f64: straight into the arena
         if (p.quant.kind == QuantKind::none && !h.transposed) {
-          read_converted<T>(file, ti, std::span<T>(t.weight(p), n));
+          in->read<T>(ti, std::span<T>(t.weight(p), n));
           continue;
         }
         if (p.quant.kind == QuantKind::none) {  // transposed: file (cols, rows) -> (rows, cols)
           std::vector<T> v(n);
-          read_converted<T>(file, ti, std::span<T>(v));
+          in->read<T>(ti, std::span<T>(v));
           detail::hf::transpose(v.data(), t.weight(p), p.cols, p.rows);
           continue;
         }
       }
     }
     std::vector<float> v(n);
-    read_converted<float>(file, ti, std::span<float>(v));
+    in->read<float>(ti, std::span<float>(v));
     if (h.transposed) {
       std::vector<float> w(n);
       detail::hf::transpose(v.data(), w.data(), p.cols, p.rows);

@@ -375,11 +375,11 @@ void load_adapter(Trainer& t, const std::filesystem::path& dir) {
       }
 }
 
-// Writes a dense base checkpoint (Hugging Face names, F32, like
-// save_pretrained) in which every adapted projection's weight is
-// W + scale * B A.
+// Writes a dense base checkpoint (Hugging Face names, F32; a file or a
+// model directory, like save_pretrained) in which every adapted
+// projection's weight is W + scale * B A.
 template <class Trainer>
-void save_merged(const Trainer& t, const std::filesystem::path& path) {
+void save_merged(const Trainer& t, const std::filesystem::path& path, const PretrainedSaveOptions& o = {}) {
   const std::vector<LoraModule> mods = lora_modules<Trainer>();
   auto module_of = [&](const ParamSlot& p) -> const LoraModule* {
     for (const LoraModule& m : mods)
@@ -387,7 +387,7 @@ void save_merged(const Trainer& t, const std::filesystem::path& path) {
     return nullptr;
   };
   detail::hf::write_base(
-      t, path, [&](const ParamSlot& p) { return module_of(p) != nullptr; },
+      t, path, o, "save_merged", [&](const ParamSlot& p) { return module_of(p) != nullptr; },
       [&](const ParamSlot& p, std::vector<double>& w) {
         const LoraModule& m = *module_of(p);
         const auto* a = t.weight(*m.A);  // (r, in)

@@ -835,6 +835,9 @@ class SafetensorsFile {
   }
 
   const std::filesystem::path& path() const { return path_; }
+  // Where the data buffer starts in the file (TensorInfo::begin and end are
+  // relative to it): 8 + the header's length.
+  std::uint64_t data_start() const { return data_start_; }
 
   // Tensors in file (data offset) order.
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -1133,6 +1136,32 @@ inline float bf16_to_float(std::uint16_t h) {
 
 }  // namespace detail::safetensors
 
+namespace detail::safetensors {
+// n little-endian values of a float dtype at p, converted to U.
+template <class U>
+void convert(DType dtype, const unsigned char* p, std::size_t n, U* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::F32: {
+        float f;
+        std::memcpy(&f, p + 4 * i, 4);
+        out[i] = static_cast<U>(f);
+        break;
+      }
+      case DType::F64: {
+        double d;
+        std::memcpy(&d, p + 8 * i, 8);
+        out[i] = static_cast<U>(d);
+        break;
+      }
+      case DType::F16: out[i] = static_cast<U>(half_to_float(static_cast<std::uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)))); break;
+      case DType::BF16: out[i] = static_cast<U>(bf16_to_float(static_cast<std::uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)))); break;
+      default: break;
+    }
+  }
+}
+}  // namespace detail::safetensors
+
 // Reads tensor `t` of `file` (F32, F16, BF16 or F64, little-endian) converted
 // to U (float or double) into out, which holds exactly its element count.
 template <class U>
@@ -1153,30 +1182,7 @@ void read_converted(const SafetensorsFile& file, const TensorInfo& t, std::span<
   }
   std::vector<unsigned char> raw(static_cast<std::size_t>(bytes));
   file.read(t.name, raw.data(), raw.size());
-  const unsigned char* p = raw.data();
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    switch (t.dtype) {
-      case DType::F32: {
-        float f;
-        std::memcpy(&f, p + 4 * i, 4);
-        out[i] = static_cast<U>(f);
-        break;
-      }
-      case DType::F64: {
-        double d;
-        std::memcpy(&d, p + 8 * i, 8);
-        out[i] = static_cast<U>(d);
-        break;
-      }
-      case DType::F16:
-        out[i] = static_cast<U>(st::half_to_float(static_cast<std::uint16_t>(p[2 * i] | (p[2 * i + 1] << 8))));
-        break;
-      case DType::BF16:
-        out[i] = static_cast<U>(st::bf16_to_float(static_cast<std::uint16_t>(p[2 * i] | (p[2 * i + 1] << 8))));
-        break;
-      default: break;
-    }
-  }
+  st::convert(t.dtype, raw.data(), out.size(), out.data());
 }
 
 // A small general JSON reader for the io/ headers' own JSON files (trainer.json,

@@ -1,0 +1,311 @@
+#pragma once
+// config.json of a Hugging Face model directory, for the model of a trainer
+// type: written by save_pretrained into a directory, and checked by
+// load_pretrained before it reads any weight. Host only; not in the umbrella
+// header.
+//
+// What is checked. Every field that changes a shape or the math, against the
+// run type, with transformers' default where the file may omit the field:
+//
+//   Llama (model_type "llama", LlamaForCausalLM)
+//     vocab_size, hidden_size, intermediate_size, num_hidden_layers,
+//     num_attention_heads, num_key_value_heads (default: the heads),
+//     head_dim (default: hidden / heads), rms_norm_eps (the kernels' 1e-5),
+//     rope_theta (default 10000), tie_word_embeddings (default false),
+//     hidden_act ("silu"), attention_bias and mlp_bias (false),
+//     rope_scaling and sliding_window (absent or null: the Llama preset has
+//     neither), max_position_embeddings (default 2048) at least Seq.
+//   GPT-2 (model_type "gpt2", GPT2LMHeadModel)
+//     vocab_size, n_embd, n_layer, n_head, n_positions (the position
+//     table's rows), n_inner (null or 4 n_embd), layer_norm_epsilon (1e-5),
+//     activation_function ("gelu_new"), tie_word_embeddings (true).
+//
+// A model of another kind (a stack written by hand) has no config.json: a
+// directory is read without one.
+//
+// Every mismatch is listed in one config_mismatch naming the file, the
+// field, the file's value (as the file writes it) and the type's value:
+//
+//   config.json: model/config.json does not describe this run's model:
+//   hidden_size is 2048 in the file, 4096 in the run type (and 1 more:
+//   intermediate_size is 8192 in the file, 14336 in the run type)
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "../host/kernels/pointwise.hpp"
+#include "../models/gpt2.hpp"
+#include "../models/llama.hpp"
+#include "safetensors.hpp"
+
+namespace headroom::io {
+
+// config.json does not describe the run type's model, or cannot be read: the
+// message names the file and every field that differs. Nothing was loaded.
+struct config_mismatch : format_error {
+  using format_error::format_error;
+};
+
+inline constexpr const char* hf_config_file = "config.json";
+
+namespace detail::hf_config {
+
+namespace json = io::detail::json;
+using Kind = json::Value::Kind;
+
+// The model type of a trainer, a consolidated view or a pipeline stage.
+template <class Trainer>
+using model_of = typename Trainer::run::model;
+
+template <class M>
+concept LlamaModel = M::kind == std::string_view("Llama") && std::is_same_v<std::remove_cv_t<decltype(M::config)>, models::LlamaConfig>;
+template <class M>
+concept GPT2Model = M::kind == std::string_view("GPT2") && std::is_same_v<std::remove_cv_t<decltype(M::config)>, models::GPT2Config>;
+
+// Whether the model has a config.json (a preset of a Hugging Face family).
+template <class M>
+inline constexpr bool has_config = LlamaModel<M> || GPT2Model<M>;
+
+// torch_dtype's name for a stored dtype.
+inline std::string_view torch_dtype(DType d) {
+  switch (d) {
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+    case DType::F64: return "float64";
+    default: return "float32";
+  }
+}
+
+// A number as Python's json writes a float: 500000.0, 1e-05.
+inline std::string python_float(double x) {
+  if (x == static_cast<double>(static_cast<std::int64_t>(x)) && x > -1e15 && x < 1e15)
+    return std::to_string(static_cast<std::int64_t>(x)) + ".0";
+  return json::number(x);
+}
+
+// The file's fields, one check each; problems collects the differences.
+class Checker {
+ public:
+  Checker(const json::Value& root, std::string_view text) : root_(root), text_(text) {}
+
+  void integer(std::string_view field, std::int64_t want, std::optional<std::int64_t> if_absent = std::nullopt) {
+    const json::Value* v = present(field);
+    if (!v) return absent(field, std::to_string(want), if_absent ? std::optional<bool>(*if_absent == want) : std::nullopt);
+    const auto got = v->integer();
+    if (!got || *got != want) differ(field, *v, std::to_string(want));
+  }
+  // An integer the file must give at least `want` of (positions against Seq).
+  void at_least(std::string_view field, std::int64_t want, std::int64_t if_absent, std::string_view what) {
+    const json::Value* v = present(field);
+    const std::optional<std::int64_t> got = v ? v->integer() : std::optional<std::int64_t>(if_absent);
+    if (!got || *got < want)
+      problems.push_back(std::string(field) + " is " + (v ? shown(*v) : std::to_string(if_absent) + " (absent: transformers' default)") +
+                         " in the file, fewer than the run type's " + std::string(what) + " " + std::to_string(want));
+  }
+  void number(std::string_view field, double want, std::optional<double> if_absent = std::nullopt) {
+    const json::Value* v = present(field);
+    if (!v) return absent(field, python_float(want), if_absent ? std::optional<bool>(*if_absent == want) : std::nullopt);
+    if (v->kind != Kind::Number || v->number != want) differ(field, *v, python_float(want));
+  }
+  void boolean(std::string_view field, bool want, std::optional<bool> if_absent = std::nullopt) {
+    const json::Value* v = present(field);
+    const char* w = want ? "true" : "false";
+    if (!v) return absent(field, w, if_absent ? std::optional<bool>(*if_absent == want) : std::nullopt);
+    if (v->kind != Kind::Bool || v->boolean != want) differ(field, *v, w);
+  }
+  void string(std::string_view field, std::string_view want, std::optional<std::string_view> if_absent = std::nullopt) {
+    const json::Value* v = present(field);
+    const std::string w = detail::safetensors::json_quote(want);
+    if (!v) return absent(field, w, if_absent ? std::optional<bool>(*if_absent == want) : std::nullopt);
+    if (v->kind != Kind::String || v->string != want) differ(field, *v, w);
+  }
+  // A feature the run type does not have: the field absent or null.
+  void none(std::string_view field, std::string_view why) {
+    const json::Value* v = present(field);
+    if (v && v->kind != Kind::Null) problems.push_back(std::string(field) + " is " + shown(*v) + " in the file; " + std::string(why));
+  }
+  // null, or the integer `want`.
+  void null_or(std::string_view field, std::int64_t want) {
+    const json::Value* v = present(field);
+    if (!v || v->kind == Kind::Null) return;
+    const auto got = v->integer();
+    if (!got || *got != want) differ(field, *v, "null or " + std::to_string(want));
+  }
+
+  std::vector<std::string> problems;
+
+ private:
+  const json::Value* present(std::string_view field) const { return root_.get(field); }
+  // The value as the file writes it (at most 80 bytes of it).
+  std::string shown(const json::Value& v) const {
+    std::string s(text_.substr(v.begin, v.end - v.begin));
+    if (s.size() > 80) s = s.substr(0, 77) + "...";
+    return s;
+  }
+  void differ(std::string_view field, const json::Value& v, const std::string& want) {
+    problems.push_back(std::string(field) + " is " + shown(v) + " in the file, " + want + " in the run type");
+  }
+  // matches: nullopt when transformers has no default (the field is required)
+  void absent(std::string_view field, const std::string& want, std::optional<bool> matches) {
+    if (!matches) problems.push_back(std::string(field) + " is missing from the file (the run type has " + want + ")");
+    else if (!*matches)
+      problems.push_back(std::string(field) + " is absent from the file, so transformers' default applies, which is not the run type's " +
+                         want);
+  }
+
+  const json::Value& root_;
+  std::string_view text_;
+};
+
+template <class M>
+void check_fields(Checker& c, std::int64_t seq) {
+  constexpr auto C = M::config;
+  const double eps = host::norm_eps;
+  if constexpr (LlamaModel<M>) {
+    c.string("model_type", "llama");
+    c.integer("vocab_size", C.vocab);
+    c.integer("hidden_size", C.dim);
+    c.integer("intermediate_size", C.ffn);
+    c.integer("num_hidden_layers", C.layers);
+    c.integer("num_attention_heads", C.heads);
+    c.integer("num_key_value_heads", C.kv_heads, C.heads);
+    c.integer("head_dim", C.dim / C.heads, C.dim / C.heads);
+    c.number("rms_norm_eps", eps, 1e-6);
+    c.number("rope_theta", static_cast<double>(C.rope_theta), 10000.0);
+    c.boolean("tie_word_embeddings", C.tied, false);
+    c.string("hidden_act", "silu", "silu");
+    c.boolean("attention_bias", false, false);
+    c.boolean("mlp_bias", false, false);
+    c.none("rope_scaling", "the run type's RoPE is unscaled (models::Llama has no rope_scaling)");
+    c.none("sliding_window", "the run type's attention is full (models::Llama has no sliding window)");
+    c.at_least("max_position_embeddings", seq, 2048, "Seq");
+  } else if constexpr (GPT2Model<M>) {
+    c.string("model_type", "gpt2");
+    c.integer("vocab_size", C.vocab);
+    c.integer("n_embd", C.dim);
+    c.integer("n_layer", C.layers);
+    c.integer("n_head", C.heads);
+    c.integer("n_positions", C.max_positions);
+    c.null_or("n_inner", 4 * C.dim);
+    c.number("layer_norm_epsilon", eps, 1e-5);
+    c.string("activation_function", "gelu_new", "gelu_new");
+    c.boolean("tie_word_embeddings", true, true);
+  }
+}
+
+}  // namespace detail::hf_config
+
+// The text of config.json for the trainer's model, its weights stored as
+// `stored` (torch_dtype). Only for a model of a Hugging Face family
+// (detail::hf_config::has_config).
+template <class Trainer>
+std::string hf_config_json(DType stored = DType::F32) {
+  namespace hc = detail::hf_config;
+  using M = hc::model_of<Trainer>;
+  static_assert(hc::has_config<M>, "io::hf_config_json: the model is not a preset of a Hugging Face family (models::Llama, models::GPT2)");
+  constexpr auto C = M::config;
+  auto q = [](std::string_view s) { return detail::safetensors::json_quote(s); };
+  auto num = [](double x) { return hc::python_float(x); };
+  std::string j = "{\n";
+  auto field = [&](std::string_view name, const std::string& value, bool last = false) {
+    j += "  " + q(name) + ": " + value + (last ? "\n" : ",\n");
+  };
+  const std::string eps = num(host::norm_eps);
+  if constexpr (hc::LlamaModel<M>) {
+    field("architectures", "[\"LlamaForCausalLM\"]");
+    field("model_type", q("llama"));
+    field("vocab_size", std::to_string(C.vocab));
+    field("hidden_size", std::to_string(C.dim));
+    field("intermediate_size", std::to_string(C.ffn));
+    field("num_hidden_layers", std::to_string(C.layers));
+    field("num_attention_heads", std::to_string(C.heads));
+    field("num_key_value_heads", std::to_string(C.kv_heads));
+    field("head_dim", std::to_string(C.dim / C.heads));
+    field("max_position_embeddings", std::to_string(C.max_positions));
+    field("rms_norm_eps", eps);
+    field("rope_theta", num(static_cast<double>(C.rope_theta)));
+    field("rope_scaling", "null");
+    field("tie_word_embeddings", C.tied ? "true" : "false");
+    field("hidden_act", q("silu"));
+    field("attention_bias", "false");
+    field("attention_dropout", "0.0");
+    field("mlp_bias", "false");
+    field("initializer_range", "0.02");
+    field("use_cache", "true");
+  } else {
+    field("architectures", "[\"GPT2LMHeadModel\"]");
+    field("model_type", q("gpt2"));
+    field("vocab_size", std::to_string(C.vocab));
+    field("n_embd", std::to_string(C.dim));
+    field("n_layer", std::to_string(C.layers));
+    field("n_head", std::to_string(C.heads));
+    field("n_positions", std::to_string(C.max_positions));
+    field("n_ctx", std::to_string(C.max_positions));
+    field("n_inner", "null");
+    field("layer_norm_epsilon", eps);
+    field("activation_function", q("gelu_new"));
+    field("tie_word_embeddings", "true");
+    field("initializer_range", "0.02");
+    field("use_cache", "true");
+  }
+  field("torch_dtype", q(hc::torch_dtype(stored)), true);
+  j += "}\n";
+  return j;
+}
+
+// Whether `path` is a config.json this library may replace: a JSON object
+// with a "model_type".
+inline bool is_hf_config(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    const detail::json::Value v = detail::json::parse(text);
+    return v.kind == detail::json::Value::Kind::Object && v.get("model_type") != nullptr;
+  } catch (const std::runtime_error&) {
+    return false;
+  }
+}
+
+// Checks the config.json at `path` against the trainer's model (see the top
+// of this file); throws config_mismatch naming the file and every field that
+// differs, or what keeps it from being read.
+template <class Trainer>
+void check_hf_config(const std::filesystem::path& path) {
+  namespace hc = detail::hf_config;
+  using M = hc::model_of<Trainer>;
+  static_assert(hc::has_config<M>, "io::check_hf_config: the model is not a preset of a Hugging Face family (models::Llama, models::GPT2)");
+  const std::string where = "config.json: " + path.string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw config_mismatch(where + " is missing: a model directory holds the config.json of its model (nothing was loaded)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_mismatch(where + " cannot be opened (nothing was loaded)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  detail::json::Value root;
+  try {
+    root = detail::json::parse(text);
+  } catch (const detail::json::parse_error& e) {
+    throw config_mismatch(where + " is not JSON: " + e.what() + " (nothing was loaded)");
+  }
+  if (root.kind != hc::Kind::Object) throw config_mismatch(where + " is not a JSON object (nothing was loaded)");
+  hc::Checker c(root, text);
+  hc::check_fields<M>(c, Trainer::run::seq);
+  if (c.problems.empty()) return;
+  std::string msg = where + " does not describe this run's model: " + c.problems[0];
+  if (c.problems.size() > 1) {
+    msg += " (and " + std::to_string(c.problems.size() - 1) + " more: ";
+    for (std::size_t k = 1; k < c.problems.size(); ++k) msg += (k > 1 ? "; " : "") + c.problems[k];
+    msg += ")";
+  }
+  throw config_mismatch(msg + "; nothing was loaded");
+}
+
+}  // namespace headroom::io
