@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -44,6 +45,55 @@ TEST_CASE("math.nf4: the 16 bitsandbytes code values", "[math][nf4]") {
   REQUIRE(nf4_quantize_value(-2.0f) == 0);
   REQUIRE(nf4_quantize_value(2.0f) == 15);
   static_assert(nf4_quantize_value(0.0f) == 7);
+}
+
+// The code is the number of midpoints (0.5f * (code i + code i+1), in float
+// as the kernels compute them) at or below v: the nearest code, the upper
+// one at a midpoint. Checked against that count written plainly, and
+// against the nearest code by distance wherever v is not within a few
+// floats of a midpoint (where rounding the distances decides).
+TEST_CASE("math.nf4: the nearest code, at every midpoint and its neighbours and over every 4096th float", "[math][nf4]") {
+  auto midpoints_below = [](float v) {
+    int n = 0;
+    for (int i = 0; i < 15; ++i) n += v >= 0.5f * (nf4_code(i) + nf4_code(i + 1)) ? 1 : 0;
+    return n;
+  };
+  auto nearest = [](float v) {
+    int best = 0;
+    for (int i = 1; i < 16; ++i)
+      if (std::fabs(v - nf4_code(i)) <= std::fabs(v - nf4_code(best))) best = i;
+    return best;
+  };
+  auto near_a_midpoint = [](float v) {
+    for (int i = 0; i < 15; ++i)
+      if (std::fabs(v - 0.5f * (nf4_code(i) + nf4_code(i + 1))) < 1e-6f) return true;
+    return false;
+  };
+  for (int i = 0; i < 15; ++i) {
+    const float mid = 0.5f * (nf4_code(i) + nf4_code(i + 1));
+    for (const float v : {std::nextafter(mid, -2.0f), mid, std::nextafter(mid, 2.0f)}) {
+      INFO("v " << v << " between codes " << i << " and " << i + 1);
+      REQUIRE(nf4_quantize_value(v) == (v >= mid ? i + 1 : i));
+    }
+  }
+  // every 4096th float bit pattern of either sign up to 2 (every exponent)
+  std::int64_t checked = 0, by_distance = 0;
+  for (std::uint32_t bits = 0; bits < 0x40000000u; bits += 4096)
+    for (const std::uint32_t sign : {0u, 0x80000000u}) {
+      float v;
+      const std::uint32_t b = bits | sign;
+      std::memcpy(&v, &b, 4);
+      const int q = nf4_quantize_value(v);
+      if (q != midpoints_below(v)) FAIL("v " << v << ": code " << q << ", midpoints at or below " << midpoints_below(v));
+      if (!near_a_midpoint(v)) {
+        if (q != nearest(v)) FAIL("v " << v << ": code " << q << ", nearest " << nearest(v));
+        ++by_distance;
+      }
+      ++checked;
+    }
+  CHECK(checked == 2 * (0x40000000 / 4096));
+  CHECK(by_distance > checked * 99 / 100);
+  CHECK(nf4_quantize_value(std::nanf("")) == 0);
 }
 
 TEST_CASE("math.nf4: first element in the high nibble", "[math][nf4]") {

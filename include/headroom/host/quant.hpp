@@ -10,6 +10,7 @@
 #include "../math/dynamic_map.hpp"
 #include "../math/nf4.hpp"
 #include "../math/quant_view.hpp"
+#include "parallel.hpp"
 #include "storage.hpp"
 
 namespace headroom::host {
@@ -85,10 +86,14 @@ inline void finish_double_quant(const QuantView& w, const float* staging) {
 }
 
 // Quantizes a whole matrix from dense values x (rows, cols) f32, double
-// quantization included.
-inline void quantize_matrix(const QuantView& w, const float* x) {
+// quantization included; `workers` threads take a share of the rows each
+// (blocks never straddle rows, so the codes do not depend on the count).
+inline void quantize_matrix(const QuantView& w, const float* x, int workers = 1) {
   std::vector<float> staging(static_cast<std::size_t>(w.blocks()));
-  quantize_rows(w, 0, w.rows, x, staging.data());
+  team(workers, [&](int k, int count) {
+    const Range r = share(w.rows, count, k);
+    if (r.size() > 0) quantize_rows(w, r.begin, r.end, x + r.begin * w.cols, staging.data());
+  });
   finish_double_quant(w, staging.data());
 }
 

@@ -481,7 +481,7 @@ class Trainer {
   }
   // Quantizes dense values into a quantized parameter: x (rows, cols) f32.
   void set_quantized(const ParamSlot& p, std::span<const float> x) {
-    quantize_matrix(quant(p), x.data());
+    quantize_matrix(quant(p), x.data(), workers_);
   }
   // Zeroes every optimizer state and restarts the step count (after loading weights).
   void reset_optimizer() {
@@ -1331,17 +1331,24 @@ class Trainer {
       // ZeRO 3: this rank keeps only its shard of every parameter
       const std::int64_t begin = config.sharded(3) ? rank() * p.shard : 0;
       const std::int64_t count = config.sharded(3) ? std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard) : p.elements();
+      // each value depends on its index alone: the workers take a share each
       if (p.quant.kind == QuantKind::none) {
         T* w = weight(p);
         float* m = master(p);  // a bf16 run's trainable parameter: the value in f32, stored rounded
-        for (std::int64_t i = 0; i < count; ++i) {
-          const C v = static_cast<C>(value(begin + i));
-          w[i] = narrow<T>(v);
-          if (m != nullptr) m[i] = static_cast<float>(v);
-        }
+        team(workers_, [&](int k, int n) {
+          const Range r = share(count, n, k);
+          for (std::int64_t i = r.begin; i < r.end; ++i) {
+            const C v = static_cast<C>(value(begin + i));
+            w[i] = narrow<T>(v);
+            if (m != nullptr) m[i] = static_cast<float>(v);
+          }
+        });
       } else {
         std::vector<float> dense(static_cast<std::size_t>(p.elements()));
-        for (std::int64_t i = 0; i < p.elements(); ++i) dense[i] = static_cast<float>(value(i));
+        team(workers_, [&](int k, int n) {
+          const Range r = share(p.elements(), n, k);
+          for (std::int64_t i = r.begin; i < r.end; ++i) dense[i] = static_cast<float>(value(i));
+        });
         if constexpr (config.sharded(3)) set_quantized_shard(p, dense);
         else set_quantized(p, dense);
       }
@@ -1355,7 +1362,7 @@ class Trainer {
     std::vector<std::uint8_t> codes(static_cast<std::size_t>(p.quant.code_bytes(n))), scales(static_cast<std::size_t>(p.quant.scale_bytes(n)));
     quantize_matrix(QuantView{p.quant, codes.data(), scales.data(), sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr,
                               p.rows, p.cols},
-                    x.data());
+                    x.data(), workers_);
     auto keep = [&](const std::vector<std::uint8_t>& all, std::int64_t at) {
       const std::int64_t block = config.shard_bytes(static_cast<std::int64_t>(all.size()));
       const std::int64_t begin = rank() * block;

@@ -28,14 +28,26 @@ HEADROOM_HOST_DEVICE constexpr float nf4_code(int i) {
   return table[i & 15];
 }
 
-// Index of the NF4 code nearest to v (v is x / absmax, in [-1, 1]).
-// Ties (exact midpoints) go to the upper code.
+// The midpoint between codes i and i + 1, in float: 0.5f * (code i + code i+1).
+HEADROOM_HOST_DEVICE constexpr float nf4_midpoint(int i) {
+  constexpr float mid[15] = {
+      0.5f * (nf4_code(0) + nf4_code(1)),   0.5f * (nf4_code(1) + nf4_code(2)),   0.5f * (nf4_code(2) + nf4_code(3)),
+      0.5f * (nf4_code(3) + nf4_code(4)),   0.5f * (nf4_code(4) + nf4_code(5)),   0.5f * (nf4_code(5) + nf4_code(6)),
+      0.5f * (nf4_code(6) + nf4_code(7)),   0.5f * (nf4_code(7) + nf4_code(8)),   0.5f * (nf4_code(8) + nf4_code(9)),
+      0.5f * (nf4_code(9) + nf4_code(10)),  0.5f * (nf4_code(10) + nf4_code(11)), 0.5f * (nf4_code(11) + nf4_code(12)),
+      0.5f * (nf4_code(12) + nf4_code(13)), 0.5f * (nf4_code(13) + nf4_code(14)), 0.5f * (nf4_code(14) + nf4_code(15))};
+  return mid[i];
+}
+
+// Index of the NF4 code nearest to v (v is x / absmax, in [-1, 1]): the
+// number of midpoints at or below v, found in four comparisons (the
+// midpoints increase). Ties (exact midpoints) go to the upper code; NaN
+// gives code 0.
 HEADROOM_HOST_DEVICE constexpr std::uint8_t nf4_quantize_value(float v) {
-  int code = 0;
-  for (int i = 0; i < 15; ++i) {
-    const float mid = 0.5f * (nf4_code(i) + nf4_code(i + 1));
-    code += v >= mid ? 1 : 0;
-  }
+  int code = v >= nf4_midpoint(7) ? 8 : 0;
+  code += v >= nf4_midpoint(code + 3) ? 4 : 0;
+  code += v >= nf4_midpoint(code + 1) ? 2 : 0;
+  code += v >= nf4_midpoint(code) ? 1 : 0;
   return static_cast<std::uint8_t>(code);
 }
 

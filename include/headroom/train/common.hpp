@@ -199,21 +199,29 @@ inline double normal(std::uint64_t key, std::uint64_t i) {
 class InitialValues {
  public:
   InitialValues(std::uint64_t seed, std::string_view path, std::string_view layer_kind, std::string_view name, std::int64_t cols)
-      : key_(mix(seed)), norm_(layer_kind == "RMSNorm" || layer_kind == "LayerNorm"), name_(name), cols_(cols) {
+      : key_(mix(seed)),
+        kind_(name == "bias" || name == "lora_B"                  ? Kind::zero
+              : layer_kind == "RMSNorm" || layer_kind == "LayerNorm" ? Kind::one
+              : name == "lora_A"                                   ? Kind::lora_a
+                                                                   : Kind::normal),
+        sqrt_cols_(std::sqrt(double(cols))) {
     for (const char c : path) key_ = mix(key_ ^ static_cast<unsigned char>(c));
   }
   double operator()(std::int64_t i) const {
-    if (name_ == "bias" || name_ == "lora_B") return 0.0;
-    if (norm_) return 1.0;
-    if (name_ == "lora_A") return (2.0 * uniform01(key_, static_cast<std::uint64_t>(i)) - 1.0) / std::sqrt(double(cols_));
+    switch (kind_) {
+      case Kind::zero: return 0.0;
+      case Kind::one: return 1.0;
+      case Kind::lora_a: return (2.0 * uniform01(key_, static_cast<std::uint64_t>(i)) - 1.0) / sqrt_cols_;
+      case Kind::normal: break;
+    }
     return 0.02 * normal(key_, static_cast<std::uint64_t>(i));
   }
 
  private:
+  enum class Kind : std::uint8_t { zero, one, lora_a, normal };
   std::uint64_t key_;
-  bool norm_;
-  std::string_view name_;
-  std::int64_t cols_;
+  Kind kind_;
+  double sqrt_cols_;
 };
 
 // Pipeline parallelism's 1F1B order on stage `stage` of `stages`, for K
