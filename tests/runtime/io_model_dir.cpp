@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <iterator>
 #include <map>
 #include <set>
@@ -380,10 +381,16 @@ TEST_CASE("model directory: a save writes only into a new or empty directory or 
 
 TEST_CASE("model directory: the chunked reader converts as the whole-tensor reader does", "[io][hf][model_dir]") {
   TempDir tmp;
-  // F16 and BF16 values of every exponent, and an F32 tensor, read through a 6-byte staging buffer
+  // F16 and BF16 values of every finite exponent, and an F32 tensor, read through a 6-byte staging buffer
   std::vector<std::uint16_t> h(1000), bf(1001);
-  for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<std::uint16_t>((i * 65.537));
-  for (std::size_t i = 0; i < bf.size(); ++i) bf[i] = static_cast<std::uint16_t>((i * 65.471));
+  for (std::size_t i = 0; i < h.size(); ++i) {  // finite: the largest exponent (inf, NaN) lowered by one
+    h[i] = static_cast<std::uint16_t>((i * 65.537));
+    if ((h[i] & 0x7C00u) == 0x7C00u) h[i] ^= 0x0400u;
+  }
+  for (std::size_t i = 0; i < bf.size(); ++i) {
+    bf[i] = static_cast<std::uint16_t>((i * 65.471));
+    if ((bf[i] & 0x7F80u) == 0x7F80u) bf[i] ^= 0x0080u;
+  }
   std::vector<float> f(37);
   for (std::size_t i = 0; i < f.size(); ++i) f[i] = 0.25f * static_cast<float>(i) - 3;
   io::write_safetensors(tmp / "x.safetensors", {{"h", DType::F16, {1000}, h.data()},
@@ -404,4 +411,31 @@ TEST_CASE("model directory: the chunked reader converts as the whole-tensor read
     CHECK(std::memcmp(whole.data(), chunked.data(), n * 4) == 0);
     CHECK(std::memcmp(whole64.data(), chunked64.data(), n * 8) == 0);
   }
+}
+
+TEST_CASE("model directory: a weight that is not finite stops the load, naming the tensor and the element", "[io][hf][errors]") {
+  TempDir tmp;
+  LlamaTr a({.seed = 3});
+  io::save_pretrained(a, tmp / "model.safetensors");
+  std::vector<Raw> raws = read_all(tmp / "model.safetensors");
+  Raw& norm = named(raws, "model.norm.weight");
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(norm.bytes.data() + 4 * 17, &inf, 4);
+  fs::remove(tmp / "model.safetensors");
+  write_all(tmp / "model.safetensors", raws);
+  LlamaTr b({.seed = 4});
+  REQUIRE_THROWS_WITH(io::load_pretrained(b, tmp / "model.safetensors"),
+                      Contains("tensor 'model.norm.weight': element 17 of [64] is infinite; a weight must be finite"));
+  // and in bf16, through the staging buffer
+  Raw& q = named(raws, "model.layers.1.self_attn.q_proj.weight");
+  std::vector<unsigned char> half(q.bytes.size() / 2);
+  for (std::size_t k = 0; k < half.size() / 2; ++k) half[2 * k] = q.bytes[4 * k + 2], half[2 * k + 1] = q.bytes[4 * k + 3];
+  half[2 * 1000 + 1] = 0x7F, half[2 * 1000] = 0xC1;  // element 1000: a NaN
+  q.bytes = half;
+  q.dtype = DType::BF16;
+  std::memcpy(norm.bytes.data() + 4 * 17, &raws.front().bytes[0], 4);  // the norm finite again
+  fs::remove(tmp / "model.safetensors");
+  write_all(tmp / "model.safetensors", raws);
+  REQUIRE_THROWS_WITH(io::load_pretrained(b, tmp / "model.safetensors"),
+                      Contains("tensor 'model.layers.1.self_attn.q_proj.weight': element 1000 of [64, 64] is NaN"));
 }

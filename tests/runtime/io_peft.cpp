@@ -250,6 +250,17 @@ TEST_CASE("peft: load_adapter refuses adapters that do not fit, naming the tenso
     });
     REQUIRE_THROWS_WITH(io::load_adapter(u, dir), Contains("k_proj.lora_A.weight' has no place in this trainer"));
   }
+  SECTION("a value that is not finite") {
+    rewrite([&](auto& views, auto& data) {
+      for (std::size_t i = 0; i < views.size(); ++i)
+        if (views[i].name == a0) {
+          const float nan = std::nanf("");
+          std::memcpy(data[i].data() + 4 * 70, &nan, 4);  // element 70 of (4, 64)
+        }
+    });
+    REQUIRE_THROWS_WITH(io::load_adapter(u, dir), Contains("tensor '" + a0 + "': element 70 of [4, 64] is NaN") &&
+                                                      Contains("nothing was loaded"));
+  }
   SECTION("BF16 values are converted") {
     rewrite([&](auto& views, auto& data) {
       for (std::size_t i = 0; i < views.size(); ++i) {

@@ -54,7 +54,9 @@
 // Errors are io::format_error whose message names the file and the tensor:
 // a missing tensor, a wrong shape, a dtype that is not a float type (and
 // config_mismatch for config.json). Every tensor is checked before any
-// parameter is written, so a bad file leaves the trainer as it was.
+// parameter is written, so a bad file leaves the trainer as it was. A value
+// that is not finite (found as the tensor is read) stops the load naming the
+// tensor and the element; the parameters read before it are then loaded.
 //
 // Memory. A load adds to the trainer's memory one staging buffer of
 // load_staging_bytes (16 MiB) of stored values, and, for a parameter that

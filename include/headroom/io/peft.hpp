@@ -358,6 +358,12 @@ void load_adapter(Trainer& t, const std::filesystem::path& dir) {
         what += (what.empty() ? "" : "; ") + std::string("shape is ") + st::shape_string(ti->shape) + ", expected " + st::shape_string(shape) +
                 (p->name == "lora_A" ? " (r, in)" : " (out, r)");
       if (!what.empty()) bad("tensor '" + name + "': " + what);
+      std::vector<double> values(static_cast<std::size_t>(p->elements()));  // finite, before anything is set
+      read_converted<double>(file, *ti, std::span<double>(values));
+      for (std::size_t i = 0; i < values.size(); ++i)
+        if (!std::isfinite(values[i]))
+          bad("tensor '" + name + "': element " + std::to_string(i) + " of " + st::shape_string(shape) + " is " +
+              (std::isnan(values[i]) ? "NaN" : "infinite") + "; an adapter must be finite (nothing was loaded)");
     }
   }
   for (const TensorInfo& ti : file.tensors())

@@ -34,6 +34,7 @@
 // model.safetensors) and its shards that no index lists are removed, when
 // they are files of their kind.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -239,7 +240,9 @@ inline constexpr std::size_t load_staging_bytes = std::size_t{16} << 20;
 
 // Reads tensors of one file through one open stream, converted from F32,
 // F16, BF16 or F64 to U (float or double) in chunks of at most `staging`
-// stored bytes; a tensor stored as U is read straight into `out`.
+// stored bytes; a tensor stored as U is read straight into `out`. A value
+// that is not finite stops the read with a format_error naming the tensor
+// and the element.
 class TensorStream {
  public:
   explicit TensorStream(const SafetensorsFile& file, std::size_t staging = load_staging_bytes)
@@ -263,15 +266,20 @@ class TensorStream {
     in_.seekg(static_cast<std::streamoff>(file_->data_start() + t.begin));
     if ((t.dtype == DType::F32 && std::is_same_v<U, float>) || (t.dtype == DType::F64 && std::is_same_v<U, double>)) {
       get(t, out.data(), bytes);
-      return;
+    } else {
+      const std::size_t per_chunk = std::max<std::size_t>(1, staging_ / width);
+      buffer_.resize(std::min<std::size_t>(out.size(), per_chunk) * width);
+      for (std::size_t i = 0; i < out.size(); i += per_chunk) {
+        const std::size_t n = std::min(per_chunk, out.size() - i);
+        get(t, buffer_.data(), n * width);
+        detail::safetensors::convert(t.dtype, buffer_.data(), n, out.data() + i);
+      }
     }
-    const std::size_t per_chunk = std::max<std::size_t>(1, staging_ / width);
-    buffer_.resize(std::min<std::size_t>(out.size(), per_chunk) * width);
-    for (std::size_t i = 0; i < out.size(); i += per_chunk) {
-      const std::size_t n = std::min(per_chunk, out.size() - i);
-      get(t, buffer_.data(), n * width);
-      detail::safetensors::convert(t.dtype, buffer_.data(), n, out.data() + i);
-    }
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (!std::isfinite(out[i]))
+        detail::shards::fail(file_->path(), "tensor '" + t.name + "': element " + std::to_string(i) + " of " +
+                                                detail::safetensors::shape_string(t.shape) + " is " + (std::isnan(out[i]) ? "NaN" : "infinite") +
+                                                "; a weight must be finite (the load stopped there: the parameters read before it are loaded)");
   }
 
  private:
