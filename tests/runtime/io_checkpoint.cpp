@@ -330,6 +330,18 @@ TEST_CASE("checkpoint: missing, truncated and corrupt files are refused before a
     std::ofstream(dir / "trainer.json", std::ios::trunc) << "{\"format\": \"headroom-checkpoint\", \"version\": ";
     REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("trainer.json") && Contains("corrupt"));
   }
+  SECTION("a step count that leaves no room for the next step") {
+    std::string json = read_text(dir / "trainer.json");
+    const auto at = json.find("\"steps_done\": 1");
+    REQUIRE(at != std::string::npos);
+    for (const char* steps : {"2147483647", "-1"}) {
+      std::string edited = json;
+      edited.replace(at, std::string("\"steps_done\": 1").size(), std::string("\"steps_done\": ") + steps);
+      headroom::test::write_file(dir / "trainer.json", edited);
+      REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("trainer.json") && Contains(std::string("\"steps_done\" is ") + steps) &&
+                                                           Contains("outside 0 to 2147483646"));
+    }
+  }
   SECTION("optimizer.safetensors missing") {
     fs::remove(dir / "optimizer.safetensors");
     REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("optimizer.safetensors is missing"));

@@ -15,9 +15,13 @@
 #include <headroom/io/peft.hpp>
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -201,4 +205,32 @@ TEST_CASE("durable: export_adapter writes nothing unless both of its files may b
     io::export_adapter(t, dir, "base2");
     CHECK_THAT(read_text(dir / "adapter_config.json"), Contains("\"base2\""));
   }
+}
+
+TEST_CASE("durable: a write the file system refuses is reported with the system's reason, the old file kept", "[io][durable]") {
+  TempDir tmp;
+  const fs::path path = tmp / "model.safetensors";
+  io::write_safetensors(path, one_tensor());
+  const std::string before = read_text(path);
+  std::vector<float> big(1 << 20, 0.5f);  // 4 MiB
+  // a file system too small for it: the process's file-size limit at 64 KiB (EFBIG, "File too large")
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+  const auto handler = std::signal(SIGXFSZ, SIG_IGN);  // the write fails instead of the process stopping
+  rlimit small = old;
+  small.rlim_cur = 64 << 10;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string message = "(no error)";
+  try {
+    io::write_safetensors(path, {io::TensorView{"big", DType::F32, {1 << 20}, big.data()}});
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, handler);
+  CHECK_THAT(message, Contains(path.string()) && Contains("write failed") && Contains(std::strerror(EFBIG)));
+  CHECK(read_text(path) == before);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.dir)) names.push_back(e.path().filename().string());
+  CHECK(names == std::vector<std::string>{"model.safetensors"});  // no temporary left
 }

@@ -12,6 +12,7 @@
 
 #include <headroom/headroom.hpp>
 #include <headroom/host/trainer.hpp>
+#include <headroom/io/checkpoint.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <headroom/io/peft.hpp>
 
@@ -375,8 +376,12 @@ TEST_CASE("model directory: a save writes only into a new or empty directory or 
   CHECK(listing(model) == std::set<std::string>{"config.json", "model.safetensors", "model.safetensors.index.json"});
   write_file(model / "config.json", "not a config");
   fs::remove(model / "model.safetensors.index.json");
-  REQUIRE_THROWS_WITH(io::save_pretrained(a, model), Contains("is not a model config.json"));
+  REQUIRE_THROWS_WITH(io::save_pretrained(a, model), Contains("holds no model (no model's config.json)"));
   CHECK(read_text(model / "config.json") == "not a config");
+  // a checkpoint holds a model.safetensors of its own: not a model directory
+  const fs::path ckpt = tmp / "ckpt";
+  io::save_checkpoint(a, ckpt);
+  REQUIRE_THROWS_AS(io::save_pretrained(a, ckpt), io::overwrite_refused);
 }
 
 TEST_CASE("model directory: the chunked reader converts as the whole-tensor reader does", "[io][hf][model_dir]") {

@@ -556,7 +556,9 @@ Opened open_checkpoint(const std::filesystem::path& dir) {
     fail(o.trainer_json(), "checkpoint format version " + std::to_string(o.version) + ", this build reads versions " +
                                std::to_string(oldest_version) + " to " + std::to_string(sharded_version));
   o.steps = integer(o, o.root, "steps_done", "");
-  if (o.steps < 0 || o.steps > std::numeric_limits<int>::max()) fail(o.trainer_json(), "corrupt: \"steps_done\" out of range");
+  if (o.steps < 0 || o.steps >= std::numeric_limits<int>::max())  // the next step must be countable
+    fail(o.trainer_json(), "corrupt: \"steps_done\" is " + std::to_string(o.steps) + ", outside 0 to " +
+                               std::to_string(std::numeric_limits<int>::max() - 1));
 
   const js::Value& sig = member(o, o.root, "signature", js::Value::Kind::Object, "");
   const CheckpointSignature mine = checkpoint_signature<Trainer>();

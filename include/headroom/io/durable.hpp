@@ -18,6 +18,7 @@
 // same rule for directories (only a missing path or a headroom checkpoint is
 // replaced) with its own staging directory (io/checkpoint.hpp).
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -54,6 +55,13 @@ inline void sync_path(const std::filesystem::path& path) {
 #endif
 }
 
+// ": " and the system's reason for the last failed call (errno: "No space
+// left on device"), or nothing when it set none.
+inline std::string system_reason() {
+  const int err = errno;
+  return err != 0 ? ": " + std::string(std::strerror(err)) : std::string();
+}
+
 // The directory that holds `path` ("." for a bare name).
 inline std::filesystem::path parent_dir(const std::filesystem::path& path) {
   return path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
@@ -88,13 +96,14 @@ inline void write_durably(const std::filesystem::path& path, const std::function
   const fs::path tmp = path.string() + ".tmp";
   std::ofstream out;
   try {
+    errno = 0;
     out.open(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot create the temporary file " + tmp.string());
+    if (!out) fail("cannot create the temporary file " + tmp.string() + system_reason());
     body(out);
     out.flush();
-    if (!out) fail("write failed on " + tmp.string());
+    if (!out) fail("write failed on " + tmp.string() + system_reason());
     out.close();
-    if (!out) fail("closing " + tmp.string() + " failed");
+    if (!out) fail("closing " + tmp.string() + " failed" + system_reason());
     sync_path(tmp);
     fs::rename(tmp, path);
   } catch (...) {

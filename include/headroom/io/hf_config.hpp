@@ -40,7 +40,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../host/kernels/pointwise.hpp"
+#include "../math/norms.hpp"
 #include "../models/gpt2.hpp"
 #include "../models/llama.hpp"
 #include "safetensors.hpp"
@@ -168,7 +168,7 @@ class Checker {
 template <class M>
 void check_fields(Checker& c, std::int64_t seq) {
   constexpr auto C = M::config;
-  const double eps = host::norm_eps;
+  const double eps = math::norm_eps;
   if constexpr (LlamaModel<M>) {
     c.string("model_type", "llama");
     c.integer("vocab_size", C.vocab);
@@ -218,7 +218,7 @@ std::string hf_config_json(DType stored = DType::F32) {
   auto field = [&](std::string_view name, const std::string& value, bool last = false) {
     j += "  " + q(name) + ": " + value + (last ? "\n" : ",\n");
   };
-  const std::string eps = num(host::norm_eps);
+  const std::string eps = num(math::norm_eps);
   if constexpr (hc::LlamaModel<M>) {
     field("architectures", "[\"LlamaForCausalLM\"]");
     field("model_type", q("llama"));

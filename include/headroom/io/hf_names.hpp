@@ -256,12 +256,16 @@ void write_base(const Trainer& t, const std::filesystem::path& path, const Pretr
   namespace fs = std::filesystem;
   constexpr bool config = hc::has_config<hc::model_of<Trainer>>;
   const fs::path cfg = path / hf_config_file;
-  // into a missing or empty directory, or over a model
+  // into a missing or empty directory, or over a model: a directory whose
+  // config.json is a model's (for a model without one, whose weights are
+  // there and which is not a checkpoint: no trainer.json)
   std::error_code ec;
-  if (fs::is_directory(path, ec) && !fs::is_empty(path, ec) && !fs::exists(cfg, ec) && !fs::exists(path / hf_weights_file, ec) &&
-      !fs::exists(path / hf_weights_index, ec))
-    throw overwrite_refused(std::string(writer) + ": " + path.string() + " is a directory that holds no model (no " + hf_config_file +
-                            ", " + hf_weights_file + " or " + hf_weights_index +
+  const bool model_there = config ? is_hf_config(cfg)
+                                  : (fs::exists(path / hf_weights_file, ec) || fs::exists(path / hf_weights_index, ec)) &&
+                                        !fs::exists(path / "trainer.json", ec);
+  if (fs::is_directory(path, ec) && !fs::is_empty(path, ec) && !model_there)
+    throw overwrite_refused(std::string(writer) + ": " + path.string() + " is a directory that holds no model (" +
+                            (config ? "no model's " + std::string(hf_config_file) : "no weights, or a checkpoint's") +
                             "); a model is written into a new or empty directory, or over a model (nothing was written)");
   if constexpr (config) check_replaceable(cfg, writer, "model config.json", is_hf_config);
   write_safetensors_shards(path, views, {{"format", "pt"}}, o.max_shard_size, writer);

@@ -1087,8 +1087,9 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
         for (std::size_t i = 0; i < tensors.size(); ++i) {
           if (sizes[i] == 0) continue;
           if (!tensors[i].data) fail("tensor '" + tensors[i].name + "' has no data (null pointer)");
+          errno = 0;
           out.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(sizes[i]));
-          if (!out) fail("write failed for tensor '" + tensors[i].name + "'");
+          if (!out) fail("write failed for tensor '" + tensors[i].name + "'" + system_reason());
         }
       },
       fail);

@@ -19,6 +19,10 @@
 
 namespace headroom::math {
 
+// The norms' epsilon: rms_norm_eps / layer_norm_epsilon of the Llama and GPT-2
+// presets (config.json is checked against it, io/hf_config.hpp).
+inline constexpr double norm_eps = 1e-5;
+
 template <class S>
 struct Store {
   template <class T>

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "../../math/activations.hpp"
+#include "../../math/norms.hpp"
 #include "../device.cuh"
 
 namespace headroom::cuda {
@@ -260,7 +261,7 @@ void positions_backward(const S* dx, S* dtable, bool first, std::int64_t batch, 
 // 256 threads (rows up to 8192), else with 1024 (up to 16384; a 1024-thread
 // block has 64 registers a thread).
 
-inline constexpr float norm_eps = 1e-5f;  // host::norm_eps
+inline constexpr float norm_eps = static_cast<float>(math::norm_eps);  // the presets' epsilon (math/norms.hpp)
 template <int Threads>
 inline constexpr int norm_values = Threads > 256 ? 16 : 32;  // most row values a thread holds per array
 

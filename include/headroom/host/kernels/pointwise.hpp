@@ -17,7 +17,7 @@
 
 namespace headroom::host {
 
-inline constexpr double norm_eps = 1e-5;  // rms_norm_eps / layer_norm_epsilon of the presets
+inline constexpr double norm_eps = math::norm_eps;  // rms_norm_eps / layer_norm_epsilon of the presets
 
 // x (N, D) -> h (N, D), rstd (N) [, mean (N) for LayerNorm: bias b may be given]
 template <class T, class C = compute_t<T>>
