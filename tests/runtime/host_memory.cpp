@@ -281,8 +281,9 @@ TEST_CASE("loading a model directory: peak resident memory = plan + the stated s
   load_is_plan_plus_staging<wide_vocab>("a Llama of 48.6M parameters");
 }
 // The same on a model of Llama-3.2-1B's shape (1.24 billion parameters, 2.5 GB
-// of bf16): about 4 minutes on 2 cores, most of it the trainer's own
-// initialization, so hidden from the default run: runtime_tests "[.1b]".
+// of bf16): about 80 s of CPU time on 2 cores (writing the directory, the
+// trainer's own initialization, the load), so hidden from the default run:
+// runtime_tests "[.1b]".
 TEST_CASE("loading a 1B-shaped model directory: peak resident memory = plan + the stated staging", "[.1b][host][memory][io]") {
   load_is_plan_plus_staging<models::llama3_2_1b>("a model of Llama-3.2-1B's shape");
 }
