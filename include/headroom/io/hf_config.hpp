@@ -263,16 +263,7 @@ std::string hf_config_json(DType stored = DType::F32) {
 
 // Whether `path` is a config.json this library may replace: a JSON object
 // with a "model_type".
-inline bool is_hf_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  try {
-    const detail::json::Value v = detail::json::parse(text);
-    return v.kind == detail::json::Value::Kind::Object && v.get("model_type") != nullptr;
-  } catch (const std::runtime_error&) {
-    return false;
-  }
-}
+inline bool is_hf_config(const std::filesystem::path& path) { return detail::json::file_is_object_with(path, "model_type"); }
 
 // Checks the config.json at `path` against the trainer's model (see the top
 // of this file); throws config_mismatch naming the file and every field that

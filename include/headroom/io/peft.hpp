@@ -125,16 +125,7 @@ inline constexpr const char* config_file = "adapter_config.json";
 
 // Whether `path` is a PEFT adapter config (a JSON object with "peft_type"):
 // what export_adapter may replace.
-inline bool is_adapter_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  try {
-    const detail::json::Value v = detail::json::parse(text);
-    return v.kind == detail::json::Value::Kind::Object && v.get("peft_type") != nullptr;
-  } catch (const std::runtime_error&) {
-    return false;
-  }
-}
+inline bool is_adapter_config(const std::filesystem::path& path) { return detail::json::file_is_object_with(path, "peft_type"); }
 
 // PEFT's target_modules matching: the module's name equals the key or ends with "." + key.
 inline bool key_matches(std::string_view key, std::string_view module) {

@@ -1362,6 +1362,20 @@ class Reader {
 
 inline Value parse(std::string_view text) { return Reader(text).document(); }
 
+// Whether the file at `path` is a JSON object with a member `key`: how a
+// writer recognizes a JSON file of its own kind (durable.hpp's rule for what
+// it may replace). False when it cannot be read or parsed.
+inline bool file_is_object_with(const std::filesystem::path& path, std::string_view key) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    const Value v = parse(text);
+    return v.kind == Value::Kind::Object && v.get(key) != nullptr;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 // The shortest text that reads back as `x` (finite numbers only).
 inline std::string number(double x) {
   char buf[64];

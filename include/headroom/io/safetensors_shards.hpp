@@ -97,14 +97,7 @@ inline bool is_shard_name(std::string_view name) {
 
 // Whether `path` is a model.safetensors.index.json (a JSON object with a
 // "weight_map"): what a save may replace.
-inline bool is_index(const std::filesystem::path& path) {
-  try {
-    const json::Value v = json::parse(read_text(path));
-    return v.kind == json::Value::Kind::Object && v.get("weight_map") != nullptr;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
+inline bool is_index(const std::filesystem::path& path) { return json::file_is_object_with(path, "weight_map"); }
 
 // The shard names an index lists (empty when it cannot be read).
 inline std::vector<std::string> listed_shards(const std::filesystem::path& index) {
