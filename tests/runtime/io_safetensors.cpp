@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/fixtures.hpp"
+#include "support/repeats.hpp"
 
 #include <headroom/io/safetensors.hpp>
 
@@ -34,16 +35,7 @@
 // counts only while a test here turns tracking on. Under AddressSanitizer the
 // allocator is the sanitizer's own, so the memory test is left to the plain
 // build (as host_memory.cpp is).
-#if defined(__SANITIZE_ADDRESS__)
-#define HEADROOM_TEST_COUNTS_ALLOCATIONS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HEADROOM_TEST_COUNTS_ALLOCATIONS 0
-#endif
-#endif
-#ifndef HEADROOM_TEST_COUNTS_ALLOCATIONS
-#define HEADROOM_TEST_COUNTS_ALLOCATIONS 1
-#endif
+#define HEADROOM_TEST_COUNTS_ALLOCATIONS (!HEADROOM_TEST_SANITIZED)
 
 #if HEADROOM_TEST_COUNTS_ALLOCATIONS
 namespace {

@@ -13,19 +13,22 @@
 // second step of a run is the first to read optimizer state and masters a
 // step wrote).
 
-namespace headroom::test {
-
+// 1 in a build under AddressSanitizer (g++ and clang++ say so differently),
+// else 0: for a test that must decide with the preprocessor.
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool under_sanitizers = true;
+#define HEADROOM_TEST_SANITIZED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-inline constexpr bool under_sanitizers = true;
-#else
-inline constexpr bool under_sanitizers = false;
+#define HEADROOM_TEST_SANITIZED 1
 #endif
-#else
-inline constexpr bool under_sanitizers = false;
 #endif
+#ifndef HEADROOM_TEST_SANITIZED
+#define HEADROOM_TEST_SANITIZED 0
+#endif
+
+namespace headroom::test {
+
+inline constexpr bool under_sanitizers = HEADROOM_TEST_SANITIZED != 0;
 
 // `release` in the Release build, `sanitized` under the sanitizers.
 constexpr int repeats(int release, int sanitized) { return under_sanitizers ? sanitized : release; }
