@@ -179,10 +179,12 @@ class SafetensorsShards {
       const fs::path shard = path / shard_names[s];
       if (!fs::is_regular_file(shard, ec)) {
         std::string tensor;
-        for (std::size_t i = 0; i < shard_of.size() && tensor.empty(); ++i)
-          if (shard_of[i] == s) tensor = map->keys[i];
+        std::size_t count = 0;
+        for (std::size_t i = 0; i < shard_of.size(); ++i)
+          if (shard_of[i] == s && count++ == 0) tensor = map->keys[i];
         sh::fail(source_, "names shard " + shard_names[s] + " (for tensor " + detail::safetensors::json_quote(tensor) +
-                              " and others), which is not in " + path.string());
+                              (count > 1 ? " and " + std::to_string(count - 1) + " more" : std::string()) + "), which is not in " +
+                              path.string());
       }
       files_.emplace_back(shard);
     }
