@@ -220,4 +220,33 @@ std::string decode_json_string(std::string_view text, std::size_t& pos, Fail&& f
   return out;
 }
 
+// A name, dtype, key or token quoted for an error message: in single quotes, with
+// backslashes, quotes and control characters escaped, cut after 64 bytes (a
+// hostile one may be megabytes long).
+inline std::string printable(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::size_t cut = s.size();
+  if (cut > 64) {
+    cut = 64;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  }
+  std::string out = "'";
+  for (char c : s.substr(0, cut)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\'' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7F) {
+      out += "\\u00";
+      out += hex[u >> 4];
+      out += hex[u & 0xF];
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  if (cut < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
 }  // namespace headroom::io::detail
