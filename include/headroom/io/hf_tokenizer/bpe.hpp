@@ -13,15 +13,16 @@
 // Refused, each by name: dropout (encoding would be random), a
 // continuing_subword_prefix or end_of_word_suffix other than empty.
 //
-// The merge loop is the reference library's: every adjacent pair with a merge
-// sits in a min-heap ordered by (rank, position); the top is merged when its
-// pair still yields the merged id it was queued with, and the pairs the merge
-// makes with its neighbours are queued. O(n log n) for a piece of n symbols.
+// The merge loop is the reference library's: adjacent pairs with a merge are
+// taken lowest (rank, position) first; one is merged when its pair still
+// yields the merged id it was queued with, and the pairs the merge makes with
+// its neighbours are queued (see merge_all). O(n log n) for n symbols.
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
-#include <queue>
+#include <functional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -78,16 +79,12 @@ class BpeModel {
       std::uint32_t len;  // bytes; 0 once merged into its left neighbour
       std::uint32_t prev, next;
     };
-    struct Queued {
-      std::int32_t rank;
-      std::uint32_t pos;
-      std::int32_t merged;
-      bool operator<(const Queued& o) const {  // the heap's top: lowest rank, then leftmost
-        return rank != o.rank ? rank > o.rank : pos > o.pos;
-      }
-    };
     std::vector<Symbol> symbols;
-    std::vector<Queued> heap;
+    std::vector<std::uint32_t> bucket_of_rank;        // rank -> its bucket, none while it has none
+    std::vector<std::vector<std::uint32_t>> buckets;  // each: left symbols of pairs of one rank (some expired)
+    std::vector<std::uint32_t> free_buckets;
+    std::vector<std::uint32_t> ranks;  // min-heap of the ranks that have a bucket
+    std::vector<std::uint32_t> taking;  // the entries of the bucket being taken
     std::string mapped;
   };
 
@@ -170,38 +167,68 @@ class BpeModel {
     flush_unk();
   }
 
+  // The reference's order, (rank, position) lowest first, kept with a bucket
+  // of left symbols per rank and a min-heap of the ranks that have one: the
+  // heap holds ranks, not pairs, and a bucket is taken left to right (sorted
+  // once), so a piece of millions of symbols stays near-linear. A merge may
+  // queue a pair of a lower rank than the bucket being taken (files whose
+  // merges are out of order): then the rest of the bucket goes back and the
+  // lower rank is taken first, as the reference's heap would.
   void merge_all(Scratch& sc) const {
     auto& sym = sc.symbols;
-    auto& heap = sc.heap;
-    heap.clear();
-    const auto pair_merge = [&](std::uint32_t left, std::uint32_t right) {
-      return merges_.find(bpe::pair_key(sym[left].id, sym[right].id));
+    if (sc.bucket_of_rank.size() != rank_merged_.size()) sc.bucket_of_rank.assign(rank_merged_.size(), none);
+    const auto lookup = [&](std::uint32_t left) -> const bpe::Merge* {
+      const std::uint32_t right = sym[left].next;
+      return right == none ? nullptr : merges_.find(bpe::pair_key(sym[left].id, sym[right].id));
     };
-    for (std::uint32_t k = 0; k + 1 < sym.size(); ++k)
-      if (const auto* m = pair_merge(k, k + 1)) heap.push_back({m->rank, k, m->merged});
-    std::make_heap(heap.begin(), heap.end());
-    const auto push = [&](std::int32_t rank, std::uint32_t pos, std::int32_t merged) {
-      heap.push_back({rank, pos, merged});
-      std::push_heap(heap.begin(), heap.end());
+    const auto add = [&](std::uint32_t rank, std::uint32_t left) {
+      std::uint32_t& b = sc.bucket_of_rank[rank];
+      if (b == none) {
+        if (sc.free_buckets.empty()) {
+          sc.free_buckets.push_back(static_cast<std::uint32_t>(sc.buckets.size()));
+          sc.buckets.emplace_back();
+        }
+        b = sc.free_buckets.back();
+        sc.free_buckets.pop_back();
+        sc.ranks.push_back(rank);
+        std::push_heap(sc.ranks.begin(), sc.ranks.end(), std::greater<>{});
+      }
+      sc.buckets[b].push_back(left);
     };
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end());
-      const auto top = heap.back();
-      heap.pop_back();
-      auto& cur = sym[top.pos];
-      if (cur.len == 0 || cur.next == none) continue;
-      const std::uint32_t right = cur.next;
-      const auto* m = pair_merge(top.pos, right);
-      if (!m || m->merged != top.merged) continue;  // an expired entry
-      cur.id = top.merged;
-      cur.len += sym[right].len;
-      cur.next = sym[right].next;
-      sym[right].len = 0;
-      if (cur.next != none) sym[cur.next].prev = top.pos;
-      if (cur.prev != none)
-        if (const auto* p = pair_merge(cur.prev, top.pos)) push(p->rank, cur.prev, p->merged);
-      if (cur.next != none)
-        if (const auto* n = pair_merge(top.pos, cur.next)) push(n->rank, top.pos, n->merged);
+    const auto queue = [&](std::uint32_t left) {
+      if (const bpe::Merge* m = lookup(left)) add(static_cast<std::uint32_t>(m->rank), left);
+    };
+    for (std::uint32_t k = 0; k + 1 < sym.size(); ++k) queue(k);
+    while (!sc.ranks.empty()) {
+      std::pop_heap(sc.ranks.begin(), sc.ranks.end(), std::greater<>{});
+      const std::uint32_t rank = sc.ranks.back();
+      sc.ranks.pop_back();
+      const std::uint32_t b = std::exchange(sc.bucket_of_rank[rank], none);
+      std::vector<std::uint32_t>& entries = sc.taking;  // the bucket's entries, its storage back to the pool
+      entries.clear();
+      std::swap(entries, sc.buckets[b]);
+      sc.free_buckets.push_back(b);
+      if (!std::is_sorted(entries.begin(), entries.end())) std::sort(entries.begin(), entries.end());
+      const std::int32_t merged = rank_merged_[rank];
+      for (std::size_t e = 0; e < entries.size(); ++e) {
+        const std::uint32_t i = entries[e];
+        auto& cur = sym[i];
+        if (cur.len == 0 || cur.next == none) continue;
+        const bpe::Merge* m = lookup(i);
+        if (!m || m->merged != merged) continue;  // an expired entry
+        const std::uint32_t right = cur.next;
+        cur.id = merged;
+        cur.len += sym[right].len;
+        cur.next = sym[right].next;
+        sym[right].len = 0;
+        if (cur.next != none) sym[cur.next].prev = i;
+        if (cur.prev != none) queue(cur.prev);
+        queue(i);
+        if (!sc.ranks.empty() && sc.ranks.front() < rank) {  // a lower rank first: the rest goes back
+          for (std::size_t rest = e + 1; rest < entries.size(); ++rest) add(rank, entries[rest]);
+          break;
+        }
+      }
     }
   }
 
@@ -264,6 +291,7 @@ class BpeModel {
       if (merged < 0) throw data_error(where + ": the merged token " + printable(left + right) + " is not in the vocab");
       // A repeated pair takes its last rank, as the reference's map does.
       merges_.assign(bpe::pair_key(l, rr), bpe::Merge{static_cast<std::int32_t>(r), merged});
+      rank_merged_.push_back(merged);
     }
   }
 
@@ -273,6 +301,7 @@ class BpeModel {
   std::array<std::int32_t, 256> byte_ids_{};      // byte -> id of its byte-alphabet character, -1: none
   std::array<std::int32_t, 256> fallback_ids_{};  // byte -> id of "<0xXX>", -1: none
   bpe::MergeTable merges_;
+  std::vector<std::int32_t> rank_merged_;  // rank -> the id its merge makes
   std::int32_t unk_id_ = -1;
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
 };
