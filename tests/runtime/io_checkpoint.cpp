@@ -92,6 +92,29 @@ std::string read_text(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// The entries of a directory, by name.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// What a save of `target` made beside it and left: entries named
+// "<target>.headroom-saving-<random>" or "<target>.headroom-old-<random>".
+std::vector<std::string> left_beside(const fs::path& target) {
+  std::vector<std::string> left;
+  for (const std::string& n : names_in(target.parent_path()))
+    for (const std::string marker : {".headroom-saving-", ".headroom-old-"})
+      if (n.rfind(target.filename().string() + marker, 0) == 0) left.push_back(n);
+  return left;
+}
+
+// Names a save of `target` might have given its staging directory and the
+// old checkpoint it set aside (as an interrupted save leaves them).
+fs::path staging_name(const fs::path& target) { return target.string() + ".headroom-saving-0123456789ab"; }
+fs::path aside_name(const fs::path& target) { return target.string() + ".headroom-old-0123456789ab"; }
+
 template <class R>
 void resume_is_bit_identical() {
   using Tr = host::Trainer<R>;
@@ -110,8 +133,7 @@ void resume_is_bit_identical() {
   CHECK(fs::exists(dir / "model.safetensors"));
   CHECK(fs::exists(dir / "optimizer.safetensors"));
   CHECK(fs::exists(dir / "trainer.json"));
-  CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
-  CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+  CHECK(names_in(tmp.dir) == std::vector<std::string>{"ckpt"});
 
   Tr resumed(options(99));  // a new trainer, other initial weights
   const std::string extra = io::load_checkpoint(resumed, dir);
@@ -250,8 +272,7 @@ TEST_CASE("checkpoint: a save replaces only a missing path, an empty directory o
   auto refused = [&](const fs::path& target, const std::string& why) {
     REQUIRE_THROWS_AS(io::save_checkpoint(t, target), io::overwrite_refused);
     REQUIRE_THROWS_WITH(io::save_checkpoint(t, target), Contains(target.string()) && Contains(why) && Contains("nothing was written"));
-    CHECK_FALSE(fs::exists(target.string() + ".headroom-saving"));
-    CHECK_FALSE(fs::exists(target.string() + ".headroom-old"));
+    CHECK(left_beside(target).empty());
   };
 
   SECTION("an output folder of other files is left as it was") {
@@ -391,7 +412,7 @@ TEST_CASE("checkpoint: an interrupted save leaves the previous checkpoint loadab
     };
     REQUIRE_THROWS_WITH(io::save_checkpoint(t, dir, R"({"v": 2})"), Contains("interrupted"));
     ck::test_hook() = nullptr;
-    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+    CHECK(left_beside(dir).empty());
   };
 
   SECTION("after model.safetensors") {
@@ -414,7 +435,7 @@ TEST_CASE("checkpoint: an interrupted save leaves the previous checkpoint loadab
     ck::force_two_renames() = true;
     interrupt_at("aside");
     loads_v1();
-    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+    CHECK(left_beside(dir).empty());
   }
   SECTION("the two-rename swap when it completes") {
     ck::force_two_renames() = true;
@@ -422,14 +443,15 @@ TEST_CASE("checkpoint: an interrupted save leaves the previous checkpoint loadab
     Tr u(options(8));
     CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
     CHECK(mismatch_at(state_bytes(u), v2) == -1);
-    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+    CHECK(left_beside(dir).empty());
   }
   SECTION("a crash that left an incomplete staging directory") {
-    fs::create_directory(tmp / "ckpt.headroom-saving");
-    std::ofstream(tmp / "ckpt.headroom-saving" / "model.safetensors") << "partial";
+    fs::create_directory(staging_name(dir));
+    std::ofstream(staging_name(dir) / "model.safetensors") << "partial";
+    std::ofstream(staging_name(dir) / "optimizer.safetensors.headroom-tmp-0123456789ab") << "partial";
     loads_v1();
     io::save_checkpoint(t, dir, R"({"v": 2})");  // cleans it up
-    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+    CHECK(left_beside(dir).empty());
     Tr u(options(8));
     CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
     CHECK(mismatch_at(state_bytes(u), v2) == -1);
@@ -437,8 +459,8 @@ TEST_CASE("checkpoint: an interrupted save leaves the previous checkpoint loadab
   SECTION("a crash between the two renames: the complete new checkpoint is found, and the next save recovers") {
     // the state a process killed after "rename dir aside" leaves
     io::save_checkpoint(t, tmp / "other", R"({"v": 2})");
-    fs::rename(dir, tmp / "ckpt.headroom-old");
-    fs::rename(tmp / "other", tmp / "ckpt.headroom-saving");
+    fs::rename(dir, aside_name(dir));
+    fs::rename(tmp / "other", staging_name(dir));
     {
       Tr u(options(8));
       CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
@@ -446,18 +468,17 @@ TEST_CASE("checkpoint: an interrupted save leaves the previous checkpoint loadab
     }
     step(t);
     io::save_checkpoint(t, dir, R"({"v": 3})");
-    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
-    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+    CHECK(names_in(tmp.dir) == std::vector<std::string>{"ckpt"});
     Tr u(options(8));
     CHECK(io::load_checkpoint(u, dir) == R"({"v": 3})");
     CHECK(u.steps_done() == 3);
   }
   SECTION("a crash after the old one was set aside, before the new one was complete") {
-    fs::rename(dir, tmp / "ckpt.headroom-old");
-    fs::create_directory(tmp / "ckpt.headroom-saving");
+    fs::rename(dir, aside_name(dir));
+    fs::create_directory(staging_name(dir));
     loads_v1();
     io::save_checkpoint(t, dir, R"({"v": 2})");
-    CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-old"));
+    CHECK(names_in(tmp.dir) == std::vector<std::string>{"ckpt"});
     Tr u(options(8));
     CHECK(io::load_checkpoint(u, dir) == R"({"v": 2})");
   }
@@ -477,9 +498,64 @@ TEST_CASE("checkpoint: weights that overflowed are not saved over the last good 
   t.weight(p)[3 * p.cols + 5] = std::numeric_limits<float>::infinity();
   REQUIRE_THROWS_AS(io::save_checkpoint(t, dir), io::checkpoint_error);
   REQUIRE_THROWS_WITH(io::save_checkpoint(t, dir), Contains("not saved: after step 2, layers.1.mlp.down_proj.weight holds inf at [3, 5]"));
-  CHECK_FALSE(fs::exists(tmp / "ckpt.headroom-saving"));
+  CHECK(names_in(tmp.dir) == std::vector<std::string>{"ckpt"});
   Tr u(options(32));
   io::load_checkpoint(u, dir);
   CHECK(u.steps_done() == 1);
   CHECK(mismatch_at(state_bytes(u), good) == -1);
+}
+
+TEST_CASE("checkpoint: a save leaves folders and links named like its staging or its old copy alone", "[io][checkpoint]") {
+  using Tr = host::Trainer<AdamRun>;
+  namespace ck = io::detail::checkpoint;
+  HookGuard guard;
+  TempDir tmp;
+  Tr t(options(33));
+  step(t);
+  // the user's own folders of those names, and links of those names to a folder of theirs
+  fs::create_directories(tmp / "ckpt.headroom-saving");
+  headroom::test::write_file(tmp / "ckpt.headroom-saving" / "notes.txt", "mine");
+  fs::create_directories(tmp / "ckpt.headroom-old" / "sub");
+  headroom::test::write_file(tmp / "ckpt.headroom-old" / "sub" / "trainer.json", "my trainer notes");
+  fs::create_directories(tmp / "elsewhere");
+  headroom::test::write_file(tmp / "elsewhere" / "keep.txt", "kept");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / "other.headroom-saving");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / "other.headroom-old");
+  // named as a save names its own, but not what a save makes: a folder holding
+  // another file, and links
+  fs::create_directories(tmp / "ckpt.headroom-saving-aaaaaaaaaaaa");
+  headroom::test::write_file(tmp / "ckpt.headroom-saving-aaaaaaaaaaaa" / "notes.txt", "mine too");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / "ckpt.headroom-old-bbbbbbbbbbbb");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / "other.headroom-saving-cccccccccccc");
+  const std::vector<std::string> before = names_in(tmp.dir);
+
+  for (const char* name : {"ckpt", "other"}) {
+    io::save_checkpoint(t, tmp / name);  // into a new directory
+    step(t);
+    io::save_checkpoint(t, tmp / name);  // swapped over the first
+    ck::force_two_renames() = true;
+    io::save_checkpoint(t, tmp / name);  // set aside, then renamed in
+    ck::force_two_renames() = false;
+    ck::test_hook() = [](std::string_view stage) {
+      if (stage == "swap") throw std::runtime_error("interrupted");
+    };
+    REQUIRE_THROWS_WITH(io::save_checkpoint(t, tmp / name), Contains("interrupted"));
+    ck::test_hook() = nullptr;
+    Tr u(options(34));
+    io::load_checkpoint(u, tmp / name);
+    CHECK(u.steps_done() == t.steps_done());
+  }
+  std::vector<std::string> after = before;
+  after.push_back("ckpt");
+  after.push_back("other");
+  std::sort(after.begin(), after.end());
+  CHECK(names_in(tmp.dir) == after);
+  CHECK(names_in(tmp / "ckpt.headroom-saving") == std::vector<std::string>{"notes.txt"});
+  CHECK(read_text(tmp / "ckpt.headroom-saving" / "notes.txt") == "mine");
+  CHECK(read_text(tmp / "ckpt.headroom-saving-aaaaaaaaaaaa" / "notes.txt") == "mine too");
+  CHECK(read_text(tmp / "ckpt.headroom-old" / "sub" / "trainer.json") == "my trainer notes");
+  CHECK(fs::is_symlink(tmp / "other.headroom-saving"));
+  CHECK(fs::is_symlink(tmp / "other.headroom-old"));
+  CHECK(names_in(tmp / "elsewhere") == std::vector<std::string>{"keep.txt"});
+  CHECK(read_text(tmp / "elsewhere" / "keep.txt") == "kept");
 }

@@ -15,6 +15,8 @@
 #include <headroom/io/peft.hpp>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -77,6 +80,25 @@ struct FsyncRecorder {
     const auto it = std::find(paths.begin(), paths.end(), want);
     return it == paths.end() ? -1 : static_cast<long>(it - paths.begin());
   }
+  // Index of the first fsync of a file whose path is `pattern`, in which
+  // "<random>" stands for the 12 random characters [a-z0-9] of a writer's
+  // own names (io/durable.hpp), or -1. The path's directory is made canonical.
+  long index_of_pattern(const fs::path& pattern) const {
+    const std::string dir = fs::weakly_canonical(pattern.parent_path()).string();
+    std::string re;
+    for (const char c : (fs::path(dir) / pattern.filename()).string())
+      re += std::string(std::strchr(".^$|()[]{}*+?\\", c) && c != '\0' ? "\\" : "") + c;
+    re = std::regex_replace(re, std::regex("<random>"), "[a-z0-9]{12}");
+    const std::regex want(re);
+    std::lock_guard<std::mutex> lock(fsync_mutex);
+    const auto it = std::find_if(paths.begin(), paths.end(), [&](const std::string& p) { return std::regex_match(p, want); });
+    return it == paths.end() ? -1 : static_cast<long>(it - paths.begin());
+  }
+  // Index of the first fsync of the temporary a writer of `target` writes
+  // ("<target>.headroom-tmp-<random>"), or -1.
+  long index_of_temporary(const fs::path& target) const {
+    return index_of_pattern(target.string() + ".headroom-tmp-<random>");
+  }
   // Index of the last fsync of `p`, or -1.
   long last_index_of(const fs::path& p) const {
     const std::string want = fs::weakly_canonical(p).string();
@@ -85,6 +107,14 @@ struct FsyncRecorder {
     return it == paths.rend() ? -1 : static_cast<long>(paths.rend() - it - 1);
   }
 };
+
+// The entries of a directory, by name.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -104,7 +134,7 @@ TEST_CASE("durable: write_safetensors fsyncs the file before its rename and the 
   const fs::path path = tmp / "model.safetensors";
   FsyncRecorder rec;
   io::write_safetensors(path, one_tensor());
-  const long file = rec.index_of(path.string() + ".tmp");  // flushed under its temporary name, before the rename
+  const long file = rec.index_of_temporary(path);  // flushed under its temporary name, before the rename
   const long dir = rec.last_index_of(tmp.dir);
   CHECK(file >= 0);
   CHECK(dir > file);
@@ -116,14 +146,14 @@ TEST_CASE("durable: export_adapter, save_pretrained and save_merged fsync every 
   host::Trainer<LoRARun> t({.seed = 3});
   FsyncRecorder rec;
   io::export_adapter(t, tmp / "adapter", "base");
-  CHECK(rec.index_of(tmp / "adapter" / "adapter_model.safetensors.tmp") >= 0);
-  CHECK(rec.index_of(tmp / "adapter" / "adapter_config.json.tmp") >= 0);
-  CHECK(rec.last_index_of(tmp / "adapter") > rec.index_of(tmp / "adapter" / "adapter_config.json.tmp"));
+  CHECK(rec.index_of_temporary(tmp / "adapter" / "adapter_model.safetensors") >= 0);
+  CHECK(rec.index_of_temporary(tmp / "adapter" / "adapter_config.json") >= 0);
+  CHECK(rec.last_index_of(tmp / "adapter") > rec.index_of_temporary(tmp / "adapter" / "adapter_config.json"));
   io::save_pretrained(t, tmp / "model.safetensors");
-  CHECK(rec.index_of(tmp / "model.safetensors.tmp") >= 0);
+  CHECK(rec.index_of_temporary(tmp / "model.safetensors") >= 0);
   io::save_merged(t, tmp / "merged.safetensors");
-  CHECK(rec.index_of(tmp / "merged.safetensors.tmp") >= 0);
-  CHECK(rec.last_index_of(tmp.dir) > rec.index_of(tmp / "merged.safetensors.tmp"));
+  CHECK(rec.index_of_temporary(tmp / "merged.safetensors") >= 0);
+  CHECK(rec.last_index_of(tmp.dir) > rec.index_of_temporary(tmp / "merged.safetensors"));
 }
 
 TEST_CASE("durable: write_tokens fsyncs the file before its rename and the directory after", "[io][durable]") {
@@ -132,8 +162,8 @@ TEST_CASE("durable: write_tokens fsyncs the file before its rename and the direc
   const std::vector<std::int32_t> ids = {1, 2, 3, 40};
   FsyncRecorder rec;
   io::write_tokens(path, ids, 48);
-  CHECK(rec.index_of(path.string() + ".tmp") >= 0);
-  CHECK(rec.last_index_of(tmp.dir) > rec.index_of(path.string() + ".tmp"));
+  CHECK(rec.index_of_temporary(path) >= 0);
+  CHECK(rec.last_index_of(tmp.dir) > rec.index_of_temporary(path));
   CHECK(io::TokenFile(path).size() == 4);
 }
 
@@ -142,11 +172,11 @@ TEST_CASE("durable: save_checkpoint fsyncs its files, the staging directory and 
   host::Trainer<LoRARun> t({.seed = 4});
   FsyncRecorder rec;
   io::save_checkpoint(t, tmp / "ckpt");
-  const fs::path staging = tmp / "ckpt.headroom-saving";
+  const fs::path staging = tmp / "ckpt.headroom-saving-<random>";
   // the files were flushed under the staging directory's name, before the swap
-  CHECK(rec.index_of(staging / "model.safetensors.tmp") >= 0);
-  CHECK(rec.index_of(staging / "optimizer.safetensors.tmp") >= 0);
-  CHECK(rec.index_of(staging / "trainer.json.tmp") >= 0);
+  CHECK(rec.index_of_pattern(staging / "model.safetensors.headroom-tmp-<random>") >= 0);
+  CHECK(rec.index_of_pattern(staging / "optimizer.safetensors.headroom-tmp-<random>") >= 0);
+  CHECK(rec.index_of_pattern(staging / "trainer.json.headroom-tmp-<random>") >= 0);
   CHECK(rec.index_of(tmp.dir) >= 0);
 }
 
@@ -166,7 +196,7 @@ TEST_CASE("durable: write_safetensors replaces only a missing path or a safetens
     REQUIRE_THROWS_WITH(io::write_safetensors(notes, one_tensor()),
                         Contains("notes.txt exists and is not a safetensors file") && Contains("nothing was written"));
     CHECK(read_text(notes) == "do not lose me");
-    CHECK_FALSE(fs::exists(tmp / "notes.txt.tmp"));
+    CHECK(names_in(tmp.dir) == std::vector<std::string>{"notes.txt"});  // no temporary was made
   }
   SECTION("a directory is left as it was") {
     const fs::path dir = tmp / "out";
@@ -233,4 +263,60 @@ TEST_CASE("durable: a write the file system refuses is reported with the system'
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(tmp.dir)) names.push_back(e.path().filename().string());
   CHECK(names == std::vector<std::string>{"model.safetensors"});  // no temporary left
+}
+
+TEST_CASE("durable: a writer leaves a file or a link named like a temporary of its target alone", "[io][durable]") {
+  TempDir tmp;
+  host::Trainer<LoRARun> t({.seed = 8});
+  const fs::path path = tmp / "model.safetensors";
+  SECTION("the user's own <path>.tmp") {
+    write_file(path.string() + ".tmp", "my notes");
+    io::save_pretrained(t, path);
+    io::save_pretrained(t, path);  // over the first
+    CHECK(read_text(path.string() + ".tmp") == "my notes");
+    CHECK(names_in(tmp.dir) == std::vector<std::string>{"model.safetensors", "model.safetensors.tmp"});
+    CHECK(io::SafetensorsFile(path).tensors().size() > 0);
+  }
+  SECTION("a link named <path>.tmp to another file: the model is not written through it") {
+    write_file(tmp / "precious.txt", "do not lose me");
+    fs::create_symlink(tmp / "precious.txt", path.string() + ".tmp");
+    io::save_pretrained(t, path);
+    CHECK(read_text(tmp / "precious.txt") == "do not lose me");
+    CHECK(fs::is_symlink(path.string() + ".tmp"));
+    CHECK(fs::read_symlink(path.string() + ".tmp") == tmp / "precious.txt");
+    CHECK(names_in(tmp.dir) == std::vector<std::string>{"model.safetensors", "model.safetensors.tmp", "precious.txt"});
+  }
+  SECTION("token files and dangling links too") {
+    fs::create_symlink(tmp / "nowhere", tmp / "train.tok.tmp");
+    io::write_tokens(tmp / "train.tok", std::vector<std::int32_t>{1, 2, 3}, 48);
+    CHECK(fs::is_symlink(tmp / "train.tok.tmp"));
+    CHECK_FALSE(fs::exists(tmp / "nowhere"));
+    CHECK(names_in(tmp.dir) == std::vector<std::string>{"train.tok", "train.tok.tmp"});
+  }
+}
+
+TEST_CASE("durable: what a killed writer left is cleared by the next write of the same target, nothing else", "[io][durable]") {
+  TempDir tmp;
+  const fs::path path = tmp / "model.safetensors";
+  const std::string left = path.string() + ".headroom-tmp-";
+  write_file(left + "a1b2c3d4e5f6", "half a model");                      // a killed writer's
+  write_file(left + "A1B2C3D4E5F6", "not the writer's alphabet");          // not its name
+  write_file(left + "a1b2c3", "too short");                                // not its name
+  write_file(tmp / "other.safetensors.headroom-tmp-a1b2c3d4e5f6", "x");    // another target's
+  fs::create_directory(left + "b1b2c3d4e5f6");                             // a directory
+  write_file(tmp / "target.txt", "kept");
+  fs::create_symlink(tmp / "target.txt", left + "c1b2c3d4e5f6");          // a link
+  write_file(left + "d1b2c3d4e5f6", "a live writer's");                    // locked: its writer is at work
+  const int live = ::open((left + "d1b2c3d4e5f6").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(live >= 0);
+  REQUIRE(::flock(live, LOCK_EX) == 0);
+  io::write_safetensors(path, one_tensor());
+  ::close(live);
+  CHECK(names_in(tmp.dir) == std::vector<std::string>{
+                                 "model.safetensors", "model.safetensors.headroom-tmp-A1B2C3D4E5F6",
+                                 "model.safetensors.headroom-tmp-a1b2c3", "model.safetensors.headroom-tmp-b1b2c3d4e5f6",
+                                 "model.safetensors.headroom-tmp-c1b2c3d4e5f6", "model.safetensors.headroom-tmp-d1b2c3d4e5f6", "other.safetensors.headroom-tmp-a1b2c3d4e5f6",
+                                 "target.txt"});
+  CHECK(read_text(tmp / "target.txt") == "kept");
+  CHECK(io::SafetensorsFile(path).tensors().size() == 1);
 }

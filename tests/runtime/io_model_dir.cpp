@@ -444,3 +444,25 @@ TEST_CASE("model directory: a weight that is not finite stops the load, naming t
   REQUIRE_THROWS_WITH(io::load_pretrained(b, tmp / "model.safetensors"),
                       Contains("tensor 'model.layers.1.self_attn.q_proj.weight': element 1000 of [64, 64] is NaN"));
 }
+
+TEST_CASE("model directory: a save leaves files and links named <file>.tmp alone", "[io][hf][model_dir][durable]") {
+  TempDir tmp;
+  LlamaTr a({.seed = 3});
+  const fs::path dir = tmp / "llama";
+  io::save_pretrained(a, dir);
+  write_file(dir / "config.json.tmp", "my draft");
+  write_file(tmp / "precious.bin", "do not lose me");
+  fs::create_symlink(tmp / "precious.bin", dir / "model.safetensors.tmp");
+  fs::create_symlink(tmp / "precious.bin", dir / "model.safetensors.index.json.tmp");
+  io::save_pretrained(a, dir);
+  io::save_pretrained(a, dir, {.max_shard_size = 40'000});  // shards and their index over the one file
+  io::save_pretrained(a, dir);                              // and the one file again
+  CHECK(listing(dir) == std::set<std::string>{"config.json", "config.json.tmp", "model.safetensors", "model.safetensors.index.json.tmp",
+                                              "model.safetensors.tmp"});
+  CHECK(read_text(dir / "config.json.tmp") == "my draft");
+  CHECK(read_text(tmp / "precious.bin") == "do not lose me");
+  CHECK(fs::read_symlink(dir / "model.safetensors.tmp") == tmp / "precious.bin");
+  LlamaTr b({.seed = 99});
+  io::load_pretrained(b, dir);
+  require_same_weights(a, b);
+}

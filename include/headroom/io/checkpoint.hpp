@@ -44,17 +44,26 @@
 // Anything else (a file, a folder of other things) is refused with
 // io::overwrite_refused before anything is touched.
 //
-// Atomic save: the three files are written into the sibling directory
-// "<dir>.headroom-saving", fsync'ed (trainer.json last, renamed into place
-// once everything else is on disk, so its presence marks a complete
-// checkpoint), and the directory is then swapped in: on Linux with one
-// renameat2(RENAME_EXCHANGE) (the old checkpoint is removed after), elsewhere
-// by renaming `dir` to "<dir>.headroom-old", renaming the new one in and
-// removing the old one. An interrupted save therefore leaves the old or the
-// new checkpoint, never a broken one: load_checkpoint, when `dir` is missing,
-// reads the complete sibling an interrupted swap left behind, and the next
+// Atomic save: the three files are written into a new sibling directory of
+// the save's own, "<dir>.headroom-saving-<12 random characters of [a-z0-9]>"
+// (made by mkdir, so by this save alone: io/durable.hpp), fsync'ed
+// (trainer.json last, renamed into place once everything else is on disk, so
+// its presence marks a complete checkpoint), and the directory is then
+// swapped in: on Linux with one renameat2(RENAME_EXCHANGE) (the old
+// checkpoint is removed after), elsewhere by renaming `dir` over a new empty
+// "<dir>.headroom-old-<random>", renaming the new one in and removing the old
+// one. An interrupted save therefore leaves the old or the new checkpoint,
+// never a broken one: load_checkpoint, when `dir` is missing, reads the
+// complete sibling an interrupted swap left behind, and the next
 // save_checkpoint finishes or discards what an interrupted one left. One
 // process saves to a given `dir` at a time.
+//
+// What a save may read, move or remove beside `dir`: only directories it
+// could have made itself (left_by_saves): named exactly "<dir>.headroom-
+// saving-" or "<dir>.headroom-old-" and 12 characters of [a-z0-9], real
+// directories (not links) owned by this user, holding nothing but the files
+// a save writes. Anything else, "<dir>.headroom-saving" of the user's or a
+// link of such a name included, is never touched.
 //
 // load_checkpoint checks, before it writes anything into the trainer, that
 // trainer.json's signature is this trainer's (another model, dtype,
@@ -74,6 +83,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -83,10 +93,15 @@
 
 #include "../host/storage.hpp"
 #include "../plan/schedule.hpp"
+#include "durable.hpp"
 #include "safetensors.hpp"
 
 #if defined(__linux__)
 #include <fcntl.h>  // AT_FDCWD; renameat2 and RENAME_EXCHANGE come with <cstdio> (glibc >= 2.28)
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/stat.h>  // lstat: who owns what a save left
+#include <unistd.h>
 #endif
 
 namespace headroom::io {
@@ -197,15 +212,87 @@ inline std::filesystem::path normalized(const std::filesystem::path& dir) {
 inline std::filesystem::path parent_of(const std::filesystem::path& d) {
   return d.has_parent_path() ? d.parent_path() : std::filesystem::path(".");
 }
-inline std::filesystem::path staging_of(const std::filesystem::path& d) {
-  return parent_of(d) / (d.filename().string() + ".headroom-saving");
-}
-inline std::filesystem::path aside_of(const std::filesystem::path& d) {
-  return parent_of(d) / (d.filename().string() + ".headroom-old");
-}
 inline bool complete(const std::filesystem::path& d) {
   std::error_code ec;
   return std::filesystem::is_regular_file(d / trainer_file, ec);
+}
+
+// A save's own directories beside `d`: its staging directory
+// "<d>.headroom-saving-<random>" and, while the two-rename swap runs, the old
+// checkpoint set aside as "<d>.headroom-old-<random>" (io/durable.hpp's
+// random names, each made by mkdir for this save alone).
+inline constexpr std::string_view staging_marker = ".headroom-saving-";
+inline constexpr std::string_view aside_marker = ".headroom-old-";
+
+// Whether `name` is a file a save writes into its directory (or that file's
+// temporary, io/durable.hpp): model / optimizer .safetensors, trainer.json,
+// model.rank-<r> / optimizer.rank-<r> .safetensors.
+inline bool is_saved_file_name(std::string_view name) {
+  auto plain = [](std::string_view n) {
+    if (n == model_file || n == optimizer_file || n == trainer_file) return true;
+    for (const std::string_view kind : {std::string_view("model.rank-"), std::string_view("optimizer.rank-")}) {
+      constexpr std::string_view tail = ".safetensors";
+      if (n.size() <= kind.size() + tail.size() || n.substr(0, kind.size()) != kind || n.substr(n.size() - tail.size()) != tail)
+        continue;
+      const std::string_view r = n.substr(kind.size(), n.size() - kind.size() - tail.size());
+      if (r.find_first_not_of("0123456789") == std::string_view::npos) return true;
+    }
+    return false;
+  };
+  if (plain(name)) return true;
+  const std::size_t at = name.rfind(durable::temporary_marker);
+  return at != std::string_view::npos && plain(name.substr(0, at)) &&
+         durable::is_own_name(name, name.substr(0, at), durable::temporary_marker);
+}
+
+// The directories beside `d` that an interrupted save of `d` may have left
+// under `marker` (staging_marker or aside_marker): named as a save names them,
+// real directories (not links) holding nothing but files a save writes, and,
+// unless `any_owner` (reading them), owned by this user. Anything else of a
+// similar name is not a save's, and is never read, moved or removed.
+inline std::vector<std::filesystem::path> left_by_saves(const std::filesystem::path& d, std::string_view marker,
+                                                        bool any_owner = false) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> out;
+  const std::string stem = d.filename().string();
+  std::error_code ec;
+  for (fs::directory_iterator it(parent_of(d), ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path p = it->path();
+    if (!durable::is_own_name(p.filename().string(), stem, marker) || !it->is_directory(ec) || it->is_symlink(ec)) continue;
+#if defined(__unix__) || defined(__APPLE__)
+    struct stat st {};
+    if (!any_owner && (::lstat(p.c_str(), &st) != 0 || st.st_uid != ::geteuid())) continue;
+#else
+    (void)any_owner;
+#endif
+    bool own = true;
+    std::error_code inner;
+    for (fs::directory_iterator f(p, inner); own && !inner && f != end; f.increment(inner))
+      own = is_saved_file_name(f->path().filename().string()) && f->symlink_status(inner).type() == fs::file_type::regular;
+    if (own && !inner) out.push_back(p);
+  }
+  return out;
+}
+
+// Of `dirs`, the complete one (a trainer.json) written last, or none.
+inline std::optional<std::filesystem::path> newest_complete(const std::vector<std::filesystem::path>& dirs) {
+  std::optional<std::filesystem::path> best;
+  std::filesystem::file_time_type when{};
+  for (const auto& p : dirs) {
+    std::error_code ec;
+    if (!complete(p)) continue;
+    const auto t = std::filesystem::last_write_time(p / trainer_file, ec);
+    if (!ec && (!best || t > when)) best = p, when = t;
+  }
+  return best;
+}
+
+// Where the newest complete checkpoint of a missing `d` is, when a save
+// was interrupted during its swap: its staging directory when complete,
+// else the old checkpoint it had set aside. `any_owner`: see left_by_saves.
+inline std::optional<std::filesystem::path> left_behind(const std::filesystem::path& d, bool any_owner = false) {
+  if (auto staged = newest_complete(left_by_saves(d, staging_marker, any_owner))) return staged;
+  return newest_complete(left_by_saves(d, aside_marker, any_owner));
 }
 
 // Whether `d` holds a headroom checkpoint: a trainer.json that says so.
@@ -359,17 +446,17 @@ inline void check_finite(const std::filesystem::path& d, const std::vector<Tenso
 
 // Moves whatever an interrupted save left next to `d` into a consistent
 // state: a complete staged checkpoint whose swap did not finish becomes `d`
-// (or the old one comes back), and leftovers are removed.
+// (or the old one comes back), and the rest of what saves left is removed
+// (left_by_saves: only directories a save could have made).
 inline void recover(const std::filesystem::path& d) {
   namespace fs = std::filesystem;
-  const fs::path staging = staging_of(d), aside = aside_of(d);
-  if (!fs::exists(d)) {
-    if (complete(staging)) fs::rename(staging, d);
-    else if (fs::exists(aside)) fs::rename(aside, d);
-  }
   std::error_code ec;
-  fs::remove_all(staging, ec);
-  if (fs::exists(d)) fs::remove_all(aside, ec);
+  if (!fs::exists(fs::symlink_status(d, ec))) {
+    if (const auto found = left_behind(d)) fs::rename(*found, d);
+  }
+  for (const fs::path& p : left_by_saves(d, staging_marker)) fs::remove_all(p, ec);
+  if (fs::exists(fs::symlink_status(d, ec)))
+    for (const fs::path& p : left_by_saves(d, aside_marker)) fs::remove_all(p, ec);
 }
 
 // Swaps the complete directory `staging` in as `d`.
@@ -389,9 +476,15 @@ inline void swap_in(const std::filesystem::path& staging, const std::filesystem:
     return;
   }
 #endif
-  const fs::path aside = aside_of(d);
-  fs::remove_all(aside, ec);
-  fs::rename(d, aside);
+  // the old one aside, over an empty directory made for it (so nothing of
+  // that name is replaced but what this save made)
+  const fs::path aside = durable::create_own_directory(d, aside_marker);
+  try {
+    fs::rename(d, aside);
+  } catch (...) {
+    fs::remove(aside, ec);
+    throw;
+  }
   try {
     stage("aside");
     fs::rename(staging, d);
@@ -474,7 +567,7 @@ std::string trainer_json(const Trainer& t, const std::vector<FileRecord>& files,
 inline void finish_save(const std::filesystem::path& staging, const std::filesystem::path& d, const std::string& json) {
   stage(trainer_file);
   write_durably(
-      staging / trainer_file, [&](std::ofstream& out) { out.write(json.data(), static_cast<std::streamsize>(json.size())); },
+      staging / trainer_file, [&](std::ostream& out) { out.write(json.data(), static_cast<std::streamsize>(json.size())); },
       [&](const std::string& what) { fail(staging / trainer_file, what); });
   stage("swap");
   swap_in(staging, d);
@@ -537,9 +630,9 @@ Opened open_checkpoint(const std::filesystem::path& dir) {
   const fs::path named = normalized(dir);
   o.dir = named;
   if (!fs::exists(named)) {
-    if (complete(staging_of(named))) o.dir = staging_of(named);
-    else if (fs::exists(aside_of(named))) o.dir = aside_of(named);
-    else fail(named, "no such checkpoint directory");
+    const auto found = left_behind(named, true);  // what a save interrupted during its swap left (read only)
+    if (!found) fail(named, "no such checkpoint directory");
+    o.dir = *found;
   }
   if (!fs::is_regular_file(o.trainer_json())) fail(o.dir, "trainer.json not found: not a checkpoint directory, or an incomplete one");
   o.text = read_text(o.trainer_json());
@@ -663,8 +756,7 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
     ck::check_finite(d, model, t.steps_done());
     fs::create_directories(ck::parent_of(d));
     ck::recover(d);
-    const fs::path staging = ck::staging_of(d);
-    fs::create_directory(staging);
+    const fs::path staging = detail::durable::create_own_directory(d, ck::staging_marker);
     try {
       write_safetensors(staging / ck::model_file, model, {{"format", "headroom-checkpoint"}});
       ck::stage(ck::model_file);

@@ -10,9 +10,10 @@
 // All fields little-endian. The data starts at byte 24, so it is aligned for
 // either element size in a mapped file. write_tokens goes through
 // io::replace_file (io/durable.hpp): it replaces only a missing path or a token
-// file (one that starts with the magic), writes `path + ".tmp"`, fsyncs it,
-// renames it over `path` and fsyncs the directory: an interrupted write never
-// leaves a broken file, and a finished one survives a power cut.
+// file (one that starts with the magic), writes a new temporary file of its
+// own beside it, fsyncs it, renames it over `path` and fsyncs the directory:
+// an interrupted write never leaves a broken file, and a finished one
+// survives a power cut.
 //
 // TokenFile maps a token file read-only (mmap) and checks its header.
 // TokenDataset splits one into a training part (the head) and a validation
@@ -97,7 +98,7 @@ inline void write_tokens(const std::filesystem::path& path, std::span<const std:
   }
   replace_file(
       path, "write_tokens", "headroom token file (\"HRTOK1\")", t::is_token_file,
-      [&](std::ofstream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
+      [&](std::ostream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
       [&](const std::string& what) { fail(what); });
 }
 

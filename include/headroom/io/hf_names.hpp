@@ -272,7 +272,7 @@ void write_base(const Trainer& t, const std::filesystem::path& path, const Pretr
   if constexpr (config) {
     const std::string j = hf_config_json<Trainer>(DType::F32);
     write_durably(
-        cfg, [&](std::ofstream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
+        cfg, [&](std::ostream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
         [&](const std::string& what) { throw format_error(std::string(writer) + ": " + cfg.string() + ": " + what); });
   }
 }

@@ -272,7 +272,7 @@ void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::str
   j += "}\n";
   const fs::path cfg_path = dir / pf::config_file;
   write_durably(
-      cfg_path, [&](std::ofstream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
+      cfg_path, [&](std::ostream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
       [&](const std::string& what) { pf::fail(cfg_path, what); });
 }
 

@@ -18,9 +18,10 @@
 // in memory (docs/benchmarks.md, "Opening safetensors files").
 //
 // SafetensorsFile validates the whole header when opened and reads tensor data on
-// demand. write_safetensors writes through `path + ".tmp"`, fsyncs it and renames
-// it over `path` (io/durable.hpp), so an interrupted save never leaves a broken
-// file behind and a finished one survives a power cut.
+// demand. write_safetensors writes through a new temporary file of its own beside
+// `path`, fsyncs it and renames it over `path` (io/durable.hpp), so an
+// interrupted save never leaves a broken file behind and a finished one
+// survives a power cut.
 #include <algorithm>
 #include <charconv>
 #include <cstddef>
@@ -1053,7 +1054,7 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
 
   replace_file(
       path, "write_safetensors", "safetensors file", is_safetensors_file,
-      [&](std::ofstream& out) {
+      [&](std::ostream& out) {
         unsigned char len_bytes[8];
         st::store_u64_le(len_bytes, header.size());
         out.write(reinterpret_cast<const char*>(len_bytes), 8);

@@ -360,7 +360,7 @@ inline std::vector<std::string> write_safetensors_shards(const std::filesystem::
            (m + 1 < map.size() ? ",\n" : "\n");
     j += "  }\n}\n";
     write_durably(
-        index, [&](std::ofstream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
+        index, [&](std::ostream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
         [&](const std::string& what) { sh::fail(index, what); });
   }
   // what a loader would read instead of what was just written, and old shards no index lists

@@ -31,9 +31,10 @@
 //                                   and hashes. With pipeline parallelism each
 //                                   process holds its stage's parameters.
 //
-// Atomic as one process's save: rank 0 stages the directory, every rank
-// writes and fsyncs its files into it, and rank 0 writes trainer.json once
-// all have, then swaps the directory in. A rank that cannot do its part
+// Atomic as one process's save: rank 0 makes the staging directory (a new
+// one of its own, its name sent to every rank), every rank writes and fsyncs
+// its files into it, and rank 0 writes trainer.json once all have, then
+// swaps the directory in. A rank that cannot do its part
 // (the target may not be replaced, a weight is not finite, a write fails)
 // fails the save on every rank, each with an error (its own, or one naming
 // the ranks that failed), and the checkpoint there stays as it was. A rank
@@ -72,6 +73,14 @@ inline void settle(host::Communicator& c, std::exception_ptr error, const std::f
   if (ranks.empty()) return;
   if (error) std::rethrow_exception(error);
   fail(d, what + ": rank " + ranks + " of " + std::to_string(c.size()) + " failed (its error says why)");
+}
+
+// Rank 0's string `s` (at most `bytes` bytes of it), on every rank.
+inline std::string from_rank_0(host::Communicator& c, const std::string& s, std::size_t bytes) {
+  std::vector<char> all(bytes * static_cast<std::size_t>(c.size()), '\0');
+  if (c.rank() == 0) std::memcpy(all.data(), s.data(), std::min(s.size(), bytes - 1));
+  c.all_gather(all.data(), static_cast<std::int64_t>(bytes));
+  return std::string(all.data());
 }
 
 // Rank r's part of one byte-stored tensor of `bytes` bytes (ZeRO 3's shards
@@ -122,7 +131,7 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
   host::Communicator& c = *t.world();
   const int r = c.rank(), n = c.size();
   const fs::path d = normalized(dir);
-  const fs::path staging = staging_of(d);
+  fs::path staging;
   const std::string not_saved = "not saved; the checkpoint there, if any, is left as it was";
   std::exception_ptr error;
 
@@ -138,17 +147,19 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
   }
   settle(c, error, d, not_saved);
 
-  // 2. rank 0 stages the directory
+  // 2. rank 0 makes the staging directory (its own new one: io/durable.hpp)
+  // and tells the others its name
   if (r == 0) {
     try {
       fs::create_directories(parent_of(d));
       recover(d);
-      fs::create_directory(staging);
+      staging = durable::create_own_directory(d, staging_marker);
     } catch (...) {
       error = std::current_exception();
     }
   }
   settle(c, error, d, not_saved);
+  staging = parent_of(d) / from_rank_0(c, staging.filename().string(), 512);
 
   // 3. every rank writes its files (fsync'ed by write_safetensors) and hashes them
   std::vector<FileRecord> mine;
