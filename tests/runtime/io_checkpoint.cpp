@@ -320,7 +320,7 @@ TEST_CASE("checkpoint: a version 1 checkpoint (signed by the plan's arena bytes)
   io::save_checkpoint(t, dir);
   // rewrite trainer.json as version 1 wrote it
   std::string json = read_text(dir / "trainer.json");
-  json.replace(json.find("\"version\": 2"), 12, "\"version\": 1");
+  json.replace(json.find("\"version\": 4"), 12, "\"version\": 1");
   const auto a = json.find(",\n    \"parameters\": [");
   const auto b = json.find("]}", a);
   json.replace(a, b + 1 - a, ", \"plan_peak_bytes\": {\"device\": 1, \"offload\": 0}");
@@ -358,7 +358,7 @@ TEST_CASE("checkpoint: missing, truncated and corrupt files are refused before a
     for (const char* steps : {"2147483647", "-1"}) {
       std::string edited = json;
       edited.replace(at, std::string("\"steps_done\": 1").size(), std::string("\"steps_done\": ") + steps);
-      headroom::test::write_file(dir / "trainer.json", edited);
+      headroom::test::write_file(dir / "trainer.json", io::detail::checkpoint::seal(edited));  // past the checksum
       REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains("trainer.json") && Contains(std::string("\"steps_done\" is ") + steps) &&
                                                            Contains("outside 0 to 2147483646"));
     }
@@ -558,4 +558,41 @@ TEST_CASE("checkpoint: a save leaves folders and links named like its staging or
   CHECK(fs::is_symlink(tmp / "other.headroom-old"));
   CHECK(names_in(tmp / "elsewhere") == std::vector<std::string>{"keep.txt"});
   CHECK(read_text(tmp / "elsewhere" / "keep.txt") == "kept");
+}
+
+TEST_CASE("checkpoint: a trainer.json edited by hand is refused, naming the file", "[io][checkpoint]") {
+  using Tr = host::Trainer<AdamRun>;
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  Tr t(options(35));
+  for (int s = 0; s < 3; ++s) step(t);
+  io::save_checkpoint(t, dir, R"({"position": 72})");
+  const std::string json = read_text(dir / "trainer.json");
+  Tr u(options(36));
+  const auto before = state_bytes(u);
+  auto refused = [&](const std::string& from, const std::string& to) {
+    std::string edited = json;
+    REQUIRE(edited.find(from) != std::string::npos);
+    edited.replace(edited.find(from), from.size(), to);
+    headroom::test::write_file(dir / "trainer.json", edited);
+    REQUIRE_THROWS_AS(io::load_checkpoint(u, dir), io::checkpoint_error);
+    REQUIRE_THROWS_WITH(io::load_checkpoint(u, dir), Contains((dir / "trainer.json").string()) && Contains("edited"));
+    CHECK(u.steps_done() == 0);
+    CHECK(mismatch_at(state_bytes(u), before) == -1);
+  };
+  SECTION("the step count") { refused("\"steps_done\": 3", "\"steps_done\": 1"); }
+  SECTION("the caller's extra object") { refused("\"position\": 72", "\"position\": 7"); }
+  SECTION("an option") { refused("\"warmup_steps\": 2", "\"warmup_steps\": 3"); }
+  SECTION("a version 2 trainer.json (written before the checksum) loads as before") {
+    std::string v2 = json;
+    v2.replace(v2.find("\"version\": 4"), 12, "\"version\": 2");
+    const auto at = v2.find(",\n  \"checksum\": ");
+    REQUIRE(at != std::string::npos);
+    v2.erase(at, v2.find('\n', at + 2) - at);
+    REQUIRE(v2.find("checksum") == std::string::npos);
+    headroom::test::write_file(dir / "trainer.json", v2);
+    CHECK(io::load_checkpoint(u, dir) == R"({"position": 72})");
+    CHECK(u.steps_done() == 3);
+    CHECK(mismatch_at(state_bytes(u), state_bytes(t)) == -1);
+  }
 }

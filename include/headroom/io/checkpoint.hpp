@@ -18,7 +18,7 @@
 //   optimizer.safetensors  "<path>": each trainable parameter's optimizer state,
 //                          raw bytes, U8 (state bytes); "__quant_table__" and
 //                          "__optim_table__": the model's shared code tables, if any
-//   trainer.json           {"format": "headroom-checkpoint", "version": 2,
+//   trainer.json           {"format": "headroom-checkpoint", "version": 4,
 //                           "steps_done": N,
 //                           "loss_scale": {"scale", "growth_tracker", "skipped"}  (a run that
 //                                         scales its loss: train/loss_scaling.hpp),
@@ -27,7 +27,9 @@
 //                                                         state <B> B" | "frozen", ...]},
 //                           "files": {"model.safetensors": {"bytes", "hash"}, ...},
 //                           "options": {lr, warmup_steps, ...}   (informational),
-//                           "extra": <the caller's JSON object, verbatim>}
+//                           "extra": <the caller's JSON object, verbatim>,
+//                           "checksum": "<16 hex digits>"}  (the hash of this text with
+//                                         these digits as zeros: an edited file is refused)
 //
 // The signature is what the checkpoint stores, so a checkpoint moves between
 // runs that differ only in what is not saved (batch, sequence length,
@@ -65,8 +67,16 @@
 // a save writes. Anything else, "<dir>.headroom-saving" of the user's or a
 // link of such a name included, is never touched.
 //
+// trainer.json is checked as the other files are: its last member,
+// "checksum", is the hash of its own text (with those 16 digits as zeros),
+// so an edited step count or option, or a damaged file, is refused naming
+// trainer.json. The hash detects edits and corruption, not tampering (anyone
+// can recompute it). Checkpoints of versions 1 to 3, written before the
+// checksum, have none and load as before.
+//
 // load_checkpoint checks, before it writes anything into the trainer, that
-// trainer.json's signature is this trainer's (another model, dtype,
+// trainer.json is as save_checkpoint wrote it (its checksum), that its
+// signature is this trainer's (another model, dtype,
 // optimizer or parameter layout is refused with the differences named), that both files
 // have the size and hash trainer.json recorded, and that every tensor is
 // present with its dtype and shape. Errors are io::checkpoint_error, or the
@@ -165,12 +175,17 @@ CheckpointSignature checkpoint_signature() {
 namespace detail::checkpoint {
 
 inline constexpr std::string_view format_name = "headroom-checkpoint";
-inline constexpr std::int64_t format_version = 2;
+// The version every save writes: 4, one process's checkpoint or a parallel
+// run's (its "layout", a pair of files per rank).
+inline constexpr std::int64_t format_version = 4;
 // Version 1 identified a run by its plan's arena bytes (which change with the
 // batch or Workers<W>); it is still read: its tensors are checked one by one.
 inline constexpr std::int64_t oldest_version = 1;
-// Version 3: a parallel run's checkpoint (its "layout", a pair of files per rank).
-inline constexpr std::int64_t sharded_version = 3;
+// Version 2: one process's checkpoint signed by its parameters; version 3: a
+// parallel run's. Version 4: either, its trainer.json ending in its own
+// "checksum" (see trainer_json). Versions 1 to 3 carry no checksum and load
+// as they did.
+inline constexpr std::int64_t checksum_version = 4;
 inline std::string layout_words(std::int64_t ranks, std::int64_t zero, std::int64_t tensor = 1, std::int64_t stages = 1) {
   if (ranks == 1 && tensor == 1 && stages == 1) return "one process";
   std::string w = stages == 1 ? std::string() : std::to_string(stages) + " pipeline stages";
@@ -321,39 +336,86 @@ inline void check_replaceable(const std::filesystem::path& d) {
 }
 
 // 64-bit hash of a file's bytes (a multiply-rotate mix of 8-byte words in
-// the style of xxHash64, not xxHash64 itself): detects corruption, not
-// tampering.
-inline std::string file_hash(const std::filesystem::path& path, std::uint64_t* size = nullptr) {
-  constexpr std::uint64_t p1 = 0x9E3779B185EBCA87ull, p2 = 0xC2B2AE3D27D4EB4Full, p3 = 0x165667B19E3779F9ull;
-  auto rotl = [](std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open the file");
-  std::uint64_t h = p3, total = 0;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto got = static_cast<std::size_t>(in.gcount());
+// the style of xxHash64, not xxHash64 itself), fed in chunks of 1 MiB:
+// detects corruption and edits, not tampering (anyone can recompute it).
+class Hash64 {
+ public:
+  static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+  // The next chunk: chunk_bytes bytes, or fewer for the last one.
+  void chunk(const char* data, std::size_t got) {
     std::size_t i = 0;
     for (; i + 8 <= got; i += 8) {
       std::uint64_t w;
-      std::memcpy(&w, buf.data() + i, 8);
-      h = rotl(h ^ rotl(w * p2, 31) * p1, 27) * p1 + p3;
+      std::memcpy(&w, data + i, 8);
+      h_ = rotl(h_ ^ rotl(w * p2, 31) * p1, 27) * p1 + p3;
     }
-    for (; i < got; ++i) h = rotl(h ^ (static_cast<unsigned char>(buf[i]) * p3), 11) * p1;
-    total += got;
+    for (; i < got; ++i) h_ = rotl(h_ ^ (static_cast<unsigned char>(data[i]) * p3), 11) * p1;
+    total_ += got;
+  }
+  std::uint64_t bytes() const { return total_; }
+  // 16 hex digits
+  std::string hex() const {
+    std::uint64_t h = h_ ^ total_;
+    h ^= h >> 33;
+    h *= p2;
+    h ^= h >> 29;
+    h *= p3;
+    h ^= h >> 32;
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s(16, '0');
+    for (int k = 15; k >= 0; --k, h >>= 4) s[static_cast<std::size_t>(k)] = digits[h & 15];
+    return s;
+  }
+
+ private:
+  static constexpr std::uint64_t p1 = 0x9E3779B185EBCA87ull, p2 = 0xC2B2AE3D27D4EB4Full, p3 = 0x165667B19E3779F9ull;
+  static std::uint64_t rotl(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+  std::uint64_t h_ = p3, total_ = 0;
+};
+
+inline std::string file_hash(const std::filesystem::path& path, std::uint64_t* size = nullptr) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open the file");
+  Hash64 h;
+  std::vector<char> buf(Hash64::chunk_bytes);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h.chunk(buf.data(), static_cast<std::size_t>(in.gcount()));
   }
   if (in.bad()) fail(path, "read error");
-  h ^= total;
-  h ^= h >> 33;
-  h *= p2;
-  h ^= h >> 29;
-  h *= p3;
-  h ^= h >> 32;
-  if (size) *size = total;
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int k = 15; k >= 0; --k, h >>= 4) s[static_cast<std::size_t>(k)] = hex[h & 15];
-  return s;
+  if (size) *size = h.bytes();
+  return h.hex();
+}
+
+// file_hash of a file holding `text`.
+inline std::string text_hash(std::string_view text) {
+  Hash64 h;
+  for (std::size_t at = 0; at < text.size(); at += Hash64::chunk_bytes)
+    h.chunk(text.data() + at, std::min(Hash64::chunk_bytes, text.size() - at));
+  return h.hex();
+}
+
+// trainer.json's last member (version 4 on): "checksum", the text_hash of
+// the whole text with the checksum's own 16 digits written as zeros. Any
+// edit of the file (a step count, an option, the caller's extra object)
+// shows as a checksum that does not match.
+inline constexpr std::string_view checksum_key = "checksum";
+inline constexpr std::string_view checksum_zeros = "0000000000000000";
+// The text with its checksum's digits, which are at [at, at + 16), zeroed.
+inline std::string checksum_of(std::string text, std::size_t at) {
+  text.replace(at, checksum_zeros.size(), checksum_zeros);
+  return text_hash(text);
+}
+// `text`, whose last member is "checksum" (any 16 characters), with its
+// checksum computed: what save_checkpoint writes. Tests reseal a
+// trainer.json they edit with it, to reach the checks past the checksum.
+inline std::string seal(std::string text) {
+  const std::string key = "\"" + std::string(checksum_key) + "\": \"";
+  const std::size_t found = text.rfind(key), at = found + key.size();
+  if (found == std::string::npos || at + checksum_zeros.size() > text.size())
+    throw std::invalid_argument("checkpoint: seal: the text has no \"checksum\" member");
+  text.replace(at, checksum_zeros.size(), checksum_of(text, at));
+  return text;
 }
 
 inline std::string read_text(const std::filesystem::path& path) {
@@ -558,8 +620,9 @@ std::string trainer_json(const Trainer& t, const std::vector<FileRecord>& files,
        ", \"min_lr_ratio\": " + detail::json::number(o.min_lr_ratio) + ", \"warmup_steps\": " + std::to_string(o.warmup_steps) +
        ", \"total_steps\": " + std::to_string(o.total_steps) + ", \"clip_norm\": " + detail::json::number(o.clip_norm) +
        "},\n";
-  j += "  \"extra\": " + extra + "\n}\n";
-  return j;
+  j += "  \"extra\": " + extra + ",\n";
+  j += "  \"" + std::string(checksum_key) + "\": \"" + std::string(checksum_zeros) + "\"\n}\n";
+  return seal(std::move(j));
 }
 
 // Writes trainer.json into `staging` (an fsync'ed temporary, renamed: its
@@ -645,9 +708,18 @@ Opened open_checkpoint(const std::filesystem::path& dir) {
   if (member(o, o.root, "format", js::Value::Kind::String, "").string != format_name)
     fail(o.trainer_json(), "not a headroom checkpoint (\"format\" is not \"headroom-checkpoint\")");
   o.version = integer(o, o.root, "version", "");
-  if (o.version < oldest_version || o.version > sharded_version)
+  if (o.version < oldest_version || o.version > format_version)
     fail(o.trainer_json(), "checkpoint format version " + std::to_string(o.version) + ", this build reads versions " +
-                               std::to_string(oldest_version) + " to " + std::to_string(sharded_version));
+                               std::to_string(oldest_version) + " to " + std::to_string(format_version));
+  if (o.version >= checksum_version) {  // versions 1 to 3 have none
+    const js::Value& sum = member(o, o.root, checksum_key, js::Value::Kind::String, "");
+    if (sum.string.size() != checksum_zeros.size() || sum.end - sum.begin != checksum_zeros.size() + 2)
+      fail(o.trainer_json(), "corrupt: \"checksum\" is not 16 hex digits");
+    const std::string got = checksum_of(o.text, sum.begin + 1);
+    if (got != sum.string)
+      fail(o.trainer_json(), "edited or corrupt: its text hashes to " + got + ", its \"checksum\" records " + sum.string +
+                                 "; a checkpoint's trainer.json is written by save_checkpoint alone (nothing was loaded)");
+  }
   o.steps = integer(o, o.root, "steps_done", "");
   if (o.steps < 0 || o.steps >= std::numeric_limits<int>::max())  // the next step must be countable
     fail(o.trainer_json(), "corrupt: \"steps_done\" is " + std::to_string(o.steps) + ", outside 0 to " +

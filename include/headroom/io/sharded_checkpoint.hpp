@@ -8,7 +8,8 @@
 // parallelism each process holds its block of the split parameters
 // (ParamSlot::split), which its files hold as they are.
 //
-// The directory (format version 3):
+// The directory (format version 4; version 3 is read as well: the same
+// without trainer.json's checksum):
 //   model.rank-<r>.safetensors      process r's part of the parameters. ZeRO
 //                                   3: its shard of each, "<path>" as a 1-D
 //                                   tensor of the elements it holds
@@ -207,7 +208,7 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
                                  ", \"zero\": " + std::to_string(Trainer::config.zero) +
                                  ", \"tensor_parallel\": " + std::to_string(Trainer::config.tp) +
                                  ", \"pipeline_parallel\": " + std::to_string(Trainer::config.pp) + "}";
-      finish_save(staging, d, trainer_json(t, files, extra, sharded_version, layout));
+      finish_save(staging, d, trainer_json(t, files, extra, format_version, layout));
     } catch (...) {
       error = std::current_exception();
       discard();
