@@ -303,3 +303,61 @@ TEST_CASE("data parallel: consolidated exports equal the one-process run's", "[m
   }
   c.barrier();
 }
+
+// Rank 1's files do not reach the file system rank 0 sees (the ranks were
+// given one path on two file systems): rank 1 removes or shortens them, once
+// written, through the save's test hook ("written": every rank, after its
+// files are written, before rank 0 commits). The save fails on every rank
+// with the file named, and the last good checkpoint stays.
+TEST_CASE("data parallel: a save whose files rank 0 does not see fails on every rank, the last checkpoint kept",
+          "[mpi][data_parallel][checkpoint]") {
+  namespace ck = io::detail::checkpoint;
+  host::MpiCommunicator c(std::chrono::seconds(60));
+  if (c.size() != 2) return;
+  using Dp = host::Trainer<DataParallelRun<2, 3, Model, AdamW>>;
+  SharedDir dir(c);
+  const fs::path ckpt = dir.path / "ckpt";
+  Dp a(options(), c);
+  auto step = [&](Dp& t) {
+    const Batches b = batches(t.steps_done() + 1, 2, c.rank(), 1);
+    t.step(b.mine_tokens, b.mine_targets);
+  };
+  step(a);
+  io::save_checkpoint(a, ckpt);
+  step(a);
+  // rank 1's own file in the save's staging directory (a sibling of ckpt)
+  auto rank1_file = [&](const std::string& name) {
+    for (const auto& e : fs::directory_iterator(dir.path))
+      if (e.path().filename().string().rfind("ckpt.headroom-saving", 0) == 0 && fs::exists(e.path() / name)) return e.path() / name;
+    FAIL("rank 1 found no " << name << " in a staging directory");
+    return fs::path();
+  };
+  for (const std::string name : {"model.rank-1.safetensors", "optimizer.rank-1.safetensors"}) {
+    INFO(name);
+    if (c.rank() == 1)
+      ck::test_hook() = [&](std::string_view stage) {
+        if (stage != "written") return;
+        const fs::path mine = rank1_file(name);
+        if (name[0] == 'm') fs::remove(mine);                           // not there at all
+        else fs::resize_file(mine, fs::file_size(mine) - 8);             // not all of it
+      };
+    std::string message = "(saved)";
+    try {
+      io::save_checkpoint(a, ckpt);
+    } catch (const io::checkpoint_error& e) {
+      message = e.what();
+    }
+    ck::test_hook() = nullptr;
+    CHECK_THAT(message, Catch::Contains(name) && Catch::Contains("rank 0") && Catch::Contains("not saved"));
+    c.barrier();
+    Dp b(options(99), c);
+    io::load_checkpoint(b, ckpt);
+    CHECK(b.steps_done() == 1);
+    if (c.rank() == 0) {  // nothing left beside the checkpoint
+      std::vector<std::string> names;
+      for (const auto& e : fs::directory_iterator(dir.path)) names.push_back(e.path().filename().string());
+      CHECK(names == std::vector<std::string>{"ckpt"});
+    }
+    c.barrier();
+  }
+}

@@ -198,8 +198,10 @@ inline constexpr const char* optimizer_file = "optimizer.safetensors";
 inline constexpr const char* trainer_file = "trainer.json";
 
 // Test hook: called at named stages of save_checkpoint ("model.safetensors",
-// "optimizer.safetensors", "trainer.json", "swap", "aside"); a hook that
-// throws simulates a save interrupted there.
+// "optimizer.safetensors", "trainer.json", "swap", "aside"; in a parallel
+// run's save, "written" on every rank once its files are written, before rank
+// 0 checks them); a hook that throws simulates a save interrupted there, one
+// that changes the files what another file system would show.
 inline std::function<void(std::string_view)>& test_hook() {
   static std::function<void(std::string_view)> hook;
   return hook;

@@ -34,11 +34,16 @@
 //
 // Atomic as one process's save: rank 0 makes the staging directory (a new
 // one of its own, its name sent to every rank), every rank writes and fsyncs
-// its files into it, and rank 0 writes trainer.json once all have, then
-// swaps the directory in. A rank that cannot do its part
-// (the target may not be replaced, a weight is not finite, a write fails)
-// fails the save on every rank, each with an error (its own, or one naming
-// the ranks that failed), and the checkpoint there stays as it was. A rank
+// its files into it, rank 0 checks that it sees every rank's files there, of
+// the sizes their ranks wrote, and writes trainer.json once all have, then
+// swaps the directory in. Ranks that do not see one file system under the
+// path (a rank that does not see rank 0's staging directory, or whose files
+// rank 0 does not see) fail the save on every rank with the directory or the
+// file named, and the checkpoint there stays as it was. A rank that cannot
+// do its part (the target may not be replaced, a weight is not finite, a
+// write fails) fails the save on every rank, each with an error (its own, or
+// one naming the ranks that failed and quoting the first one's error), and
+// the checkpoint there stays as it was. A rank
 // that dies during a save leaves the old checkpoint in place too (the others
 // get a communication error, or are stopped by the launcher).
 //
@@ -63,17 +68,37 @@ namespace headroom::io::detail::checkpoint {
 inline std::string rank_file(const char* kind, int r) { return std::string(kind) + ".rank-" + std::to_string(r) + ".safetensors"; }
 
 // Every rank reports whether its part succeeded; when one failed, every rank
-// throws: the failed ones their own error, the others one naming the failed ranks.
+// throws: the failed ones their own error, the others one naming the failed
+// ranks and quoting the first one's error.
 inline void settle(host::Communicator& c, std::exception_ptr error, const std::filesystem::path& d, const std::string& what) {
   std::vector<double> failed(static_cast<std::size_t>(c.size()), 0.0);
   failed[static_cast<std::size_t>(c.rank())] = error ? 1.0 : 0.0;
   c.all_reduce_sum(failed.data(), c.size(), DType::F64);
   std::string ranks;
+  int first = -1;
   for (int r = 0; r < c.size(); ++r)
-    if (failed[static_cast<std::size_t>(r)] > 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (failed[static_cast<std::size_t>(r)] > 0) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      if (first < 0) first = r;
+    }
   if (ranks.empty()) return;
+  // the first failed rank's message, to every rank (at most `block` bytes of it)
+  constexpr std::size_t block = 2048;
+  std::vector<char> messages(block * static_cast<std::size_t>(c.size()), '\0');
+  if (c.rank() == first) {
+    std::string m = "an unknown error";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      m = e.what();
+    } catch (...) {
+    }
+    std::memcpy(messages.data() + block * static_cast<std::size_t>(first), m.data(), std::min(m.size(), block - 1));
+  }
+  c.all_gather(messages.data(), static_cast<std::int64_t>(block));
   if (error) std::rethrow_exception(error);
-  fail(d, what + ": rank " + ranks + " of " + std::to_string(c.size()) + " failed (its error says why)");
+  fail(d, what + ": rank " + ranks + " of " + std::to_string(c.size()) + " failed; rank " + std::to_string(first) + ": " +
+              std::string(messages.data() + block * static_cast<std::size_t>(first)));
 }
 
 // Rank 0's string `s` (at most `bytes` bytes of it), on every rank.
@@ -165,11 +190,17 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
   // 3. every rank writes its files (fsync'ed by write_safetensors) and hashes them
   std::vector<FileRecord> mine;
   try {
+    std::error_code ec;
+    if (r != 0 && !fs::is_directory(staging, ec))
+      fail(d, "not saved: rank " + std::to_string(r) + " does not see " + staging.string() +
+                  ", the directory rank 0 made for this save: the ranks do not save to one file system (every rank must "
+                  "see the checkpoint's directory); the checkpoint there, if any, is left as it was");
     for (const auto& [kind, views] : {std::pair{model_file, &model}, std::pair{optimizer_file, &optim}}) {
       const std::string name = rank_file(kind == model_file ? "model" : "optimizer", r);
       write_safetensors(staging / name, *views, {{"format", "headroom-checkpoint"}});
       mine.push_back(record(staging, name));
     }
+    stage("written");
   } catch (...) {
     error = std::current_exception();
   }
@@ -196,7 +227,30 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
   }
   c.all_gather(all.data(), sizeof(Packed));
 
-  // 5. rank 0 writes trainer.json and swaps the directory in
+  // 5. rank 0 sees every rank's files, of the sizes written, in its staging
+  // directory (ranks that see other file systems under one path wrote
+  // elsewhere), before anything replaces the checkpoint there; if not, every
+  // rank throws the same error, naming the first file rank 0 does not see
+  std::string unseen;
+  for (int q = 0; r == 0 && q < n && unseen.empty(); ++q)
+    for (int f = 0; f < 2 && unseen.empty(); ++f) {
+      const fs::path p = staging / rank_file(f == 0 ? "model" : "optimizer", q);
+      std::error_code ec;
+      const bool seen = fs::is_regular_file(fs::symlink_status(p, ec));  // not a link to something else
+      const std::uint64_t bytes = seen ? fs::file_size(p, ec) : 0, wrote = all[static_cast<std::size_t>(q)].bytes[f];
+      if (!seen || ec) unseen = "rank 0 does not see " + p.string() + ", which rank " + std::to_string(q) + " wrote";
+      else if (bytes != wrote)
+        unseen = "rank 0 sees " + p.string() + " of " + std::to_string(bytes) + " bytes, rank " + std::to_string(q) + " wrote " +
+                 std::to_string(wrote);
+    }
+  unseen = from_rank_0(c, unseen, 4096);
+  if (!unseen.empty()) {
+    discard();
+    fail(d, "not saved: " + unseen + ": the ranks do not save to one file system (every rank must see the checkpoint's "
+                                     "directory); the checkpoint there, if any, is left as it was");
+  }
+
+  // 6. rank 0 writes trainer.json and swaps the directory in
   if (r == 0) {
     try {
       std::vector<FileRecord> files;
