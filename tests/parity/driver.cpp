@@ -52,6 +52,10 @@ namespace {
 int steps = 20;
 constexpr models::LlamaConfig llama_cfg{96, 64, 160, 2, 4, 2, 64, false};
 constexpr models::GPT2Config gpt2_cfg{96, 64, 2, 4, 64};
+// Llama 3.1's RoPE scaling, with an original context of 64 so that at head
+// dim 16 the frequencies fall in all three bands: pair 0 kept (wavelength
+// 6.3 < 64 / 4), pairs 1-2 blended, pairs 3-7 divided by the factor 4.
+constexpr models::LlamaConfig llama_scaled_cfg{96, 64, 160, 2, 4, 2, 64, false, 10000, {4, 1, 4, 64}};
 // nf4: wide enough that an NF4DQ matrix has more than 256 blocks (up_proj,
 // down_proj: 640 blocks, three second-level blocks, the last one partial).
 constexpr models::LlamaConfig nf4_cfg{96, 128, 320, 2, 4, 2, 64, false};
@@ -329,6 +333,11 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
       << ", \"layers\": " << c.layers << ", \"heads\": " << c.heads;
   if constexpr (gpt2) cfg << ", \"max_positions\": " << c.max_positions;
   else cfg << ", \"ffn\": " << c.ffn << ", \"kv_heads\": " << c.kv_heads << ", \"rope_theta\": " << c.rope_theta;
+  if constexpr (!gpt2)
+    if (c.rope_scaling.on())
+      cfg << ", \"rope_scaling\": {\"factor\": " << c.rope_scaling.factor << ", \"low_freq_factor\": "
+          << c.rope_scaling.low_freq_factor << ", \"high_freq_factor\": " << c.rope_scaling.high_freq_factor
+          << ", \"original_max_position_embeddings\": " << c.rope_scaling.original_positions << "}";
   cfg << ", \"batch\": " << R::batch << ", \"seq\": " << R::seq << ", \"steps\": " << steps << ", \"optimizer\": \"" << O::name
       << "\", \"lr\": " << lr << ", \"weight_decay\": " << O::weight_decay::value;
   if constexpr (O::desc.kind == OptimKind::sgd) cfg << ", \"momentum\": " << O::momentum::value;
@@ -355,7 +364,7 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
 int main(int argc, char** argv) {
   const char* names =
       "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
-      "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8";
+      "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8 llama_rope_scaled";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
@@ -363,6 +372,7 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   const fs::path dir = argv[2];
   if (name == "llama_full") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "llama_rope_scaled") return run<Train<models::Llama<llama_scaled_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_full") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_sgd") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, SGDm>>(dir, 0.03);
   if (name == "llama_lora") return run<Train<LlamaLora, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);

@@ -73,10 +73,26 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rope(x, theta):
+def llama3_inv_freq(inv, s):
+    # Llama 3.1's RoPE scaling, as transformers' _compute_llama3_parameters
+    # (rope_type "llama3"): the slow frequencies divided by the factor, the
+    # fast ones kept, those between blended.
+    factor, low, high, old = s["factor"], s["low_freq_factor"], s["high_freq_factor"], s["original_max_position_embeddings"]
+    low_freq_wavelen, high_freq_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_freq_wavelen, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope(x, theta, scaling=None):
     # x: (B, H, T, hd); Hugging Face's Llama convention
     T, hd = x.shape[-2], x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    if scaling is not None:
+        inv = llama3_inv_freq(inv, scaling)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     emb = torch.cat((ang, ang), dim=-1)
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
@@ -169,7 +185,8 @@ class Model(torch.nn.Module):
         q = self.linear(h, p + "self_attn.q_proj").view(B, T, H, hd).transpose(1, 2)
         k = self.linear(h, p + "self_attn.k_proj").view(B, T, KV, hd).transpose(1, 2)
         v = self.linear(h, p + "self_attn.v_proj").view(B, T, KV, hd).transpose(1, 2)
-        q, k = rope(q, c["rope_theta"]), rope(k, c["rope_theta"])
+        scaling = c.get("rope_scaling")
+        q, k = rope(q, c["rope_theta"], scaling), rope(k, c["rope_theta"], scaling)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
         x = x + self.linear(causal_attention(q, k, v), p + "self_attn.o_proj")

@@ -113,6 +113,36 @@ TEST_CASE("math.norms: LayerNorm backward vs finite differences", "[math][norm]"
   REQUIRE(s2 / d == Approx(1.0));
 }
 
+TEST_CASE("math.rope: Llama 3.1's scaled frequencies are transformers' (meta-llama/Llama-3.1-8B's config)",
+          "[math][rope]") {
+  // inv_freq of head_dim 128, rope_theta 500000, rope_scaling {factor 8,
+  // low_freq_factor 1, high_freq_factor 4, original 8192}: the values
+  // transformers' _compute_llama3_parameters gives, computed in float64 by
+  // tests/parity/torch_models.py's transcription of it (llama3_inv_freq).
+  const headroom::math::RopeScaling s{8, 1, 4, 8192};
+  struct Pin {
+    int i;
+    double unscaled, scaled;
+  };
+  for (const Pin p : {Pin{0, 1.0, 1.0},                                                // wavelength 6.3: kept
+                      Pin{28, 0.0032114459947525913, 0.0032114459947525913},          // 1956 < 8192 / 4: kept
+                      Pin{29, 0.0026160992529250353, 0.002166570763503359},           // 2402: blended
+                      Pin{32, 0.001414213562373095, 0.0005248461609929547},           // 4443: blended
+                      Pin{34, 0.0009384738703573801, 0.00017850781276799638},         // 6695: blended
+                      Pin{35, 0.0007644969883171747, 9.556212353964683e-05},          // 8219 > 8192: / 8
+                      Pin{63, 2.455140791131609e-06, 3.068925988914511e-07}}) {       // / 8
+    INFO("pair " << p.i);
+    CHECK(headroom::math::rope_inv_freq(p.i, 128, 500000.0) == Approx(p.unscaled).epsilon(1e-14));
+    CHECK(headroom::math::rope_inv_freq(p.i, 128, 500000.0, s) == Approx(p.scaled).epsilon(1e-14));
+  }
+  // rope_rotate turns pair 35 by p * its scaled frequency
+  std::vector<double> e(128, 0.0);
+  e[35] = 1.0;
+  rope_rotate(e.data(), 128, 1000, 500000.0, false, s);
+  CHECK(e[35] == Approx(std::cos(1000 * 9.556212353964683e-05)));
+  CHECK(e[35 + 64] == Approx(std::sin(1000 * 9.556212353964683e-05)));
+}
+
 TEST_CASE("math.rope: pairing, norm preservation and inverse", "[math][rope]") {
   const int hd = 16;
   auto x = randn(hd, 31);

@@ -107,6 +107,8 @@ TEST_CASE("presets: parameter counts equal the published Hugging Face figures", 
   CHECK(count<models::Llama<models::llama2_7b>>().trainable == 6'738'415'616);
   // meta-llama/Meta-Llama-3-8B
   CHECK(count<models::Llama<models::llama3_8b>>().all == 8'030'261'248);
+  // meta-llama/Llama-3.1-8B: Llama 3's shapes, RoPE scaled to 131,072 positions
+  CHECK(count<models::Llama<models::llama3_1_8b>>().all == 8'030'261'248);
   // meta-llama/Llama-3.2-1B (embeddings tied)
   CHECK(count<models::Llama<models::llama3_2_1b>>().all == 1'235'814'400);
   // openai-community/gpt2, gpt2-medium

@@ -50,6 +50,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../math/rope.hpp"
 #include "for_this_cpu.hpp"
 #include "gemm.hpp"
 
@@ -63,6 +64,7 @@ struct AttentionDims {
   std::int64_t batch, seq, heads, kv_heads, head_dim;  // heads % kv_heads == 0 (GQA: query head h uses kv head h / (heads / kv_heads))
   bool rope = false;                                    // Llama RoPE (math/rope.hpp convention, rotate_half), applied to q and k on the fly
   double rope_theta = 10000.0;
+  math::RopeScaling rope_scaling{};                     // Llama 3.1's, when on()
 };
 
 inline constexpr std::int64_t attention_tile = 64;  // t: rows of a query / key tile
@@ -281,19 +283,20 @@ inline T dot(const T* a, const T* b, i64 n) {
 }
 
 // ---------------------------------------------------------------------------
-// RoPE angles (math/rope.hpp): a = p * inv_freq_i, inv_freq_i = theta^(-2i/hd),
-// in double, so the table and decode's on-the-fly rotation agree bit for bit.
-inline double rope_inv_freq(i64 i, i64 hd, double theta) {
-  return 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(hd));
+// RoPE angles (math/rope.hpp): a = p * inv_freq_i, inv_freq_i = theta^(-2i/hd)
+// (scaled as Llama 3.1 does where the scaling is on), in double, so the table
+// and decode's on-the-fly rotation agree bit for bit.
+inline double rope_inv_freq(i64 i, i64 hd, double theta, const math::RopeScaling& scaling) {
+  return math::rope_inv_freq(static_cast<int>(i), static_cast<int>(hd), theta, scaling);
 }
 
 // table: (seq, hd), row p = [cos a_0 .. cos a_{hd/2-1} | sin a_0 .. sin a_{hd/2-1}].
 // Called by every worker of a team: pair i is worker-shared work (omp for).
 template <class T>
-void fill_rope_table(T* table, i64 seq, i64 hd, double theta) {
+void fill_rope_table(T* table, i64 seq, i64 hd, double theta, const math::RopeScaling& scaling) {
   const i64 half = hd / 2;
   auto pair = [&](i64 i) {
-    const double inv_freq = rope_inv_freq(i, hd, theta);
+    const double inv_freq = rope_inv_freq(i, hd, theta, scaling);
     for (i64 p = 0; p < seq; ++p) {
       const double a = static_cast<double>(p) * inv_freq;
       table[p * hd + i] = static_cast<T>(std::cos(a));
@@ -358,10 +361,10 @@ inline void store_rows_inverse(S* dst, i64 ldd, const T* src, i64 lds, i64 rows,
 // y (hd) <- mul * R(p) x (hd), angles computed here (decode has no table);
 // the same values fill_rope_table stores, so the same bits as load_rows.
 template <class T>
-inline void rotate_one(T* y, const T* x, i64 hd, i64 p, double theta, T mul) {
+inline void rotate_one(T* y, const T* x, i64 hd, i64 p, double theta, const math::RopeScaling& scaling, T mul) {
   const i64 half = hd / 2;
   for (i64 i = 0; i < half; ++i) {
-    const double a = static_cast<double>(p) * rope_inv_freq(i, hd, theta);
+    const double a = static_cast<double>(p) * rope_inv_freq(i, hd, theta, scaling);
     const T c = static_cast<T>(std::cos(a)), s = static_cast<T>(std::sin(a));
     const T x0 = x[i], x1 = x[i + half];
     y[i] = (x0 * c - x1 * s) * mul;
@@ -505,7 +508,7 @@ void attention_forward(const AttentionDims& d, const X* q, std::int64_t ldq, con
   const i64 per_worker = t * t + 3 * t * hd + 2 * t;
 
   attention_team(workers, [&](int w) {
-    if (table != nullptr) fill_rope_table(table, S, hd, d.rope_theta);  // ends with the team's barrier
+    if (table != nullptr) fill_rope_table(table, S, hd, d.rope_theta, d.rope_scaling);  // ends with the team's barrier
     T* sb = workers_base + w * per_worker;  // S, then P: (t, t)
     T* qb = sb + t * t;                     // Q rotated, times scale: (t, hd)
     T* kb = qb + t * hd;                    // K rotated: (t, hd)
@@ -590,7 +593,7 @@ void attention_backward(const AttentionDims& d, const X* q, std::int64_t ldq, co
   const i64 per_worker = 2 * t * t + 5 * t * hd + 2 * t + (widened ? t * hd + rep * S * hd : 0);
 
   attention_team(workers, [&](int w) {
-    if (table != nullptr) fill_rope_table(table, S, hd, d.rope_theta);  // ends with the team's barrier
+    if (table != nullptr) fill_rope_table(table, S, hd, d.rope_theta, d.rope_scaling);  // ends with the team's barrier
     T* sb = workers_base + w * per_worker;  // P, then dS: (t, t)
     T* pb = sb + t * t;                     // dP: (t, t)
     T* qb = pb + t * t;                     // Q rotated, times scale: (t, hd)
@@ -705,7 +708,7 @@ void attention_decode(const AttentionDims& d, std::int64_t max_seq, std::int64_t
       const i64 row = ((b * KV + g) * max_seq + pos) * hd;
       const T* kn = k_new + (b * KV + g) * hd;
       const T* vn = v_new + (b * KV + g) * hd;
-      if (d.rope) rotate_one(k_cache + row, kn, hd, pos, d.rope_theta, T(1));
+      if (d.rope) rotate_one(k_cache + row, kn, hd, pos, d.rope_theta, d.rope_scaling, T(1));
       else for (i64 c = 0; c < hd; ++c) k_cache[row + c] = kn[c];
       for (i64 c = 0; c < hd; ++c) v_cache[row + c] = vn[c];
     });
@@ -714,7 +717,7 @@ void attention_decode(const AttentionDims& d, std::int64_t max_seq, std::int64_t
       const T* kc = k_cache + (b * KV + g) * max_seq * hd;  // (max_seq, hd)
       const T* vc = v_cache + (b * KV + g) * max_seq * hd;  // (max_seq, hd)
       const T* qs = q_row + (b * H + h) * hd;
-      if (d.rope) rotate_one(qv, qs, hd, pos, d.rope_theta, scale);
+      if (d.rope) rotate_one(qv, qs, hd, pos, d.rope_theta, d.rope_scaling, scale);
       else for (i64 c = 0; c < hd; ++c) qv[c] = qs[c] * scale;
       for (i64 j = 0; j <= pos; ++j) sc[j] = dot(qv, kc + j * hd, hd);
       const T m = max_of(sc, pos + 1);

@@ -13,8 +13,10 @@
 //     head_dim (default: hidden / heads), rms_norm_eps (the kernels' 1e-5),
 //     rope_theta (default 10000), tie_word_embeddings (default false),
 //     hidden_act ("silu"), attention_bias and mlp_bias (false),
-//     rope_scaling and sliding_window (absent or null: the Llama preset has
-//     neither), max_position_embeddings (default 2048) at least Seq.
+//     rope_scaling (absent or null, or Llama 3.1's {"rope_type": "llama3",
+//     factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}
+//     equal to the LlamaConfig's), sliding_window (absent or null),
+//     max_position_embeddings (default 2048) at least Seq.
 //   GPT-2 (model_type "gpt2", GPT2LMHeadModel)
 //     vocab_size, n_embd, n_layer, n_head, n_positions (the position
 //     table's rows), n_inner (null or 4 n_embd), layer_norm_epsilon (1e-5),
@@ -94,7 +96,8 @@ inline std::string python_float(double x) {
 // The file's fields, one check each; problems collects the differences.
 class Checker {
  public:
-  Checker(const json::Value& root, std::string_view text) : root_(root), text_(text) {}
+  Checker(const json::Value& root, std::string_view text, std::string prefix = "")
+      : root_(root), text_(text), prefix_(std::move(prefix)) {}
 
   void integer(std::string_view field, std::int64_t want, std::optional<std::int64_t> if_absent = std::nullopt) {
     const json::Value* v = present(field);
@@ -107,7 +110,7 @@ class Checker {
     const json::Value* v = present(field);
     const std::optional<std::int64_t> got = v ? v->integer() : std::optional<std::int64_t>(if_absent);
     if (!got || *got < want)
-      problems.push_back(std::string(field) + " is " + (v ? shown(*v) : std::to_string(if_absent) + " (absent: transformers' default)") +
+      problems.push_back(name(field) + " is " + (v ? shown(*v) : std::to_string(if_absent) + " (absent: transformers' default)") +
                          " in the file, fewer than the run type's " + std::string(what) + " " + std::to_string(want));
   }
   void number(std::string_view field, double want, std::optional<double> if_absent = std::nullopt) {
@@ -130,7 +133,32 @@ class Checker {
   // A feature the run type does not have: the field absent or null.
   void none(std::string_view field, std::string_view why) {
     const json::Value* v = present(field);
-    if (v && v->kind != Kind::Null) problems.push_back(std::string(field) + " is " + shown(*v) + " in the file; " + std::string(why));
+    if (v && v->kind != Kind::Null) problems.push_back(name(field) + " is " + shown(*v) + " in the file; " + std::string(why));
+  }
+  // Llama 3.1's RoPE scaling: absent or null where the run type has none,
+  // else {"rope_type": "llama3", "factor", "low_freq_factor",
+  // "high_freq_factor", "original_max_position_embeddings"} equal to it.
+  void rope_scaling(const math::RopeScaling& want) {
+    const json::Value* v = present("rope_scaling");
+    const std::string wanted = "{\"factor\": " + python_float(want.factor) + ", \"low_freq_factor\": " +
+                               python_float(want.low_freq_factor) + ", \"high_freq_factor\": " +
+                               python_float(want.high_freq_factor) + ", \"original_max_position_embeddings\": " +
+                               std::to_string(want.original_positions) + ", \"rope_type\": \"llama3\"}";
+    if (!want.on()) return none("rope_scaling", "the run type's RoPE is unscaled (its LlamaConfig has no rope_scaling)");
+    if (!v || v->kind == Kind::Null) {
+      problems.push_back(name("rope_scaling") + " is " + (v ? "null" : "absent") + " in the file, " + wanted +
+                         " in the run type");
+      return;
+    }
+    if (v->kind != Kind::Object) return differ("rope_scaling", *v, wanted);
+    Checker sub(*v, text_, name("rope_scaling") + ".");
+    if (v->get("rope_type")) sub.string("rope_type", "llama3");
+    else sub.string("type", "llama3");  // the older spelling
+    sub.number("factor", want.factor);
+    sub.number("low_freq_factor", want.low_freq_factor);
+    sub.number("high_freq_factor", want.high_freq_factor);
+    sub.integer("original_max_position_embeddings", want.original_positions);
+    problems.insert(problems.end(), sub.problems.begin(), sub.problems.end());
   }
   // null, or the integer `want`.
   void null_or(std::string_view field, std::int64_t want) {
@@ -144,6 +172,7 @@ class Checker {
 
  private:
   const json::Value* present(std::string_view field) const { return root_.get(field); }
+  std::string name(std::string_view field) const { return prefix_ + std::string(field); }
   // The value as the file writes it (at most 80 bytes of it).
   std::string shown(const json::Value& v) const {
     std::string s(text_.substr(v.begin, v.end - v.begin));
@@ -151,18 +180,19 @@ class Checker {
     return s;
   }
   void differ(std::string_view field, const json::Value& v, const std::string& want) {
-    problems.push_back(std::string(field) + " is " + shown(v) + " in the file, " + want + " in the run type");
+    problems.push_back(name(field) + " is " + shown(v) + " in the file, " + want + " in the run type");
   }
   // matches: nullopt when transformers has no default (the field is required)
   void absent(std::string_view field, const std::string& want, std::optional<bool> matches) {
-    if (!matches) problems.push_back(std::string(field) + " is missing from the file (the run type has " + want + ")");
+    if (!matches) problems.push_back(name(field) + " is missing from the file (the run type has " + want + ")");
     else if (!*matches)
-      problems.push_back(std::string(field) + " is absent from the file, so transformers' default applies, which is not the run type's " +
+      problems.push_back(name(field) + " is absent from the file, so transformers' default applies, which is not the run type's " +
                          want);
   }
 
   const json::Value& root_;
   std::string_view text_;
+  std::string prefix_;  // where root_ sits ("rope_scaling." in a nested object)
 };
 
 template <class M>
@@ -184,7 +214,7 @@ void check_fields(Checker& c, std::int64_t seq) {
     c.string("hidden_act", "silu", "silu");
     c.boolean("attention_bias", false, false);
     c.boolean("mlp_bias", false, false);
-    c.none("rope_scaling", "the run type's RoPE is unscaled (models::Llama has no rope_scaling)");
+    c.rope_scaling(C.rope_scaling);
     c.none("sliding_window", "the run type's attention is full (models::Llama has no sliding window)");
     c.at_least("max_position_embeddings", seq, 2048, "Seq");
   } else if constexpr (GPT2Model<M>) {
@@ -232,7 +262,13 @@ std::string hf_config_json(DType stored = DType::F32) {
     field("max_position_embeddings", std::to_string(C.max_positions));
     field("rms_norm_eps", eps);
     field("rope_theta", num(static_cast<double>(C.rope_theta)));
-    field("rope_scaling", "null");
+    field("rope_scaling", !C.rope_scaling.on() ? std::string("null")
+                                                : "{\"factor\": " + num(C.rope_scaling.factor) +
+                                                      ", \"high_freq_factor\": " + num(C.rope_scaling.high_freq_factor) +
+                                                      ", \"low_freq_factor\": " + num(C.rope_scaling.low_freq_factor) +
+                                                      ", \"original_max_position_embeddings\": " +
+                                                      std::to_string(C.rope_scaling.original_positions) +
+                                                      ", \"rope_type\": \"llama3\"}");
     field("tie_word_embeddings", C.tied ? "true" : "false");
     field("hidden_act", q("silu"));
     field("attention_bias", "false");

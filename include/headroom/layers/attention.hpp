@@ -5,7 +5,9 @@
 // RoPE (Su et al. 2021) is applied to q and k as tiles are loaded, so no
 // rotated copy exists; GQA shares each K/V head among Heads / KVHeads query heads.
 //
-// Attention<D, Heads, KVHeads, Rope, Q, K, V, O>: separate projections (Llama).
+// Attention<D, Heads, KVHeads, Rope, Q, K, V, O, Theta, Scaling>: separate
+// projections (Llama); RoPE base Theta, and Llama 3.1's scaling of its
+// frequencies where Scaling is on (math/rope.hpp).
 // FusedAttention<D, Heads, QKV, O>: one fused q|k|v projection (GPT-2's c_attn).
 #include "../ops/attention.hpp"
 #include "layer.hpp"
@@ -18,7 +20,8 @@ enum class Positions : std::uint8_t { none, rope };
 namespace detail {
 
 // The attention core: (q, k, v) -> o, saving q, k, v, o and lse.
-template <std::int64_t Heads, std::int64_t KVHeads, std::int64_t HeadDim, Positions Pos, std::int64_t Theta = 10000>
+template <std::int64_t Heads, std::int64_t KVHeads, std::int64_t HeadDim, Positions Pos, std::int64_t Theta = 10000,
+          math::RopeScaling Scaling = math::RopeScaling{}>
 struct AttentionCore {
   static constexpr std::string_view kind = "CausalAttention";
   static constexpr std::int64_t in_features = (Heads + 2 * KVHeads) * HeadDim;
@@ -30,7 +33,7 @@ struct AttentionCore {
   // with tensor parallelism, this rank's heads (H / N, KV / N)
   static constexpr Ref build_from(graph::Builder& b, const Ref* in, int n_in) {
     return headroom::ops::Attention::emit(b, in, n_in, tensor_parallel::local(b, Heads), tensor_parallel::local(b, KVHeads),
-                                          HeadDim, Pos == Positions::rope ? Theta : 0);  // o: (N, H hd)
+                                          HeadDim, Pos == Positions::rope ? Theta : 0, Scaling);  // o: (N, H hd)
   }
 };
 
@@ -40,7 +43,7 @@ constexpr bool attention_dims_ok = Heads > 0 && KVHeads > 0 && D % Heads == 0 &&
 }  // namespace detail
 
 template <std::int64_t D, std::int64_t Heads, std::int64_t KVHeads, Positions Pos, class Q, class K, class V, class O,
-          std::int64_t RopeTheta = 10000>
+          std::int64_t RopeTheta = 10000, math::RopeScaling RopeScale = math::RopeScaling{}>
 struct Attention {
   HEADROOM_REQUIRE(Heads > 0 && D % Heads == 0,
                    "Attention<D, Heads, ...>: the number of heads ({}) must divide the model width D ({})", Heads, D);
@@ -66,7 +69,8 @@ struct Attention {
   using children = type_list<Q, K, V, O>;
   using ops = type_list<headroom::ops::Attention>;  // its core's
   static constexpr std::int64_t rope_theta = RopeTheta;
-  using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos, RopeTheta>;
+  static constexpr math::RopeScaling rope_scaling = RopeScale;
+  using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos, RopeTheta, RopeScale>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)
     x = tensor_parallel::input(b, x, D);

@@ -29,14 +29,18 @@ struct LlamaConfig {
   std::int64_t max_positions = 0;
   bool tied = false;
   std::int64_t rope_theta = 10000;  // RoPE base (rope_theta in config.json)
+  math::RopeScaling rope_scaling{};  // Llama 3.1's (rope_scaling with rope_type "llama3"); off by default
 };
 
 // config.json of meta-llama/Llama-2-7b-hf
 inline constexpr LlamaConfig llama2_7b{32000, 4096, 11008, 32, 32, 32, 4096, false};
 // config.json of meta-llama/Meta-Llama-3-8B
 inline constexpr LlamaConfig llama3_8b{128256, 4096, 14336, 32, 32, 8, 8192, false, 500000};
-// config.json of meta-llama/Llama-3.2-1B
-inline constexpr LlamaConfig llama3_2_1b{128256, 2048, 8192, 16, 32, 8, 131072, true, 500000};
+// config.json of meta-llama/Llama-3.1-8B (rope_scaling: factor 8, low / high
+// frequency factors 1 / 4, original context 8192)
+inline constexpr LlamaConfig llama3_1_8b{128256, 4096, 14336, 32, 32, 8, 131072, false, 500000, {8, 1, 4, 8192}};
+// config.json of meta-llama/Llama-3.2-1B (rope_scaling: factor 32, 1 / 4, 8192)
+inline constexpr LlamaConfig llama3_2_1b{128256, 2048, 8192, 16, 32, 8, 131072, true, 500000, {32, 1, 4, 8192}};
 // A small Llama-style model that trains on two CPU cores in minutes
 // (byte-level vocabulary, 4 layers, d 256, 4 heads, 2 KV heads).
 inline constexpr LlamaConfig tiny_llama{256, 256, 768, 4, 4, 2, 512, false};
@@ -58,7 +62,7 @@ struct Llama {
   template <class Slot, std::int64_t In, std::int64_t Out>
   using proj = project_t<type_list<Slot>, Linear<In, Out, false>, Mods...>;
   using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd>, proj<k_proj, D, KV * hd>,
-                              proj<v_proj, D, KV * hd>, proj<o_proj, H * hd, D>, C.rope_theta>;
+                              proj<v_proj, D, KV * hd>, proj<o_proj, H * hd, D>, C.rope_theta, C.rope_scaling>;
   static_assert(activation_policy_known<Mods...>,
                 "Llama: On<mlp_act> takes Checkpointed<> alone: the activation has no weights for another recipe to wrap");
   using mlp = SwiGLU<D, F, proj<gate_proj, D, F>, proj<up_proj, D, F>, proj<down_proj, F, D>, recomputes_activation<Mods...>>;

@@ -7,11 +7,13 @@
 // each K/V head among heads / kv_heads query heads. Inputs: q (N, H hd),
 // k and v (N, KV hd), or one fused (N, (H + 2 KV) hd) q|k|v tensor.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <stdexcept>
 #include <string_view>
 
 #include "../host/op_context.hpp"
+#include "../math/rope.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
 #include "../cuda/kernels/attention.cuh"
@@ -41,17 +43,27 @@ struct Attention {
   static constexpr Dim<1> kv_heads{};
   static constexpr Dim<2> head_dim{};
   static constexpr Dim<3> rope_theta{};  // 0: no RoPE
+  // Llama 3.1's RoPE scaling (math::RopeScaling; rope_original 0: none), the
+  // factors as the bits of their doubles
+  static constexpr Dim<4> rope_factor{};
+  static constexpr Dim<5> rope_low_freq_factor{};
+  static constexpr Dim<6> rope_high_freq_factor{};
+  static constexpr Dim<7> rope_original{};
   static constexpr std::int64_t tile = 64;
 
   // `in` holds q, k, v (n_in = 3) or the fused q|k|v (n_in = 1).
   static constexpr graph::Ref emit(graph::Builder& b, const graph::Ref* in, int n_in, std::int64_t h, std::int64_t kvh,
-                                   std::int64_t hd, std::int64_t theta) {
+                                   std::int64_t hd, std::int64_t theta, math::RopeScaling scaling = {}) {
     const std::int64_t B = b.cfg.batch, T = b.cfg.seq, W = b.cfg.workers, cb = b.cfg.compute_bytes();
     graph::Op op = make<Attention>();
     op.set(heads, h);
     op.set(kv_heads, kvh);
     op.set(head_dim, hd);
     op.set(rope_theta, theta);
+    op.set(rope_factor, std::bit_cast<std::int64_t>(scaling.factor));
+    op.set(rope_low_freq_factor, std::bit_cast<std::int64_t>(scaling.low_freq_factor));
+    op.set(rope_high_freq_factor, std::bit_cast<std::int64_t>(scaling.high_freq_factor));
+    op.set(rope_original, scaling.original_positions);
     op.input(q, in[0]);
     op.save(q_saved, in[0]);
     if (n_in == 3) {
@@ -119,6 +131,12 @@ struct Attention {
   static void forward(const host::OpContext<T>& c);
   template <class T>
   static void backward(const host::OpContext<T>& c);
+  // The RoPE scaling the op was emitted with.
+  template <class Context>
+  static math::RopeScaling scaling(const Context& c) {
+    return {std::bit_cast<double>(c[rope_factor]), std::bit_cast<double>(c[rope_low_freq_factor]),
+            std::bit_cast<double>(c[rope_high_freq_factor]), c[rope_original]};
+  }
   // Decode: the rows are one new token per sequence at c.position(); the
   // state is the KV cache, keys then values, each (batch, KV, context, hd).
   // Scratch: the decode row per worker, then dense copies of a fused q|k|v.
@@ -134,7 +152,7 @@ struct Attention {
   template <class S>
   static cuda::AttentionShape shape(const cuda::OpContext<S>& c) {
     return cuda::AttentionShape{c.batch(), c.seq(), c[heads], c[kv_heads], c[head_dim], c[rope_theta] > 0,
-                                static_cast<float>(c[rope_theta] > 0 ? c[rope_theta] : 10000)};
+                                static_cast<float>(c[rope_theta] > 0 ? c[rope_theta] : 10000), scaling(c)};
   }
   template <class S>
   static void forward(const cuda::OpContext<S>& c) {
@@ -175,7 +193,7 @@ namespace headroom::ops {
 template <class T>
 host::AttentionDims Attention::dims(const host::OpContext<T>& c) {
   return host::AttentionDims{c.batch(), c.seq(), c[heads], c[kv_heads], c[head_dim], c[rope_theta] > 0,
-                             static_cast<double>(c[rope_theta] > 0 ? c[rope_theta] : 10000)};
+                             static_cast<double>(c[rope_theta] > 0 ? c[rope_theta] : 10000), scaling(c)};
 }
 template <class T>
 void Attention::forward(const host::OpContext<T>& c) {

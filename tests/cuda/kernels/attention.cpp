@@ -36,6 +36,7 @@ struct Case {
   bool rope;
   bool fused;  // q | k | v in one row (needs no padding); else three buffers
   i64 pad;     // separate buffers: padding columns at the end of each row
+  math::RopeScaling scaling{};  // Llama 3.1's RoPE scaling, when on()
 };
 
 constexpr float sentinel = 3.0f;  // exact in bf16
@@ -121,8 +122,8 @@ template <class S>
 void check_attention(const Case& c) {
   const i64 n = c.batch * c.seq, q_cols = c.heads * c.head_dim;
   const Layout lay(c);
-  const host::AttentionDims hdims{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0};
-  const cuda::AttentionShape shape{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0f};
+  const host::AttentionDims hdims{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0, c.scaling};
+  const cuda::AttentionShape shape{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0f, c.scaling};
   const auto size = [](i64 elements) { return static_cast<std::size_t>(elements); };
 
   // Inputs rounded to S (padding columns too), of amplitude 2 so the softmax
@@ -193,6 +194,13 @@ TEST_CASE("attention, Llama style: GQA 4 on 2, RoPE, B=1 T=50 hd=64", "[attentio
   SECTION("float") { check_attention<float>(c); }
   SECTION("bf16") { check_attention<cuda::bf16>(c); }
   SECTION("f16") { check_attention<cuda::f16>(c); }
+}
+
+TEST_CASE("attention, Llama 3.1's RoPE scaling (factor 8, original context 64: every band at hd 64), T=50",
+          "[attention]") {
+  const Case c{1, 50, 4, 2, 64, true, false, 0, {8, 1, 4, 64}};
+  SECTION("float") { check_attention<float>(c); }
+  SECTION("bf16") { check_attention<cuda::bf16>(c); }
 }
 
 TEST_CASE("attention, head_dim 128: 2 heads on 1, RoPE, T=20, odd row strides", "[attention]") {

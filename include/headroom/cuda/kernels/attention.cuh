@@ -49,6 +49,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../../math/rope.hpp"
 #include "../../math/softmax.hpp"
 #include "../device.cuh"
 
@@ -58,6 +59,7 @@ struct AttentionShape {
   std::int64_t batch, seq, heads, kv_heads, head_dim;  // GQA: query head h reads kv head h / (heads / kv_heads)
   bool rope;                                           // rotate q and k (math/rope.hpp convention) at their positions
   float rope_theta;
+  math::RopeScaling rope_scaling{};                    // Llama 3.1's, when on()
 };
 
 inline constexpr std::int64_t attention_max_head_dim = 128;
@@ -204,11 +206,11 @@ __device__ inline U* carve(unsigned char* smem, int offset) {
 __device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 
 // ---------------------------------------------------------------------------
-// RoPE. inv_freq: (hd / 2) double, theta^(-2i/hd), as host::detail::rope_inv_freq.
+// RoPE. inv_freq: (hd / 2) double, math::rope_inv_freq (as the host's table).
 template <int Threads>
-__device__ void fill_inv_freq(double* inv_freq, int hd, float theta) {
+__device__ void fill_inv_freq(double* inv_freq, int hd, float theta, const math::RopeScaling& scaling) {
   for (int i = threadIdx.x; i < hd / 2; i += Threads)
-    inv_freq[i] = 1.0 / pow(static_cast<double>(theta), static_cast<double>(2 * i) / static_cast<double>(hd));
+    inv_freq[i] = math::rope_inv_freq(i, hd, static_cast<double>(theta), scaling);
 }
 
 // (x0, x1) = (x_i, x_{i + hd/2}) of a vector at position pos, rotated by the
@@ -411,7 +413,7 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
   const i64 h = blockIdx.y, b = blockIdx.z, g = h / (heads / d.kv_heads);
   const double* rope = nullptr;
   if (d.rope) {
-    fill_inv_freq<T::threads>(inv_freq_s, hd, d.rope_theta);
+    fill_inv_freq<T::threads>(inv_freq_s, hd, d.rope_theta, d.rope_scaling);
     rope = inv_freq_s;
     __syncthreads();
   }
@@ -605,7 +607,7 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
   float* stage = carve<float>(smem, L::stage) + warp * 256;
   const double* rope = nullptr;
   if (d.rope) {
-    fill_inv_freq<T::threads>(inv_freq_s, hd, d.rope_theta);
+    fill_inv_freq<T::threads>(inv_freq_s, hd, d.rope_theta, d.rope_scaling);
     rope = inv_freq_s;
     __syncthreads();
   }
@@ -692,7 +694,7 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
   float* stage = carve<float>(smem, L::stage) + warp * 256;
   const double* rope = nullptr;
   if (d.rope) {
-    fill_inv_freq<T::threads>(inv_freq_s, hd, d.rope_theta);
+    fill_inv_freq<T::threads>(inv_freq_s, hd, d.rope_theta, d.rope_scaling);
     rope = inv_freq_s;
     __syncthreads();
   }
