@@ -28,8 +28,8 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
-#include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -84,15 +84,28 @@ struct FsyncRecorder {
   // "<random>" stands for the 12 random characters [a-z0-9] of a writer's
   // own names (io/durable.hpp), or -1. The path's directory is made canonical.
   long index_of_pattern(const fs::path& pattern) const {
-    const std::string dir = fs::weakly_canonical(pattern.parent_path()).string();
-    std::string re;
-    for (const char c : (fs::path(dir) / pattern.filename()).string())
-      re += std::string(std::strchr(".^$|()[]{}*+?\\", c) && c != '\0' ? "\\" : "") + c;
-    re = std::regex_replace(re, std::regex("<random>"), "[a-z0-9]{12}");
-    const std::regex want(re);
+    const std::string want = (fs::weakly_canonical(pattern.parent_path()) / pattern.filename()).string();
     std::lock_guard<std::mutex> lock(fsync_mutex);
-    const auto it = std::find_if(paths.begin(), paths.end(), [&](const std::string& p) { return std::regex_match(p, want); });
+    const auto it = std::find_if(paths.begin(), paths.end(), [&](const std::string& p) { return matches(p, want); });
     return it == paths.end() ? -1 : static_cast<long>(it - paths.begin());
+  }
+  // Whether `path` is `pattern` with each "<random>" 12 characters of [a-z0-9].
+  static bool matches(std::string_view path, std::string_view pattern) {
+    constexpr std::string_view random = "<random>";
+    while (!pattern.empty()) {
+      if (pattern.substr(0, random.size()) == random) {
+        if (path.size() < 12) return false;
+        for (const char c : path.substr(0, 12))
+          if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
+        path.remove_prefix(12);
+        pattern.remove_prefix(random.size());
+      } else {
+        if (path.empty() || path[0] != pattern[0]) return false;
+        path.remove_prefix(1);
+        pattern.remove_prefix(1);
+      }
+    }
+    return path.empty();
   }
   // Index of the first fsync of the temporary a writer of `target` writes
   // ("<target>.headroom-tmp-<random>"), or -1.
