@@ -56,6 +56,8 @@ constexpr models::GPT2Config gpt2_cfg{96, 64, 2, 4, 64};
 // dim 16 the frequencies fall in all three bands: pair 0 kept (wavelength
 // 6.3 < 64 / 4), pairs 1-2 blended, pairs 3-7 divided by the factor 4.
 constexpr models::LlamaConfig llama_scaled_cfg{96, 64, 160, 2, 4, 2, 64, false, 10000, {4, 1, 4, 64}};
+// Qwen2: biases on q, k, v; RMSNorm's epsilon 1e-6
+constexpr models::LlamaConfig qwen2_cfg{96, 64, 160, 2, 4, 2, 64, false, 1000000, {}, 1e-6, true, models::LlamaArch::qwen2};
 // nf4: wide enough that an NF4DQ matrix has more than 256 blocks (up_proj,
 // down_proj: 640 blocks, three second-level blocks, the last one partial).
 constexpr models::LlamaConfig nf4_cfg{96, 128, 320, 2, 4, 2, 64, false};
@@ -342,7 +344,9 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
       << "\", \"lr\": " << lr << ", \"weight_decay\": " << O::weight_decay::value;
   if constexpr (O::desc.kind == OptimKind::sgd) cfg << ", \"momentum\": " << O::momentum::value;
   else cfg << ", \"beta1\": " << O::beta1::value << ", \"beta2\": " << O::beta2::value << ", \"eps\": 1e-8";
-  cfg << ", \"norm_eps\": 1e-5, \"lora\": " << (lora ? "true" : "false") << ", \"checkpointed\": "
+  double norm_eps = 1e-5;
+  if constexpr (!gpt2) norm_eps = c.rms_norm_eps;
+  cfg << ", \"norm_eps\": " << norm_eps << ", \"lora\": " << (lora ? "true" : "false") << ", \"checkpointed\": "
       << (recomputes<Tr>() ? "true" : "false") << ", \"quantized\": " << (quant ? "true" : "false") << ", \"dtype\": \""
       << name_of(R::dtype) << "\"";
   if constexpr (has_llm_int8<Tr>()) {
@@ -364,7 +368,7 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
 int main(int argc, char** argv) {
   const char* names =
       "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
-      "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8 llama_rope_scaled";
+      "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8 llama_rope_scaled qwen2_full";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
@@ -372,6 +376,8 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   const fs::path dir = argv[2];
   if (name == "llama_full") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  // the q, k, v biases start at zero and are trained: from step 2 on they take part
+  if (name == "qwen2_full") return run<Train<models::Llama<qwen2_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "llama_rope_scaled") return run<Train<models::Llama<llama_scaled_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_full") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_sgd") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, SGDm>>(dir, 0.03);

@@ -165,6 +165,8 @@ class Model(torch.nn.Module):
             y = llm_int8.Int8Linear.apply(h, codes, absmax, self.int8_threshold, self.int8_counts)
         else:
             y = h @ W.T
+            if not self.gpt2 and (module + ".bias").replace(".", "__") in self.base:  # Qwen2's q, k, v
+                y = y + self.w(module + ".bias")
         if name in self.lora:
             a, b, _ = self.lora[name]
             x = h

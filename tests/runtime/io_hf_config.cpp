@@ -27,6 +27,7 @@ struct RunOf {
 };
 using Llama31 = RunOf<models::llama3_1_8b, 131072>;
 using Llama32 = RunOf<models::llama3_2_1b, 4096>;
+using Qwen25 = RunOf<models::qwen2_5_0_5b, 4096>;
 
 std::string refusal(const fs::path& file) {
   try {
@@ -84,4 +85,44 @@ TEST_CASE("config.json: a rope_scaling that differs from the run type's is refus
                     Contains("rope_scaling.low_freq_factor is missing"));
   test::write_file(file, with_scaling("null"));
   CHECK_THAT(refusal(file), Contains("rope_scaling is null in the file") && Contains("\"rope_type\": \"llama3\"}"));
+}
+
+TEST_CASE("config.json: Qwen2.5's (model_type qwen2) written and checked: biases, rms_norm_eps 1e-6, no sliding window",
+          "[io][hf][config]") {
+  const std::string text = io::hf_config_json<Qwen25>(DType::BF16);
+  const json::Value c = json::parse(text);
+  CHECK(c.get("architectures")->items.at(0).string == "Qwen2ForCausalLM");
+  CHECK(c.get("model_type")->string == "qwen2");
+  CHECK(c.get("rms_norm_eps")->number == 1e-6);
+  CHECK(c.get("rope_theta")->number == 1000000.0);
+  CHECK(c.get("use_sliding_window")->boolean == false);
+  CHECK(c.get("tie_word_embeddings")->boolean == true);
+  CHECK(c.get("attention_bias") == nullptr);  // Qwen2Config has no such field
+  test::TempDir tmp;
+  const fs::path file = tmp / "config.json";
+  test::write_file(file, text);
+  const auto check = [&] {
+    try {
+      io::check_hf_config<Qwen25>(file);
+    } catch (const io::config_mismatch& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(check() == "(no error)");
+  std::string edited = text;
+  const auto swap = [&](const std::string& from, const std::string& to) { edited.replace(edited.find(from), from.size(), to); };
+  swap("\"use_sliding_window\": false", "\"use_sliding_window\": true");
+  swap("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e-05");
+  test::write_file(file, edited);
+  CHECK_THAT(check(), Contains("use_sliding_window is true in the file, false in the run type") &&
+                          Contains("rms_norm_eps is 1e-05 in the file, 1e-06 in the run type"));
+  // a Llama preset against a Qwen2 file: the model type differs
+  test::write_file(file, text);
+  try {
+    io::check_hf_config<Llama32>(file);
+    FAIL("a Qwen2 config.json was accepted for a Llama");
+  } catch (const io::config_mismatch& e) {
+    CHECK_THAT(std::string(e.what()), Contains("model_type is \"qwen2\" in the file, \"llama\" in the run type"));
+  }
 }

@@ -111,6 +111,11 @@ TEST_CASE("presets: parameter counts equal the published Hugging Face figures", 
   CHECK(count<models::Llama<models::llama3_1_8b>>().all == 8'030'261'248);
   // meta-llama/Llama-3.2-1B (embeddings tied)
   CHECK(count<models::Llama<models::llama3_2_1b>>().all == 1'235'814'400);
+  // Qwen/Qwen2.5-0.5B (tied) and Qwen/Qwen2.5-7B: 0.49B and 7.61B on their
+  // model cards; exactly, the sums of their config.json's shapes with the
+  // q, k, v biases (494,032,768 and 7,615,616,512, the safetensors' totals / 2)
+  CHECK(count<models::Llama<models::qwen2_5_0_5b>>().all == 494'032'768);
+  CHECK(count<models::Llama<models::qwen2_5_7b>>().all == 7'615'616'512);
   // openai-community/gpt2, gpt2-medium
   CHECK(count<models::GPT2<models::gpt2_124m>>().all == 124'439'808);
   CHECK(count<models::GPT2<models::gpt2_355m>>().all == 354'823'168);

@@ -7,12 +7,15 @@
 // What is checked. Every field that changes a shape or the math, against the
 // run type, with transformers' default where the file may omit the field:
 //
-//   Llama (model_type "llama", LlamaForCausalLM)
+//   Llama (model_type "llama", LlamaForCausalLM; "qwen2", Qwen2ForCausalLM,
+//   as LlamaConfig::arch says)
 //     vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 //     num_attention_heads, num_key_value_heads (default: the heads),
-//     head_dim (default: hidden / heads), rms_norm_eps (the kernels' 1e-5),
+//     head_dim (default: hidden / heads), rms_norm_eps (default 1e-6),
 //     rope_theta (default 10000), tie_word_embeddings (default false),
-//     hidden_act ("silu"), attention_bias and mlp_bias (false),
+//     hidden_act ("silu"), attention_bias and mlp_bias (Llama: default false;
+//     Qwen2 has neither field, its q, k, v always have a bias),
+//     use_sliding_window (Qwen2: absent or false),
 //     rope_scaling (absent or null, or Llama 3.1's {"rope_type": "llama3",
 //     factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}
 //     equal to the LlamaConfig's), sliding_window (absent or null),
@@ -200,7 +203,8 @@ void check_fields(Checker& c, std::int64_t seq) {
   constexpr auto C = M::config;
   const double eps = math::norm_eps;
   if constexpr (LlamaModel<M>) {
-    c.string("model_type", "llama");
+    const bool qwen2 = C.arch == models::LlamaArch::qwen2;
+    c.string("model_type", qwen2 ? "qwen2" : "llama");
     c.integer("vocab_size", C.vocab);
     c.integer("hidden_size", C.dim);
     c.integer("intermediate_size", C.ffn);
@@ -208,14 +212,21 @@ void check_fields(Checker& c, std::int64_t seq) {
     c.integer("num_attention_heads", C.heads);
     c.integer("num_key_value_heads", C.kv_heads, C.heads);
     c.integer("head_dim", C.dim / C.heads, C.dim / C.heads);
-    c.number("rms_norm_eps", eps, 1e-6);
+    c.number("rms_norm_eps", C.rms_norm_eps, 1e-6);
     c.number("rope_theta", static_cast<double>(C.rope_theta), 10000.0);
     c.boolean("tie_word_embeddings", C.tied, false);
     c.string("hidden_act", "silu", "silu");
-    c.boolean("attention_bias", false, false);
-    c.boolean("mlp_bias", false, false);
+    if (qwen2) {
+      // Qwen2: q, k, v always carry a bias (no attention_bias field); the
+      // window applies only with use_sliding_window
+      if (!C.attention_bias) c.problems.push_back("the run type's q, k, v projections have no bias; Qwen2's do");
+      c.boolean("use_sliding_window", false, false);
+    } else {
+      c.boolean("attention_bias", C.attention_bias, false);
+      c.boolean("mlp_bias", false, false);
+      c.none("sliding_window", "the run type's attention is full (models::Llama has no sliding window)");
+    }
     c.rope_scaling(C.rope_scaling);
-    c.none("sliding_window", "the run type's attention is full (models::Llama has no sliding window)");
     c.at_least("max_position_embeddings", seq, 2048, "Seq");
   } else if constexpr (GPT2Model<M>) {
     c.string("model_type", "gpt2");
@@ -250,8 +261,9 @@ std::string hf_config_json(DType stored = DType::F32) {
   };
   const std::string eps = num(math::norm_eps);
   if constexpr (hc::LlamaModel<M>) {
-    field("architectures", "[\"LlamaForCausalLM\"]");
-    field("model_type", q("llama"));
+    const bool qwen2 = C.arch == models::LlamaArch::qwen2;
+    field("architectures", qwen2 ? "[\"Qwen2ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
+    field("model_type", q(qwen2 ? "qwen2" : "llama"));
     field("vocab_size", std::to_string(C.vocab));
     field("hidden_size", std::to_string(C.dim));
     field("intermediate_size", std::to_string(C.ffn));
@@ -260,7 +272,7 @@ std::string hf_config_json(DType stored = DType::F32) {
     field("num_key_value_heads", std::to_string(C.kv_heads));
     field("head_dim", std::to_string(C.dim / C.heads));
     field("max_position_embeddings", std::to_string(C.max_positions));
-    field("rms_norm_eps", eps);
+    field("rms_norm_eps", num(C.rms_norm_eps));
     field("rope_theta", num(static_cast<double>(C.rope_theta)));
     field("rope_scaling", !C.rope_scaling.on() ? std::string("null")
                                                 : "{\"factor\": " + num(C.rope_scaling.factor) +
@@ -271,9 +283,15 @@ std::string hf_config_json(DType stored = DType::F32) {
                                                       ", \"rope_type\": \"llama3\"}");
     field("tie_word_embeddings", C.tied ? "true" : "false");
     field("hidden_act", q("silu"));
-    field("attention_bias", "false");
+    if (qwen2) {
+      field("use_sliding_window", "false");
+      field("sliding_window", "null");
+      field("max_window_layers", std::to_string(C.layers));
+    } else {
+      field("attention_bias", C.attention_bias ? "true" : "false");
+      field("mlp_bias", "false");
+    }
     field("attention_dropout", "0.0");
-    field("mlp_bias", "false");
     field("initializer_range", "0.02");
     field("use_cache", "true");
   } else {

@@ -1,6 +1,8 @@
 #pragma once
-// Llama-family models (RMSNorm, RoPE, GQA, SwiGLU, no biases), with the
-// published Hugging Face configurations as presets.
+// Llama-family models (RMSNorm, RoPE, GQA, SwiGLU), with the published Hugging
+// Face configurations as presets: Llama 2 / 3 / 3.1 / 3.2, and Qwen2 / Qwen2.5,
+// which is the same network with biases on the q, k and v projections and
+// RMSNorm's epsilon 1e-6 (transformers' Qwen2ForCausalLM).
 //
 //   models::Llama<models::llama3_8b, Apply<QLoRA, On<q_proj, v_proj>>, Apply<Checkpointed<>, EveryBlock>>
 //
@@ -19,6 +21,10 @@
 
 namespace headroom::models {
 
+// Which transformers class a LlamaConfig describes: config.json's model_type
+// ("llama", "qwen2") and architectures.
+enum class LlamaArch : std::uint8_t { llama, qwen2 };
+
 struct LlamaConfig {
   std::int64_t vocab = 0;
   std::int64_t dim = 0;
@@ -30,6 +36,9 @@ struct LlamaConfig {
   bool tied = false;
   std::int64_t rope_theta = 10000;  // RoPE base (rope_theta in config.json)
   math::RopeScaling rope_scaling{};  // Llama 3.1's (rope_scaling with rope_type "llama3"); off by default
+  double rms_norm_eps = 1e-5;        // RMSNorm's epsilon (rms_norm_eps)
+  bool attention_bias = false;       // a bias on q_proj, k_proj, v_proj (Qwen2)
+  LlamaArch arch = LlamaArch::llama;
 };
 
 // config.json of meta-llama/Llama-2-7b-hf
@@ -41,6 +50,13 @@ inline constexpr LlamaConfig llama3_8b{128256, 4096, 14336, 32, 32, 8, 8192, fal
 inline constexpr LlamaConfig llama3_1_8b{128256, 4096, 14336, 32, 32, 8, 131072, false, 500000, {8, 1, 4, 8192}};
 // config.json of meta-llama/Llama-3.2-1B (rope_scaling: factor 32, 1 / 4, 8192)
 inline constexpr LlamaConfig llama3_2_1b{128256, 2048, 8192, 16, 32, 8, 131072, true, 500000, {32, 1, 4, 8192}};
+// config.json of Qwen/Qwen2.5-0.5B (embeddings tied) and Qwen/Qwen2.5-7B:
+// rope_theta 1e6, rms_norm_eps 1e-6, biases on q, k, v; max_position_embeddings
+// is 32768 here (Seq may not exceed it; the files may say more)
+inline constexpr LlamaConfig qwen2_5_0_5b{151936, 896, 4864, 24, 14, 2, 32768, true, 1000000, {}, 1e-6, true,
+                                          LlamaArch::qwen2};
+inline constexpr LlamaConfig qwen2_5_7b{152064, 3584, 18944, 28, 28, 4, 32768, false, 1000000, {}, 1e-6, true,
+                                        LlamaArch::qwen2};
 // A small Llama-style model that trains on two CPU cores in minutes
 // (byte-level vocabulary, 4 layers, d 256, 4 heads, 2 KV heads).
 inline constexpr LlamaConfig tiny_llama{256, 256, 768, 4, 4, 2, 512, false};
@@ -59,14 +75,16 @@ struct Llama {
   static constexpr std::int64_t D = C.dim, F = C.ffn, H = C.heads, KV = C.kv_heads, hd = C.dim / C.heads;
   static constexpr LlamaConfig config = C;
 
-  template <class Slot, std::int64_t In, std::int64_t Out>
-  using proj = project_t<type_list<Slot>, Linear<In, Out, false>, Mods...>;
-  using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd>, proj<k_proj, D, KV * hd>,
-                              proj<v_proj, D, KV * hd>, proj<o_proj, H * hd, D>, C.rope_theta, C.rope_scaling>;
+  template <class Slot, std::int64_t In, std::int64_t Out, bool Bias = false>
+  using proj = project_t<type_list<Slot>, Linear<In, Out, Bias>, Mods...>;
+  using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd, C.attention_bias>,
+                              proj<k_proj, D, KV * hd, C.attention_bias>, proj<v_proj, D, KV * hd, C.attention_bias>,
+                              proj<o_proj, H * hd, D>, C.rope_theta, C.rope_scaling>;
+  using norm = RMSNorm<D, C.rms_norm_eps>;
   static_assert(activation_policy_known<Mods...>,
                 "Llama: On<mlp_act> takes Checkpointed<> alone: the activation has no weights for another recipe to wrap");
   using mlp = SwiGLU<D, F, proj<gate_proj, D, F>, proj<up_proj, D, F>, proj<down_proj, F, D>, recomputes_activation<Mods...>>;
-  using base_block = PreNormBlock<LlamaBlockNames, RMSNorm<D>, attention, RMSNorm<D>, mlp>;
+  using base_block = PreNormBlock<LlamaBlockNames, norm, attention, norm, mlp>;
   HEADROOM_REQUIRE(detail::block_out_of_range<Mods...>(C.layers) < 0,
                    "Llama: a block selector names block {}, but the model has {} blocks (0 to {})",
                    detail::block_out_of_range<Mods...>(C.layers), C.layers, C.layers - 1);
@@ -96,7 +114,7 @@ struct Llama {
   static constexpr std::int64_t in_features = 0, out_features = 0;
   static constexpr std::int64_t max_seq = C.max_positions;
   static constexpr bool adapters = uses_adapters<Mods...>;
-  using children = concat_t<type_list<Embedding<C.vocab, D>>, typename blocks::repeats, type_list<RMSNorm<D>, LMHeadLoss<C.vocab, D, C.tied>>>;
+  using children = concat_t<type_list<Embedding<C.vocab, D>>, typename blocks::repeats, type_list<norm, LMHeadLoss<C.vocab, D, C.tied>>>;
 
   static constexpr Ref build(graph::Builder& b, Ref tokens) {
     if constexpr (adapters) b.push_frozen();
@@ -105,7 +123,7 @@ struct Llama {
     else if (C.tied && b.cfg.last_stage()) b.declare<Embedding<C.vocab, D>>("embed_tokens");  // the tied head's copy
     x = blocks::build(b, "layers", x);
     if (b.cfg.last_stage()) {
-      x = b.child<RMSNorm<D>>("norm", x);
+      x = b.child<norm>("norm", x);
       x = b.child<LMHeadLoss<C.vocab, D, C.tied>>("lm_head", x);  // the loss
     }
     if constexpr (adapters) b.pop_frozen();

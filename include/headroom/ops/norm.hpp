@@ -3,10 +3,12 @@
 // h = x * rstd * g with rstd = 1/sqrt(mean(x^2) + eps); LayerNorm,
 // h = (x - mean) * rstd * g + b. Both save x and their row statistics
 // ((N), f32; f64 in f64 runs) for backward.
+#include <bit>
 #include <cstdint>
 #include <string_view>
 
 #include "../host/kernels/pointwise.hpp"
+#include "../math/norms.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
 #if HEADROOM_CUDA_KERNELS
@@ -30,12 +32,15 @@ struct Norm {
   static constexpr Weight<0> gain{};   // (D)
   static constexpr Weight<1> shift{};  // (D), LayerNorm only
   static constexpr Dim<0> features{};
+  static constexpr Dim<1> eps_bits{};  // epsilon, the bits of its double
 
   // The gain is parameter `g` (D); LayerNorm's shift parameter `s` (D).
-  static constexpr graph::Ref emit(graph::Builder& b, graph::Ref input, int g, int s, std::int64_t d) {
+  static constexpr graph::Ref emit(graph::Builder& b, graph::Ref input, int g, int s, std::int64_t d,
+                                   double eps = math::norm_eps) {
     const std::int64_t n = b.tokens_count();
     graph::Op op = make<Norm>();
     op.set(features, d);
+    op.set(eps_bits, std::bit_cast<std::int64_t>(eps));
     op.input(x, input);
     const graph::Param pg = b.params[g];
     op.use(gain, g, pg.trainable ? pg.grad : graph::none);
@@ -64,7 +69,11 @@ struct Norm {
   static void forward(const host::OpContext<T>& k) {
     using C = typename host::OpContext<T>::compute;
     host::norm_forward<T>(Layer, k[x], k[gain], Layer ? k[shift] : nullptr, k[h], Layer ? k.template get<C>(mean) : nullptr,
-                          k.template get<C>(rstd), k.rows(), k[features], k.workers());
+                          k.template get<C>(rstd), k.rows(), k[features], k.workers(), eps(k));
+  }
+  template <class Context>
+  static double eps(const Context& k) {
+    return std::bit_cast<double>(k[eps_bits]);
   }
   template <class T>
   static void backward(const host::OpContext<T>& k) {
@@ -77,7 +86,7 @@ struct Norm {
   template <class S>
   static void forward(const cuda::OpContext<S>& k) {
     cuda::norm_forward<S>(Layer, k[x], k[gain], Layer ? k[shift] : nullptr, k[h], Layer ? k.template get<float>(mean) : nullptr,
-                          k.template get<float>(rstd), k.rows(), k[features], k.stream());
+                          k.template get<float>(rstd), k.rows(), k[features], k.stream(), static_cast<float>(eps(k)));
   }
   template <class S>
   static void backward(const cuda::OpContext<S>& k) {

@@ -261,7 +261,7 @@ void positions_backward(const S* dx, S* dtable, bool first, std::int64_t batch, 
 // 256 threads (rows up to 8192), else with 1024 (up to 16384; a 1024-thread
 // block has 64 registers a thread).
 
-inline constexpr float norm_eps = static_cast<float>(math::norm_eps);  // the presets' epsilon (math/norms.hpp)
+inline constexpr float norm_eps = static_cast<float>(math::norm_eps);  // the default epsilon (math/norms.hpp)
 template <int Threads>
 inline constexpr int norm_values = Threads > 256 ? 16 : 32;  // most row values a thread holds per array
 
@@ -271,7 +271,7 @@ inline constexpr int norm_values = Threads > 256 ? 16 : 32;  // most row values 
 template <class S, int Threads, int W, int Packs>
 __global__ __launch_bounds__(Threads) void norm_forward_kernel(bool layer, const S* __restrict__ x, const S* __restrict__ w,
                                                                const S* __restrict__ b, S* __restrict__ y, float* mean,
-                                                               float* rstd, std::int64_t n, std::int64_t d) {
+                                                               float* rstd, std::int64_t n, std::int64_t d, float eps) {
   __shared__ float reduce[warp_size];
   const std::int64_t row_packs = d / W;
   for (std::int64_t r = blockIdx.x; r < n; r += gridDim.x) {
@@ -293,7 +293,7 @@ __global__ __launch_bounds__(Threads) void norm_forward_kernel(bool layer, const
       if (threadIdx.x + k * Threads < row_packs)
 #pragma unroll
         for (int e = 0; e < W; ++e) squares += (v[k][e] - mu) * (v[k][e] - mu);
-    const float rs = 1.0f / sqrtf(block_sum<Threads>(squares, reduce) / static_cast<float>(d) + norm_eps);
+    const float rs = 1.0f / sqrtf(block_sum<Threads>(squares, reduce) / static_cast<float>(d) + eps);
 #pragma unroll
     for (int k = 0; k < Packs; ++k) {
       const std::int64_t p = threadIdx.x + k * Threads;
@@ -430,15 +430,16 @@ inline dim3 rows_grid(std::int64_t n) { return dim3(static_cast<unsigned>(n < 65
 
 }  // namespace pointwise_detail
 
-// x, y: (N, D)  w, b: (D) (b: LayerNorm bias, may be null)  mean (N, LayerNorm only), rstd (N): f32
+// x, y: (N, D)  w, b: (D) (b: LayerNorm bias, may be null)  mean (N, LayerNorm only), rstd (N): f32;
+// eps: the model's (rms_norm_eps, layer_norm_epsilon)
 template <class S>
 void norm_forward(bool layer, const S* x, const S* w, const S* b, S* y, float* mean, float* rstd, std::int64_t n, std::int64_t d,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, float eps = norm_eps) {
   if (n <= 0 || d <= 0) return;
   pointwise_detail::norm_dispatch<S>(d, packs::all_aligned(x, w, b, y), [&](auto threads, auto width, auto held) {
     launch(norm_forward_kernel<S, decltype(threads)::value, decltype(width)::value, decltype(held)::value>, "norm_forward_kernel",
            pointwise_detail::rows_grid(n), dim3(decltype(threads)::value), stream, layer, x, w, layer ? b : nullptr, y,
-           layer ? mean : nullptr, rstd, n, d);
+           layer ? mean : nullptr, rstd, n, d, eps);
   });
 }
 

@@ -17,15 +17,16 @@
 
 namespace headroom::host {
 
-inline constexpr double norm_eps = math::norm_eps;  // rms_norm_eps / layer_norm_epsilon of the presets
+inline constexpr double norm_eps = math::norm_eps;  // the norms' default epsilon (math/norms.hpp)
 
-// x (N, D) -> h (N, D), rstd (N) [, mean (N) for LayerNorm: bias b may be given]
+// x (N, D) -> h (N, D), rstd (N) [, mean (N) for LayerNorm: bias b may be given]; eps
+// as the model's config gives it (rms_norm_eps, layer_norm_epsilon)
 template <class T, class C = compute_t<T>>
 void norm_forward(bool layer, const T* x, const T* w, const T* b, T* h, C* mean, C* rstd, std::int64_t n, std::int64_t d,
-                  int workers) {
+                  int workers, double eps = norm_eps) {
   parallel_for_this_cpu(n, workers, [&](std::int64_t r, int) {
-    if (layer) math::layernorm_forward(x + r * d, w, b, static_cast<int>(d), C(norm_eps), h + r * d, mean + r, rstd + r);
-    else math::rmsnorm_forward(x + r * d, w, static_cast<int>(d), C(norm_eps), h + r * d, rstd + r);
+    if (layer) math::layernorm_forward(x + r * d, w, b, static_cast<int>(d), C(eps), h + r * d, mean + r, rstd + r);
+    else math::rmsnorm_forward(x + r * d, w, static_cast<int>(d), C(eps), h + r * d, rstd + r);
   });
 }
 
