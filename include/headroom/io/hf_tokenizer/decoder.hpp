@@ -82,17 +82,7 @@ class Decoder {
     Pattern pattern;
     std::string content;
     void operator()(Tokens& tokens) const {
-      for (std::string& t : tokens) {
-        std::string out;
-        std::size_t kept = 0;
-        pattern.for_each_match(t, [&](std::size_t b, std::size_t e) {
-          out.append(t, kept, b - kept);
-          out += content;
-          kept = e;
-        });
-        out.append(t, kept, std::string::npos);
-        t = std::move(out);
-      }
+      for (std::string& t : tokens) t = pattern.replace_all(t, content);
     }
   };
   struct ByteFallback {

@@ -42,6 +42,20 @@ class Pattern {
       f(at, at + literal_.size());
   }
 
+  // `s` with every match replaced by `content`.
+  std::string replace_all(const std::string& s, std::string_view content) const {
+    std::string out;
+    std::size_t kept = 0;
+    for_each_match(s, [&](std::size_t b, std::size_t e) {
+      out.append(s, kept, b - kept);
+      out += content;
+      kept = e;
+    });
+    if (kept == 0 && out.empty()) return s;
+    out.append(s, kept, std::string::npos);
+    return out;
+  }
+
  private:
   explicit Pattern(std::string literal) : literal_(std::move(literal)) {}
   explicit Pattern(std::shared_ptr<const Regex> r) : regex_(std::move(r)) {}
@@ -78,18 +92,7 @@ class Normalizer {
   struct Replace {
     Pattern pattern;
     std::string content;
-    std::string operator()(std::string t) const {
-      std::string out;
-      std::size_t kept = 0;
-      pattern.for_each_match(t, [&](std::size_t b, std::size_t e) {
-        out.append(t, kept, b - kept);
-        out += content;
-        kept = e;
-      });
-      if (kept == 0 && out.empty()) return t;
-      out.append(t, kept, std::string::npos);
-      return out;
-    }
+    std::string operator()(std::string t) const { return pattern.replace_all(t, content); }
   };
   struct Strip {
     bool left, right;
