@@ -55,9 +55,11 @@ constexpr models::GPT2Config gpt2_cfg{96, 64, 2, 4, 64};
 // Llama 3.1's RoPE scaling, with an original context of 64 so that at head
 // dim 16 the frequencies fall in all three bands: pair 0 kept (wavelength
 // 6.3 < 64 / 4), pairs 1-2 blended, pairs 3-7 divided by the factor 4.
-constexpr models::LlamaConfig llama_scaled_cfg{96, 64, 160, 2, 4, 2, 64, false, 10000, {4, 1, 4, 64}};
+constexpr models::LlamaConfig llama_scaled_cfg{96, 64, 160, 2, 4, 2, 64, false, 10000,
+                                                {real(4), real(1), real(4), 64}};
 // Qwen2: biases on q, k, v; RMSNorm's epsilon 1e-6
-constexpr models::LlamaConfig qwen2_cfg{96, 64, 160, 2, 4, 2, 64, false, 1000000, {}, 1e-6, true, models::LlamaArch::qwen2};
+constexpr models::LlamaConfig qwen2_cfg{96, 64, 160, 2, 4, 2, 64, false, 1000000, {}, real(1e-6), true,
+                                         models::LlamaArch::qwen2};
 // nf4: wide enough that an NF4DQ matrix has more than 256 blocks (up_proj,
 // down_proj: 640 blocks, three second-level blocks, the last one partial).
 constexpr models::LlamaConfig nf4_cfg{96, 128, 320, 2, 4, 2, 64, false};

@@ -212,7 +212,7 @@ void check_fields(Checker& c, std::int64_t seq) {
     c.integer("num_attention_heads", C.heads);
     c.integer("num_key_value_heads", C.kv_heads, C.heads);
     c.integer("head_dim", C.dim / C.heads, C.dim / C.heads);
-    c.number("rms_norm_eps", C.rms_norm_eps, 1e-6);
+    c.number("rms_norm_eps", static_cast<double>(C.rms_norm_eps), 1e-6);
     c.number("rope_theta", static_cast<double>(C.rope_theta), 10000.0);
     c.boolean("tie_word_embeddings", C.tied, false);
     c.string("hidden_act", "silu", "silu");
@@ -226,7 +226,7 @@ void check_fields(Checker& c, std::int64_t seq) {
       c.boolean("mlp_bias", false, false);
       c.none("sliding_window", "the run type's attention is full (models::Llama has no sliding window)");
     }
-    c.rope_scaling(C.rope_scaling);
+    c.rope_scaling(C.rope_scaling.value());
     c.at_least("max_position_embeddings", seq, 2048, "Seq");
   } else if constexpr (GPT2Model<M>) {
     c.string("model_type", "gpt2");

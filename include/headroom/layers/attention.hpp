@@ -21,7 +21,7 @@ namespace detail {
 
 // The attention core: (q, k, v) -> o, saving q, k, v, o and lse.
 template <std::int64_t Heads, std::int64_t KVHeads, std::int64_t HeadDim, Positions Pos, std::int64_t Theta = 10000,
-          math::RopeScaling Scaling = math::RopeScaling{}>
+          math::RopeScalingConfig Scaling = math::RopeScalingConfig{}>
 struct AttentionCore {
   static constexpr std::string_view kind = "CausalAttention";
   static constexpr std::int64_t in_features = (Heads + 2 * KVHeads) * HeadDim;
@@ -33,7 +33,7 @@ struct AttentionCore {
   // with tensor parallelism, this rank's heads (H / N, KV / N)
   static constexpr Ref build_from(graph::Builder& b, const Ref* in, int n_in) {
     return headroom::ops::Attention::emit(b, in, n_in, tensor_parallel::local(b, Heads), tensor_parallel::local(b, KVHeads),
-                                          HeadDim, Pos == Positions::rope ? Theta : 0, Scaling);  // o: (N, H hd)
+                                          HeadDim, Pos == Positions::rope ? Theta : 0, Scaling.value());  // o: (N, H hd)
   }
 };
 
@@ -43,7 +43,7 @@ constexpr bool attention_dims_ok = Heads > 0 && KVHeads > 0 && D % Heads == 0 &&
 }  // namespace detail
 
 template <std::int64_t D, std::int64_t Heads, std::int64_t KVHeads, Positions Pos, class Q, class K, class V, class O,
-          std::int64_t RopeTheta = 10000, math::RopeScaling RopeScale = math::RopeScaling{}>
+          std::int64_t RopeTheta = 10000, math::RopeScalingConfig RopeScale = math::RopeScalingConfig{}>
 struct Attention {
   HEADROOM_REQUIRE(Heads > 0 && D % Heads == 0,
                    "Attention<D, Heads, ...>: the number of heads ({}) must divide the model width D ({})", Heads, D);
@@ -69,7 +69,7 @@ struct Attention {
   using children = type_list<Q, K, V, O>;
   using ops = type_list<headroom::ops::Attention>;  // its core's
   static constexpr std::int64_t rope_theta = RopeTheta;
-  static constexpr math::RopeScaling rope_scaling = RopeScale;
+  static constexpr math::RopeScaling rope_scaling = RopeScale.value();
   using core = detail::AttentionCore<Heads, KVHeads, D / Heads, Pos, RopeTheta, RopeScale>;
 
   static constexpr Ref build(graph::Builder& b, Ref x) {  // x: (N, D)

@@ -1,14 +1,15 @@
 #pragma once
 // RMSNorm<D, Eps> (Zhang & Sennrich 2019): h = x * rstd * g, rstd = 1/sqrt(mean(x^2) + eps),
-// eps = Eps (rms_norm_eps of a config.json: 1e-5 for Llama, 1e-6 for Qwen).
+// eps = Eps (rms_norm_eps of a config.json: 1e-5 for Llama, real(1e-6) for Qwen).
 // LayerNorm<D>: h = (x - mean) * rstd * g + b, eps 1e-5 (GPT-2's).
 // Both save their input and f32 row statistics for backward.
+#include "../core/real.hpp"
 #include "../ops/norm.hpp"
 #include "layer.hpp"
 
 namespace headroom {
 
-template <std::int64_t D, double Eps = math::norm_eps>
+template <std::int64_t D, Real Eps = real(math::norm_eps)>
 struct RMSNorm {
   HEADROOM_REQUIRE(D > 0, "RMSNorm<D>: D must be positive (it is {})", D);
   static_assert(Eps > 0 && Eps < 1, "RMSNorm<D, Eps>: the epsilon Eps must be in (0, 1)");
@@ -20,7 +21,7 @@ struct RMSNorm {
 
   static constexpr Ref build(graph::Builder& b, Ref x) {
     const int g = b.param("weight", D, 1);                // g: (D)
-    return headroom::ops::RMSNorm::emit(b, x, g, graph::none, D, Eps);  // h: (N, D)
+    return headroom::ops::RMSNorm::emit(b, x, g, graph::none, D, eps);  // h: (N, D)
   }
 };
 

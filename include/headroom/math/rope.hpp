@@ -16,11 +16,11 @@
 #include <cstdint>
 
 #include "../core/config.hpp"
+#include "../core/real.hpp"
 
 namespace headroom::math {
 
-// Llama 3.1's RoPE scaling; original_positions 0: none. A structural type: a
-// model's configuration carries it as a template argument.
+// Llama 3.1's RoPE scaling, as the kernels take it; original_positions 0: none.
 struct RopeScaling {
   double factor = 1;
   double low_freq_factor = 1;
@@ -28,6 +28,18 @@ struct RopeScaling {
   std::int64_t original_positions = 0;  // original_max_position_embeddings
 
   constexpr bool on() const { return original_positions > 0; }
+};
+
+// The same as a template argument (models::LlamaConfig, Attention): its
+// factors as Real. value() is what the kernels take.
+struct RopeScalingConfig {
+  Real factor = real(1);
+  Real low_freq_factor = real(1);
+  Real high_freq_factor = real(4);
+  std::int64_t original_positions = 0;  // 0: none
+
+  constexpr bool on() const { return original_positions > 0; }
+  constexpr RopeScaling value() const { return {factor, low_freq_factor, high_freq_factor, original_positions}; }
 };
 
 // inv_freq_i of pair i of a head of head_dim elements, in double.

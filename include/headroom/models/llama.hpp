@@ -35,8 +35,8 @@ struct LlamaConfig {
   std::int64_t max_positions = 0;
   bool tied = false;
   std::int64_t rope_theta = 10000;  // RoPE base (rope_theta in config.json)
-  math::RopeScaling rope_scaling{};  // Llama 3.1's (rope_scaling with rope_type "llama3"); off by default
-  double rms_norm_eps = 1e-5;        // RMSNorm's epsilon (rms_norm_eps)
+  math::RopeScalingConfig rope_scaling{};  // Llama 3.1's (rope_scaling with rope_type "llama3"); off by default
+  Real rms_norm_eps = real(1e-5);          // RMSNorm's epsilon (rms_norm_eps)
   bool attention_bias = false;       // a bias on q_proj, k_proj, v_proj (Qwen2)
   LlamaArch arch = LlamaArch::llama;
 };
@@ -47,15 +47,17 @@ inline constexpr LlamaConfig llama2_7b{32000, 4096, 11008, 32, 32, 32, 4096, fal
 inline constexpr LlamaConfig llama3_8b{128256, 4096, 14336, 32, 32, 8, 8192, false, 500000};
 // config.json of meta-llama/Llama-3.1-8B (rope_scaling: factor 8, low / high
 // frequency factors 1 / 4, original context 8192)
-inline constexpr LlamaConfig llama3_1_8b{128256, 4096, 14336, 32, 32, 8, 131072, false, 500000, {8, 1, 4, 8192}};
+inline constexpr LlamaConfig llama3_1_8b{128256, 4096, 14336, 32, 32, 8, 131072, false, 500000,
+                                         {real(8), real(1), real(4), 8192}};
 // config.json of meta-llama/Llama-3.2-1B (rope_scaling: factor 32, 1 / 4, 8192)
-inline constexpr LlamaConfig llama3_2_1b{128256, 2048, 8192, 16, 32, 8, 131072, true, 500000, {32, 1, 4, 8192}};
+inline constexpr LlamaConfig llama3_2_1b{128256, 2048, 8192, 16, 32, 8, 131072, true, 500000,
+                                         {real(32), real(1), real(4), 8192}};
 // config.json of Qwen/Qwen2.5-0.5B (embeddings tied) and Qwen/Qwen2.5-7B:
 // rope_theta 1e6, rms_norm_eps 1e-6, biases on q, k, v; max_position_embeddings
 // is 32768 here (Seq may not exceed it; the files may say more)
-inline constexpr LlamaConfig qwen2_5_0_5b{151936, 896, 4864, 24, 14, 2, 32768, true, 1000000, {}, 1e-6, true,
+inline constexpr LlamaConfig qwen2_5_0_5b{151936, 896, 4864, 24, 14, 2, 32768, true, 1000000, {}, real(1e-6), true,
                                           LlamaArch::qwen2};
-inline constexpr LlamaConfig qwen2_5_7b{152064, 3584, 18944, 28, 28, 4, 32768, false, 1000000, {}, 1e-6, true,
+inline constexpr LlamaConfig qwen2_5_7b{152064, 3584, 18944, 28, 28, 4, 32768, false, 1000000, {}, real(1e-6), true,
                                         LlamaArch::qwen2};
 // A small Llama-style model that trains on two CPU cores in minutes
 // (byte-level vocabulary, 4 layers, d 256, 4 heads, 2 KV heads).
