@@ -189,9 +189,7 @@ class Decoder {
       const bool strip = scheme ? *scheme != "never" : f.boolean("add_prefix_space", true);
       steps_.push_back(Metaspace{f.string("replacement"), strip});
     } else if (type == "Sequence") {
-      const JsonValue& list = f.array("decoders");
-      for (std::size_t i = 0; i < list.items.size(); ++i)
-        add(list.items[i], f.at("decoders") + "[" + std::to_string(i) + "]");
+      f.each("decoders", [&](const JsonValue& e, const std::string& at) { add(e, at); });
     } else {
       unsupported(f, "decoder", type, "ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence");
     }

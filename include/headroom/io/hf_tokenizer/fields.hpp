@@ -61,6 +61,13 @@ class Fields {
     if (m.kind != JsonKind::Array) throw data_error(at(member) + ": expected an array");
     return m;
   }
+  // f(element, where) for each element of the array `member`, `where` naming
+  // it ("pre_tokenizer.pretokenizers[2]").
+  template <class F>
+  void each(std::string_view member, F&& f) const {
+    const JsonValue& list = array(member);
+    for (std::size_t i = 0; i < list.items.size(); ++i) f(list.items[i], at(member) + "[" + std::to_string(i) + "]");
+  }
 
  private:
   const JsonValue& v_;

@@ -118,9 +118,7 @@ class Normalizer {
     else if (type == "Replace") steps_.push_back(Replace{Pattern::from_json(f, "pattern"), f.string("content")});
     else if (type == "Strip") steps_.push_back(Strip{f.boolean("strip_left", false), f.boolean("strip_right", false)});
     else if (type == "Sequence") {
-      const JsonValue& list = f.array("normalizers");
-      for (std::size_t i = 0; i < list.items.size(); ++i)
-        add(list.items[i], f.at("normalizers") + "[" + std::to_string(i) + "]");
+      f.each("normalizers", [&](const JsonValue& e, const std::string& at) { add(e, at); });
     } else {
       unsupported(f, "normalizer", type, "NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Sequence");
     }

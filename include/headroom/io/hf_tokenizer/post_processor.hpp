@@ -52,9 +52,7 @@ class PostProcessor {
     const std::string type = type_of(f);
     if (type == "ByteLevel") return;
     if (type == "Sequence") {
-      const JsonValue& list = f.array("processors");
-      for (std::size_t i = 0; i < list.items.size(); ++i)
-        add(list.items[i], f.at("processors") + "[" + std::to_string(i) + "]");
+      f.each("processors", [&](const JsonValue& e, const std::string& at) { add(e, at); });
       return;
     }
     if (type != "TemplateProcessing")
@@ -74,9 +72,8 @@ class PostProcessor {
       special.emplace(s.string("id"), std::move(ids));
     }
     std::vector<Item> items;
-    const JsonValue& single = f.array("single");
-    for (std::size_t i = 0; i < single.items.size(); ++i) {
-      const Fields item(single.items[i], f.at("single") + "[" + std::to_string(i) + "]");
+    f.each("single", [&](const JsonValue& e, const std::string& at) {
+      const Fields item(e, at);
       if (const JsonValue* tok = item.find("SpecialToken")) {
         const std::string name = Fields(*tok, item.at("SpecialToken")).string("id");
         const auto it = special.find(name);
@@ -90,7 +87,7 @@ class PostProcessor {
       } else {
         item.fail("expected {\"SpecialToken\": ...} or {\"Sequence\": ...}");
       }
-    }
+    });
     templates_.push_back(std::move(items));
   }
 

@@ -306,9 +306,7 @@ class PreTokenizer {
       m.split = f.boolean("split", true);
       steps_.push_back(std::move(m));
     } else if (type == "Sequence") {
-      const JsonValue& list = f.array("pretokenizers");
-      for (std::size_t i = 0; i < list.items.size(); ++i)
-        add(list.items[i], f.at("pretokenizers") + "[" + std::to_string(i) + "]");
+      f.each("pretokenizers", [&](const JsonValue& e, const std::string& at) { add(e, at); });
     } else {
       unsupported(f, "pre-tokenizer", type, "Split, ByteLevel, Digits, Metaspace, Sequence");
     }
