@@ -237,6 +237,11 @@ struct Train {
                    "Train<Model, TensorParallel<{}>>: UpdateInBackward updates each parameter inside its backward, but each of "
                    "the {} ranks holds a partial gradient of a LoRA adapter matrix, summed after the backward; drop one of them",
                    tensor_parallel, tensor_parallel);
+  HEADROOM_REQUIRE(!update_in_backward || tensor_parallel == 1 || !tensor_parallel::has_head_norm<M>(),
+                   "Train<Model, TensorParallel<{}>>: UpdateInBackward updates each parameter inside its backward, but each of "
+                   "the {} ranks holds a partial gradient of the q_norm / k_norm gains (from its share of the heads), summed "
+                   "after the backward; drop one of them",
+                   tensor_parallel, tensor_parallel);
   HEADROOM_REQUIRE(tp_issue.kind != tensor_parallel::Issue::quantized,
                    "Train<Model, TensorParallel<{}>>: quantized projections are not split over tensor-parallel ranks yet; use "
                    "DataParallel<N> alone",

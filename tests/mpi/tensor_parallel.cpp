@@ -51,6 +51,11 @@ constexpr std::int64_t batch = 2, seq = 12;
 constexpr models::LlamaConfig llama_tp{48, 64, 128, 2, 4, 2, 64, false};  // 4 heads, 2 KV heads, F 128
 constexpr models::GPT2Config gpt2_tp{48, 64, 2, 4, 32};                     // 4 heads, F 256, tied wte
 using Llama = models::Llama<llama_tp>;
+// Qwen3's per-head q / k norms: each rank normalizes its heads with the whole
+// gains and sums their partial gradients with the other's
+constexpr models::LlamaConfig qwen3_tp{.vocab = 48, .dim = 64, .ffn = 128, .layers = 2, .heads = 4, .kv_heads = 2,
+                                       .max_positions = 64, .arch = models::LlamaArch::qwen3, .head_dim = 24, .qk_norm = true};
+using Qwen3 = models::Llama<qwen3_tp>;
 using Gpt2 = models::GPT2<gpt2_tp>;
 // LoRA beside every projection: column-parallel ones (A whole, B split) and
 // row-parallel ones (A split, B whole; GPT-2's with their biases)
@@ -73,7 +78,7 @@ using TensorParallelRun = Train<M, Batch<batch>, Seq<seq>, Opt, TensorParallel<2
 // mlp.c_proj's weight per block, and wte (the LM head's too). With LoRA,
 // one matrix of each adapter too (7 per Llama block, 4 per GPT-2 block).
 template <class M>
-constexpr int split_params = std::is_same_v<M, Llama>       ? 7 * 2 + 2
+constexpr int split_params = std::is_same_v<M, Llama> || std::is_same_v<M, Qwen3> ? 7 * 2 + 2
                              : std::is_same_v<M, LlamaLora> || std::is_same_v<M, LlamaLoraDrop> ? (7 + 7) * 2 + 2
                              : std::is_same_v<M, Gpt2>      ? 6 * 2 + 1
                                                             : (6 + 4) * 2 + 1;
@@ -81,10 +86,17 @@ constexpr int split_params = std::is_same_v<M, Llama>       ? 7 * 2 + 2
 // ranks once per step (f32): per Llama block A of q, k, v, gate, up (4 x 64
 // each) and B of o, down (64 x 4 each); per GPT-2 block A of c_attn, c_fc
 // (4 x 64) and B of attn.c_proj, mlp.c_proj (64 x 4).
+// Qwen3's: per block the gains of q_norm and k_norm (24 each).
 template <class M>
-constexpr std::int64_t lora_summed_bytes = std::is_same_v<M, LlamaLora> ? 2 * 7 * 256 * 4 : std::is_same_v<M, Gpt2Lora> ? 2 * 4 * 256 * 4 : 0;
+constexpr std::int64_t lora_summed_bytes = std::is_same_v<M, LlamaLora> ? 2 * 7 * 256 * 4
+                                           : std::is_same_v<M, Gpt2Lora> ? 2 * 4 * 256 * 4
+                                           : std::is_same_v<M, Qwen3>    ? 2 * 2 * 24 * 4
+                                                                         : 0;
 template <class M>
-constexpr std::int64_t lora_summed_calls = std::is_same_v<M, LlamaLora> ? 2 * 7 : std::is_same_v<M, Gpt2Lora> ? 2 * 4 : 0;
+constexpr std::int64_t lora_summed_calls = std::is_same_v<M, LlamaLora> ? 2 * 7
+                                           : std::is_same_v<M, Gpt2Lora> ? 2 * 4
+                                           : std::is_same_v<M, Qwen3>    ? 2 * 2
+                                                                         : 0;
 
 host::TrainOptions options() { return {.seed = 7, .lr = 5e-2, .warmup_steps = 2, .total_steps = 10, .clip_norm = 1.0}; }
 
@@ -297,6 +309,8 @@ TEST_CASE("tensor parallel: TensorParallel<2> trains like one process", "[mpi][t
   REQUIRE(c.size() == 2);
   trains_like_one_process<Llama>(c);
   trains_like_one_process<Gpt2>(c);
+  trains_like_one_process<Qwen3>(c);
+  exchanges_what_the_plan_says<Qwen3>(c);
 }
 
 TEST_CASE("tensor parallel: LoRA beside the split projections trains like one process", "[mpi][tensor_parallel][lora][np2]") {

@@ -60,6 +60,14 @@ constexpr models::LlamaConfig llama_scaled_cfg{96, 64, 160, 2, 4, 2, 64, false, 
 // Qwen2: biases on q, k, v; RMSNorm's epsilon 1e-6
 constexpr models::LlamaConfig qwen2_cfg{96, 64, 160, 2, 4, 2, 64, false, 1000000, {}, real(1e-6), true,
                                          models::LlamaArch::qwen2};
+// Qwen3: q_norm and k_norm on each head, head_dim 24 apart from 64 / 4
+constexpr models::LlamaConfig qwen3_cfg{.vocab = 96, .dim = 64, .ffn = 160, .layers = 2, .heads = 4, .kv_heads = 2,
+                                        .max_positions = 64, .rope_theta = 1000000, .rms_norm_eps = real(1e-6),
+                                        .arch = models::LlamaArch::qwen3, .head_dim = 24, .qk_norm = true};
+// Mistral: a sliding window of 20 over 160 positions, so that the kernels'
+// 64-row tiles are whole inside, partly inside and wholly outside it
+constexpr models::LlamaConfig mistral_cfg{.vocab = 96, .dim = 64, .ffn = 160, .layers = 2, .heads = 4, .kv_heads = 2,
+                                          .max_positions = 160, .arch = models::LlamaArch::mistral, .sliding_window = 20};
 // nf4: wide enough that an NF4DQ matrix has more than 256 blocks (up_proj,
 // down_proj: 640 blocks, three second-level blocks, the last one partial).
 constexpr models::LlamaConfig nf4_cfg{96, 128, 320, 2, 4, 2, 64, false};
@@ -342,6 +350,9 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
       cfg << ", \"rope_scaling\": {\"factor\": " << c.rope_scaling.factor << ", \"low_freq_factor\": "
           << c.rope_scaling.low_freq_factor << ", \"high_freq_factor\": " << c.rope_scaling.high_freq_factor
           << ", \"original_max_position_embeddings\": " << c.rope_scaling.original_positions << "}";
+  if constexpr (!gpt2)
+    cfg << ", \"head_dim\": " << c.head_width() << ", \"qk_norm\": " << (c.qk_norm ? "true" : "false")
+        << ", \"sliding_window\": " << c.sliding_window;
   cfg << ", \"batch\": " << R::batch << ", \"seq\": " << R::seq << ", \"steps\": " << steps << ", \"optimizer\": \"" << O::name
       << "\", \"lr\": " << lr << ", \"weight_decay\": " << O::weight_decay::value;
   if constexpr (O::desc.kind == OptimKind::sgd) cfg << ", \"momentum\": " << O::momentum::value;
@@ -370,7 +381,7 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
 int main(int argc, char** argv) {
   const char* names =
       "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
-      "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8 llama_rope_scaled qwen2_full";
+      "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8 llama_rope_scaled qwen2_full qwen3_full mistral_window";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
     return 2;
@@ -380,6 +391,8 @@ int main(int argc, char** argv) {
   if (name == "llama_full") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   // the q, k, v biases start at zero and are trained: from step 2 on they take part
   if (name == "qwen2_full") return run<Train<models::Llama<qwen2_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "qwen3_full") return run<Train<models::Llama<qwen3_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
+  if (name == "mistral_window") return run<Train<models::Llama<mistral_cfg>, Batch<1>, Seq<160>, AdamW>>(dir, 3e-3);
   if (name == "llama_rope_scaled") return run<Train<models::Llama<llama_scaled_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_full") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_sgd") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, SGDm>>(dir, 0.03);

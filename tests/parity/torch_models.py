@@ -106,11 +106,17 @@ def checkpoint(fn, *args):
     return torch.utils.checkpoint.checkpoint(fn, *args)
 
 
-def causal_attention(q, k, v):
-    # q, k, v: (B, H, T, hd) -> (B, T, H * hd)
+def causal_attention(q, k, v, window=None):
+    # q, k, v: (B, H, T, hd) -> (B, T, H * hd). window (Mistral's sliding_window):
+    # query i sees keys j with i - window < j <= i, as transformers'
+    # sliding_window_overlay (kv_idx > q_idx - sliding_window) and the causal mask
     B, H, T, hd = q.shape
     s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    hidden = j > i
+    if window:
+        hidden = hidden | (j <= i - window)
+    s = s.masked_fill(hidden, float("-inf"))
     return (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * hd)
 
 
@@ -181,17 +187,21 @@ class Model(torch.nn.Module):
         c = self.c
         B, T, D = x.shape
         H, KV = c["heads"], c["kv_heads"]
-        hd = D // H
+        hd = c.get("head_dim") or D // H  # Qwen3: head_dim apart from D / H
         p = f"model.layers.{l}."
         h = rms_norm(x, self.w(p + "input_layernorm.weight"), c["norm_eps"])
-        q = self.linear(h, p + "self_attn.q_proj").view(B, T, H, hd).transpose(1, 2)
-        k = self.linear(h, p + "self_attn.k_proj").view(B, T, KV, hd).transpose(1, 2)
+        q = self.linear(h, p + "self_attn.q_proj").view(B, T, H, hd)
+        k = self.linear(h, p + "self_attn.k_proj").view(B, T, KV, hd)
         v = self.linear(h, p + "self_attn.v_proj").view(B, T, KV, hd).transpose(1, 2)
+        if c.get("qk_norm"):  # Qwen3Attention: q_norm, k_norm over each head, before RoPE
+            q = rms_norm(q, self.w(p + "self_attn.q_norm.weight"), c["norm_eps"])
+            k = rms_norm(k, self.w(p + "self_attn.k_norm.weight"), c["norm_eps"])
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         scaling = c.get("rope_scaling")
         q, k = rope(q, c["rope_theta"], scaling), rope(k, c["rope_theta"], scaling)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
-        x = x + self.linear(causal_attention(q, k, v), p + "self_attn.o_proj")
+        x = x + self.linear(causal_attention(q, k, v, c.get("sliding_window")), p + "self_attn.o_proj")
         h = rms_norm(x, self.w(p + "post_attention_layernorm.weight"), c["norm_eps"])
         g = self.linear(h, p + "mlp.gate_proj")
         u = self.linear(h, p + "mlp.up_proj")

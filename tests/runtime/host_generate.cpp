@@ -13,6 +13,13 @@ using namespace headroom;
 namespace {
 constexpr models::LlamaConfig llama_cfg{48, 64, 128, 2, 4, 2, 64, false};
 constexpr models::GPT2Config gpt2_cfg{48, 64, 2, 4, 32};
+// Qwen3: q / k norms on heads of 24 (apart from 64 / 4); Mistral: a window of
+// 7 positions, over more positions than one 64-row tile
+constexpr models::LlamaConfig qwen3_cfg{.vocab = 48, .dim = 64, .ffn = 128, .layers = 2, .heads = 4, .kv_heads = 2,
+                                        .max_positions = 64, .arch = models::LlamaArch::qwen3, .head_dim = 24,
+                                        .qk_norm = true};
+constexpr models::LlamaConfig mistral_cfg{.vocab = 48, .dim = 64, .ffn = 128, .layers = 2, .heads = 4, .kv_heads = 2,
+                                          .max_positions = 96, .arch = models::LlamaArch::mistral, .sliding_window = 7};
 
 // mean next-token loss of a sequence, decoded one token at a time
 template <class G>
@@ -62,6 +69,16 @@ TEST_CASE("decoding with the KV cache reproduces the training forward (Llama, QL
 TEST_CASE("decoding with the KV cache reproduces the training forward (GPT-2: positions, fused q|k|v)", "[host][generate]") {
   using R = Train<models::GPT2<gpt2_cfg>, Batch<1>, Seq<16>, Precision<DType::F64>>;
   decode_matches_training<R, host::Generator<R, Context<24>>>();
+}
+
+TEST_CASE("decoding reproduces the training forward (Qwen3: per-head q / k norms; Mistral: a sliding window)",
+          "[host][generate]") {
+  using Q = Train<models::Llama<qwen3_cfg>, Batch<1>, Seq<20>, Precision<DType::F64>>;
+  using GQ = host::Generator<Q, Context<20>>;
+  CHECK(GQ::plan.kv_cache_bytes == 2 * 2 * 2 * 24 * 20 * 8);  // layers x KV heads x head_dim 24 x context, f64
+  decode_matches_training<Q, GQ>();
+  using M = Train<models::Llama<mistral_cfg>, Batch<1>, Seq<80>, Precision<DType::F64>>;
+  decode_matches_training<M, host::Generator<M, Context<80>>>();
 }
 
 TEST_CASE("sampling: greedy is the argmax, a seed fixes the text, the context is enforced", "[host][generate]") {

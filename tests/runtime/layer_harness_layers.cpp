@@ -44,3 +44,13 @@ TEST_CASE("a residual block and a pre-norm transformer block", "[harness]") {
   check_layer<Block>();
   check_layer<Repeat<2, Block>>();
 }
+
+TEST_CASE("attention: per-head q / k norms with a head width apart from D / heads (Qwen3), a sliding window (Mistral)",
+          "[harness]") {
+  // 4 query heads of 6 (24 values, apart from D 16), 2 KV heads; RMSNorm over each head of q and k before RoPE
+  using Normed = Attention<16, 4, 2, Positions::rope, Linear<16, 24>, Linear<16, 12>, Linear<16, 12>, Linear<24, 16>,
+                           AttentionOptions{.head_dim = 6}, RMSNorm<6>>;
+  check_layer<Normed>();
+  // each of 8 positions sees itself and the 2 before it
+  check_layer<Attention<16, 4, 2, Positions::rope, Q, KV, KV, O, AttentionOptions{.window = 3}>, Seq<8>>();
+}

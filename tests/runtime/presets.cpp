@@ -70,13 +70,16 @@ std::vector<std::string> param_names(const detail::Expanded& x) {
   return names;
 }
 
-// LlamaForCausalLM's state dict keys, "model." stripped.
-std::vector<std::string> hf_llama_names(int layers, bool tied) {
+// LlamaForCausalLM's state dict keys, "model." stripped (Qwen3ForCausalLM's
+// with q_norm and k_norm).
+std::vector<std::string> hf_llama_names(int layers, bool tied, bool qk_norm = false) {
   std::vector<std::string> n{"embed_tokens.weight", "norm.weight"};
   if (!tied) n.push_back("lm_head.weight");
   for (int i = 0; i < layers; ++i) {
     const std::string l = "layers." + std::to_string(i) + ".";
     for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"}) n.push_back(l + "self_attn." + p + ".weight");
+    if (qk_norm)
+      for (const char* p : {"q_norm", "k_norm"}) n.push_back(l + "self_attn." + p + ".weight");
     for (const char* p : {"gate_proj", "up_proj", "down_proj"}) n.push_back(l + "mlp." + p + ".weight");
     n.push_back(l + "input_layernorm.weight");
     n.push_back(l + "post_attention_layernorm.weight");
@@ -116,6 +119,16 @@ TEST_CASE("presets: parameter counts equal the published Hugging Face figures", 
   // q, k, v biases (494,032,768 and 7,615,616,512, the safetensors' totals / 2)
   CHECK(count<models::Llama<models::qwen2_5_0_5b>>().all == 494'032'768);
   CHECK(count<models::Llama<models::qwen2_5_7b>>().all == 7'615'616'512);
+  // Qwen/Qwen3-0.6B (tied; head_dim 128 apart from 1024 / 16) and Qwen/Qwen3-8B:
+  // 0.6B / 0.44B non-embedding and 8.2B / 6.95B on their model cards. By hand,
+  // per layer q hd H D + k, v 2 hd KV D + o D hd H + 3 D F + norms 2 D + q_norm,
+  // k_norm 2 hd: 0.6B 6,291,456 + 9,437,184 + 2,304 = 15,730,944 (x 28 =
+  // 440,466,432), + embed 151936 x 1024 + norm 1024; 8B 41,943,040 +
+  // 150,994,944 + 8,448 = 192,946,432 (x 36), + embed and lm_head 151936 x 4096 each + 4096
+  CHECK(count<models::Llama<models::qwen3_0_6b>>().all == 596'049'920);
+  CHECK(count<models::Llama<models::qwen3_8b>>().all == 8'190'735'360);
+  // mistralai/Mistral-7B-v0.1 (the window changes no shape): 7.24B
+  CHECK(count<models::Llama<models::mistral_7b>>().all == 7'241'732'096);
   // openai-community/gpt2, gpt2-medium
   CHECK(count<models::GPT2<models::gpt2_124m>>().all == 124'439'808);
   CHECK(count<models::GPT2<models::gpt2_355m>>().all == 354'823'168);
@@ -174,5 +187,7 @@ TEST_CASE("presets: LoRA trainable counts equal PEFT's", "[presets][lora]") {
 TEST_CASE("presets: parameter names follow the Hugging Face state dicts", "[presets][names]") {
   CHECK(param_names(expand_params<Train<models::Llama<models::llama3_8b>, Seq<16>>>()) == hf_llama_names(32, false));
   CHECK(param_names(expand_params<Train<models::Llama<models::llama3_2_1b>, Seq<16>>>()) == hf_llama_names(16, true));
+  CHECK(param_names(expand_params<Train<models::Llama<models::qwen3_0_6b>, Seq<16>>>()) == hf_llama_names(28, true, true));
+  CHECK(param_names(expand_params<Train<models::Llama<models::mistral_7b>, Seq<16>>>()) == hf_llama_names(32, false));
   CHECK(param_names(expand_params<Train<models::GPT2<models::gpt2_124m>, Seq<16>>>()) == hf_gpt2_names(12));
 }

@@ -7,19 +7,23 @@
 // What is checked. Every field that changes a shape or the math, against the
 // run type, with transformers' default where the file may omit the field:
 //
-//   Llama (model_type "llama", LlamaForCausalLM; "qwen2", Qwen2ForCausalLM,
-//   as LlamaConfig::arch says)
+//   Llama (model_type "llama", LlamaForCausalLM; "qwen2", Qwen2ForCausalLM;
+//   "qwen3", Qwen3ForCausalLM; "mistral", MistralForCausalLM; as
+//   LlamaConfig::arch says)
 //     vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 //     num_attention_heads, num_key_value_heads (default: the heads),
-//     head_dim (default: hidden / heads), rms_norm_eps (default 1e-6),
+//     head_dim (default: hidden / heads; Qwen3 128), rms_norm_eps (default 1e-6),
 //     rope_theta (default 10000), tie_word_embeddings (default false),
 //     hidden_act ("silu"), attention_bias and mlp_bias (Llama: default false;
-//     Qwen2 has neither field, its q, k, v always have a bias),
-//     use_sliding_window (Qwen2: absent or false),
+//     Qwen3: attention_bias only; Qwen2 and Mistral have neither field, Qwen2's
+//     q, k, v always have a bias, Mistral's never), use_sliding_window
+//     (Qwen2, Qwen3: absent or false), sliding_window (Llama: absent or null;
+//     Mistral: the LlamaConfig's window or null, default 4096),
 //     rope_scaling (absent or null, or Llama 3.1's {"rope_type": "llama3",
 //     factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}
-//     equal to the LlamaConfig's), sliding_window (absent or null),
-//     max_position_embeddings (default 2048) at least Seq.
+//     equal to the LlamaConfig's), max_position_embeddings (default 2048;
+//     Qwen 32768; Mistral 131072) at least Seq. Qwen3's q_norm / k_norm are
+//     implied by its model_type (LlamaConfig::qk_norm).
 //   GPT-2 (model_type "gpt2", GPT2LMHeadModel)
 //     vocab_size, n_embd, n_layer, n_head, n_positions (the position
 //     table's rows), n_inner (null or 4 n_embd), layer_norm_epsilon (1e-5),
@@ -163,6 +167,14 @@ class Checker {
     sub.integer("original_max_position_embeddings", want.original_positions);
     problems.insert(problems.end(), sub.problems.begin(), sub.problems.end());
   }
+  // A sliding window: `want` positions, or null where want is 0; absent
+  // means transformers' default `if_absent`.
+  void window(std::string_view field, std::int64_t want, std::int64_t if_absent) {
+    const json::Value* v = present(field);
+    const std::string w = want > 0 ? std::to_string(want) : "null";
+    if (!v) return absent(field, w, want == if_absent);
+    if (v->kind == Kind::Null ? want != 0 : v->integer() != std::optional<std::int64_t>(want)) differ(field, *v, w);
+  }
   // null, or the integer `want`.
   void null_or(std::string_view field, std::int64_t want) {
     const json::Value* v = present(field);
@@ -198,36 +210,79 @@ class Checker {
   std::string prefix_;  // where root_ sits ("rope_scaling." in a nested object)
 };
 
+// The names transformers gives a Llama-family architecture: config.json's
+// model_type and its architectures' class.
+inline constexpr std::string_view model_type(models::LlamaArch a) {
+  switch (a) {
+    case models::LlamaArch::qwen2: return "qwen2";
+    case models::LlamaArch::qwen3: return "qwen3";
+    case models::LlamaArch::mistral: return "mistral";
+    default: return "llama";
+  }
+}
+inline constexpr std::string_view architecture(models::LlamaArch a) {
+  switch (a) {
+    case models::LlamaArch::qwen2: return "Qwen2ForCausalLM";
+    case models::LlamaArch::qwen3: return "Qwen3ForCausalLM";
+    case models::LlamaArch::mistral: return "MistralForCausalLM";
+    default: return "LlamaForCausalLM";
+  }
+}
+// What a config.json of the architecture cannot say about a LlamaConfig (a
+// window outside Mistral, q / k norms outside Qwen3, Qwen2 without its
+// biases, Mistral with them); empty when it can say everything.
+inline constexpr std::string_view inexpressible(const models::LlamaConfig& c) {
+  using models::LlamaArch;
+  if (c.sliding_window > 0 && c.arch != LlamaArch::mistral)
+    return "its attention has a sliding window, which only model_type mistral (LlamaArch::mistral) describes";
+  if (c.qk_norm != (c.arch == LlamaArch::qwen3))
+    return c.qk_norm ? "its attention normalizes q and k heads, which only model_type qwen3 (LlamaArch::qwen3) describes"
+                     : "model_type qwen3 normalizes q and k heads, which its attention does not (qk_norm is false)";
+  if (c.arch == LlamaArch::qwen2 && !c.attention_bias) return "Qwen2's q, k and v projections have a bias, which its do not";
+  if (c.arch == LlamaArch::mistral && c.attention_bias) return "its q, k and v projections have a bias, which Mistral's do not";
+  return {};
+}
+
 template <class M>
 void check_fields(Checker& c, std::int64_t seq) {
   constexpr auto C = M::config;
   const double eps = math::norm_eps;
   if constexpr (LlamaModel<M>) {
-    const bool qwen2 = C.arch == models::LlamaArch::qwen2;
-    c.string("model_type", qwen2 ? "qwen2" : "llama");
+    using models::LlamaArch;
+    constexpr LlamaArch arch = C.arch;
+    c.string("model_type", model_type(arch));
+    if (!inexpressible(C).empty())
+      c.problems.push_back("no config.json describes the run type's model: " + std::string(inexpressible(C)));
     c.integer("vocab_size", C.vocab);
     c.integer("hidden_size", C.dim);
     c.integer("intermediate_size", C.ffn);
     c.integer("num_hidden_layers", C.layers);
     c.integer("num_attention_heads", C.heads);
     c.integer("num_key_value_heads", C.kv_heads, C.heads);
-    c.integer("head_dim", C.dim / C.heads, C.dim / C.heads);
+    // transformers' defaults: Qwen3Config's head_dim 128, the others hidden / heads
+    c.integer("head_dim", C.head_width(), arch == LlamaArch::qwen3 ? 128 : C.dim / C.heads);
     c.number("rms_norm_eps", static_cast<double>(C.rms_norm_eps), 1e-6);
     c.number("rope_theta", static_cast<double>(C.rope_theta), 10000.0);
     c.boolean("tie_word_embeddings", C.tied, false);
     c.string("hidden_act", "silu", "silu");
-    if (qwen2) {
-      // Qwen2: q, k, v always carry a bias (no attention_bias field); the
-      // window applies only with use_sliding_window
-      if (!C.attention_bias) c.problems.push_back("the run type's q, k, v projections have no bias; Qwen2's do");
+    if constexpr (arch == LlamaArch::qwen2 || arch == LlamaArch::qwen3) {
+      // Qwen2: q, k, v always carry a bias (no attention_bias field);
+      // Qwen3: attention_bias, default false. The window applies only with
+      // use_sliding_window.
+      if constexpr (arch == LlamaArch::qwen3) c.boolean("attention_bias", C.attention_bias, false);
       c.boolean("use_sliding_window", false, false);
+    } else if constexpr (arch == LlamaArch::mistral) {
+      // no bias field (never a bias); sliding_window defaults to 4096
+      c.window("sliding_window", C.sliding_window, 4096);
     } else {
       c.boolean("attention_bias", C.attention_bias, false);
       c.boolean("mlp_bias", false, false);
-      c.none("sliding_window", "the run type's attention is full (models::Llama has no sliding window)");
+      c.none("sliding_window", "the run type's attention is full (its LlamaConfig has no sliding_window)");
     }
     c.rope_scaling(C.rope_scaling.value());
-    c.at_least("max_position_embeddings", seq, 2048, "Seq");
+    // transformers' defaults: Llama 2048, Qwen2 and Qwen3 32768, Mistral 131072
+    const std::int64_t positions = arch == LlamaArch::llama ? 2048 : arch == LlamaArch::mistral ? 131072 : 32768;
+    c.at_least("max_position_embeddings", seq, positions, "Seq");
   } else if constexpr (GPT2Model<M>) {
     c.string("model_type", "gpt2");
     c.integer("vocab_size", C.vocab);
@@ -261,16 +316,19 @@ std::string hf_config_json(DType stored = DType::F32) {
   };
   const std::string eps = num(math::norm_eps);
   if constexpr (hc::LlamaModel<M>) {
-    const bool qwen2 = C.arch == models::LlamaArch::qwen2;
-    field("architectures", qwen2 ? "[\"Qwen2ForCausalLM\"]" : "[\"LlamaForCausalLM\"]");
-    field("model_type", q(qwen2 ? "qwen2" : "llama"));
+    static_assert(hc::inexpressible(C).empty(), "io::hf_config_json: no config.json describes the model's LlamaConfig (see "
+                                                "detail::hf_config::inexpressible)");
+    using models::LlamaArch;
+    constexpr LlamaArch arch = C.arch;
+    field("architectures", "[" + q(hc::architecture(arch)) + "]");
+    field("model_type", q(hc::model_type(arch)));
     field("vocab_size", std::to_string(C.vocab));
     field("hidden_size", std::to_string(C.dim));
     field("intermediate_size", std::to_string(C.ffn));
     field("num_hidden_layers", std::to_string(C.layers));
     field("num_attention_heads", std::to_string(C.heads));
     field("num_key_value_heads", std::to_string(C.kv_heads));
-    field("head_dim", std::to_string(C.dim / C.heads));
+    field("head_dim", std::to_string(C.head_width()));
     field("max_position_embeddings", std::to_string(C.max_positions));
     field("rms_norm_eps", num(C.rms_norm_eps));
     field("rope_theta", num(static_cast<double>(C.rope_theta)));
@@ -283,10 +341,13 @@ std::string hf_config_json(DType stored = DType::F32) {
                                                       ", \"rope_type\": \"llama3\"}");
     field("tie_word_embeddings", C.tied ? "true" : "false");
     field("hidden_act", q("silu"));
-    if (qwen2) {
+    if constexpr (arch == LlamaArch::qwen2 || arch == LlamaArch::qwen3) {
+      if constexpr (arch == LlamaArch::qwen3) field("attention_bias", C.attention_bias ? "true" : "false");
       field("use_sliding_window", "false");
       field("sliding_window", "null");
       field("max_window_layers", std::to_string(C.layers));
+    } else if constexpr (arch == LlamaArch::mistral) {
+      field("sliding_window", C.sliding_window > 0 ? std::to_string(C.sliding_window) : std::string("null"));
     } else {
       field("attention_bias", C.attention_bias ? "true" : "false");
       field("mlp_bias", "false");

@@ -23,6 +23,14 @@ struct RMSNorm {
     const int g = b.param("weight", D, 1);                // g: (D)
     return headroom::ops::RMSNorm::emit(b, x, g, graph::none, D, eps);  // h: (N, D)
   }
+  // Each of a token's `heads` groups of D values normalized alone, with one
+  // gain (Qwen3's q_norm, k_norm). Heads split over tensor-parallel ranks
+  // leave each rank a partial gradient of the gain, summed before the update.
+  static constexpr Ref build_per_head(graph::Builder& b, Ref x, std::int64_t heads) {  // x: (N, heads D)
+    const int g = b.param("weight", D, 1);  // g: (D)
+    if (b.cfg.tp > 1 && b.params[g].trainable) b.params[g].tensor_partial = true;
+    return headroom::ops::RMSNorm::emit(b, x, g, graph::none, D, eps, heads);  // h: (N, heads D)
+  }
 };
 
 template <std::int64_t D>

@@ -14,6 +14,9 @@
 //   LMHeadLoss     rows split: a rank's logits are its vocabulary's; the
 //                  fused, chunked loss exchanges each row's max, sum of
 //                  exponentials and target logit between the ranks
+//                  (per-head q_norm / k_norm: each rank normalizes its
+//                  heads with the whole gain, whose gradient it sums with
+//                  the others' before the update)
 //   LoRA           beside a column-parallel projection A whole and B's
 //                  rows split, beside a row-parallel one A's columns split
 //                  and B whole (its gradients summed over the ranks before
@@ -106,6 +109,22 @@ template <class L>
 constexpr bool has_adapter() {
   if constexpr (L::kind == std::string_view("LoRA")) return true;
   else return any_adapter(typename L::children{});
+}
+
+// Whether L normalizes each query and key head (Attention's QKNorm): the
+// gains' gradients are partial on each rank too, summed after the backward.
+template <class L>
+constexpr bool has_head_norm();
+template <class... Ls>
+constexpr bool any_head_norm(type_list<Ls...>) {
+  return (has_head_norm<Ls>() || ...);
+}
+template <class L>
+constexpr bool has_head_norm() {
+  if constexpr (requires { L::qk_norm; }) {
+    if constexpr (L::qk_norm) return true;
+  }
+  return any_head_norm(typename L::children{});
 }
 
 }  // namespace headroom::tensor_parallel

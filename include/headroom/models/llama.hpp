@@ -1,8 +1,12 @@
 #pragma once
 // Llama-family models (RMSNorm, RoPE, GQA, SwiGLU), with the published Hugging
-// Face configurations as presets: Llama 2 / 3 / 3.1 / 3.2, and Qwen2 / Qwen2.5,
-// which is the same network with biases on the q, k and v projections and
-// RMSNorm's epsilon 1e-6 (transformers' Qwen2ForCausalLM).
+// Face configurations as presets: Llama 2 / 3 / 3.1 / 3.2; Qwen2 / Qwen2.5,
+// the same network with biases on the q, k and v projections and RMSNorm's
+// epsilon 1e-6 (transformers' Qwen2ForCausalLM); Qwen3, which drops the
+// biases, normalizes each query and key head (q_norm, k_norm: RMSNorm over
+// head_dim) before RoPE and sets head_dim apart from hidden / heads
+// (Qwen3ForCausalLM); Mistral, whose attention sees a sliding window of the
+// last sliding_window positions (MistralForCausalLM).
 //
 //   models::Llama<models::llama3_8b, Apply<QLoRA, On<q_proj, v_proj>>, Apply<Checkpointed<>, EveryBlock>>
 //
@@ -23,7 +27,7 @@ namespace headroom::models {
 
 // Which transformers class a LlamaConfig describes: config.json's model_type
 // ("llama", "qwen2") and architectures.
-enum class LlamaArch : std::uint8_t { llama, qwen2 };
+enum class LlamaArch : std::uint8_t { llama, qwen2, qwen3, mistral };
 
 struct LlamaConfig {
   std::int64_t vocab = 0;
@@ -39,6 +43,11 @@ struct LlamaConfig {
   Real rms_norm_eps = real(1e-5);          // RMSNorm's epsilon (rms_norm_eps)
   bool attention_bias = false;       // a bias on q_proj, k_proj, v_proj (Qwen2)
   LlamaArch arch = LlamaArch::llama;
+  std::int64_t head_dim = 0;         // a head's width (head_dim); 0: dim / heads
+  bool qk_norm = false;              // RMSNorm on each query and key head before RoPE (Qwen3's q_norm, k_norm)
+  std::int64_t sliding_window = 0;   // attention sees the last sliding_window positions (Mistral); 0: all
+
+  constexpr std::int64_t head_width() const { return head_dim > 0 ? head_dim : heads > 0 ? dim / heads : 0; }
 };
 
 // config.json of meta-llama/Llama-2-7b-hf
@@ -59,6 +68,20 @@ inline constexpr LlamaConfig qwen2_5_0_5b{151936, 896, 4864, 24, 14, 2, 32768, t
                                           LlamaArch::qwen2};
 inline constexpr LlamaConfig qwen2_5_7b{152064, 3584, 18944, 28, 28, 4, 32768, false, 1000000, {}, real(1e-6), true,
                                         LlamaArch::qwen2};
+// config.json of Qwen/Qwen3-0.6B (embeddings tied; head_dim 128 with hidden
+// 1024 and 16 heads) and Qwen/Qwen3-8B: rope_theta 1e6, rms_norm_eps 1e-6, no
+// attention bias, q_norm / k_norm; max_position_embeddings 40960
+inline constexpr LlamaConfig qwen3_0_6b{.vocab = 151936, .dim = 1024, .ffn = 3072, .layers = 28, .heads = 16, .kv_heads = 8,
+                                        .max_positions = 40960, .tied = true, .rope_theta = 1000000, .rms_norm_eps = real(1e-6),
+                                        .arch = LlamaArch::qwen3, .head_dim = 128, .qk_norm = true};
+inline constexpr LlamaConfig qwen3_8b{.vocab = 151936, .dim = 4096, .ffn = 12288, .layers = 36, .heads = 32, .kv_heads = 8,
+                                      .max_positions = 40960, .tied = false, .rope_theta = 1000000, .rms_norm_eps = real(1e-6),
+                                      .arch = LlamaArch::qwen3, .head_dim = 128, .qk_norm = true};
+// config.json of mistralai/Mistral-7B-v0.1: GQA 32 / 8, sliding_window 4096
+// (each position attends to itself and the 4095 before it), 32768 positions
+inline constexpr LlamaConfig mistral_7b{.vocab = 32000, .dim = 4096, .ffn = 14336, .layers = 32, .heads = 32, .kv_heads = 8,
+                                        .max_positions = 32768, .tied = false, .rope_theta = 10000,
+                                        .arch = LlamaArch::mistral, .sliding_window = 4096};
 // A small Llama-style model that trains on two CPU cores in minutes
 // (byte-level vocabulary, 4 layers, d 256, 4 heads, 2 KV heads).
 inline constexpr LlamaConfig tiny_llama{256, 256, 768, 4, 4, 2, 512, false};
@@ -72,16 +95,17 @@ struct Llama {
                    "Llama: Apply<Recipe, On<...>> names a projection Llama does not have: {} (it has q_proj k_proj v_proj "
                    "o_proj gate_proj up_proj down_proj)",
                    detail::unknown_target<LlamaSlots, Mods...>());
-  HEADROOM_REQUIRE(C.heads > 0 && C.dim % C.heads == 0, "Llama: the number of heads ({}) must divide the model width ({})",
-                   C.heads, C.dim);
-  static constexpr std::int64_t D = C.dim, F = C.ffn, H = C.heads, KV = C.kv_heads, hd = C.dim / C.heads;
+  HEADROOM_REQUIRE(C.heads > 0 && (C.head_dim > 0 || C.dim % C.heads == 0),
+                   "Llama: the number of heads ({}) must divide the model width ({})", C.heads, C.dim);
+  static constexpr std::int64_t D = C.dim, F = C.ffn, H = C.heads, KV = C.kv_heads, hd = C.head_width();
   static constexpr LlamaConfig config = C;
 
   template <class Slot, std::int64_t In, std::int64_t Out, bool Bias = false>
   using proj = project_t<type_list<Slot>, Linear<In, Out, Bias>, Mods...>;
   using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd, C.attention_bias>,
                               proj<k_proj, D, KV * hd, C.attention_bias>, proj<v_proj, D, KV * hd, C.attention_bias>,
-                              proj<o_proj, H * hd, D>, C.rope_theta, C.rope_scaling>;
+                              proj<o_proj, H * hd, D>, AttentionOptions{C.rope_theta, C.rope_scaling, hd, C.sliding_window},
+                              std::conditional_t<C.qk_norm, RMSNorm<hd, C.rms_norm_eps>, void>>;
   using norm = RMSNorm<D, C.rms_norm_eps>;
   static_assert(activation_policy_known<Mods...>,
                 "Llama: On<mlp_act> takes Checkpointed<> alone: the activation has no weights for another recipe to wrap");

@@ -89,6 +89,21 @@ struct probe_shape<Seq<T>, O...> : probe_shape<O...> {
 template <class X, class... O>
 struct probe_shape<X, O...> : probe_shape<O...> {};
 
+// The probe's run: Kept, then the options other than Batch and Seq (the shape
+// comes first, from probe_shape).
+template <class Probe, class Kept, class... O>
+struct probe_run;
+template <class Probe, class... K>
+struct probe_run<Probe, type_list<K...>> {
+  using type = Train<Probe, K...>;
+};
+template <class Probe, class... K, class X, class... O>
+struct probe_run<Probe, type_list<K...>, X, O...> : probe_run<Probe, type_list<K..., X>, O...> {};
+template <class Probe, class... K, std::int64_t B, class... O>
+struct probe_run<Probe, type_list<K...>, Batch<B>, O...> : probe_run<Probe, type_list<K...>, O...> {};
+template <class Probe, class... K, std::int64_t T, class... O>
+struct probe_run<Probe, type_list<K...>, Seq<T>, O...> : probe_run<Probe, type_list<K...>, O...> {};
+
 inline std::uint64_t next(std::uint64_t& s) {
   s += 0x9E3779B97F4A7C15ull;
   std::uint64_t z = s;
@@ -105,7 +120,7 @@ LayerTestResult test_layer(LayerTestOptions o = {}) {
   static constexpr std::int64_t tokens = Shape::batch * Shape::seq;
   static constexpr std::int64_t V = tokens + 3;  // every token of the batch distinct
   using Probe = LayerProbe<L, V>;
-  using Run = Train<Probe, Batch<Shape::batch>, Seq<Shape::seq>, Precision<F64>, Options...>;
+  using Run = typename detail::probe_run<Probe, type_list<Batch<Shape::batch>, Seq<Shape::seq>, Precision<F64>>, Options...>::type;
   using Tr = host::Trainer<Run>;
   static constexpr auto& plan = Tr::plan;
   static constexpr auto& sched = Tr::sched;

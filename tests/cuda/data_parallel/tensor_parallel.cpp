@@ -30,6 +30,11 @@ namespace {
 using namespace headroom;
 using Llama = models::Llama<models::LlamaConfig{48, 64, 128, 2, 4, 2, 64, false}>;  // vocab, d, mlp, layers, heads, kv heads, positions
 using Gpt2 = models::GPT2<models::GPT2Config{48, 64, 2, 4, 32}>;                     // vocab, d, layers, heads, positions
+// Qwen3's per-head q / k norms: each rank normalizes its heads with the whole
+// gains and sums their partial gradients with the other's
+using Qwen3 = models::Llama<models::LlamaConfig{.vocab = 48, .dim = 64, .ffn = 128, .layers = 2, .heads = 4, .kv_heads = 2,
+                                                .max_positions = 64, .arch = models::LlamaArch::qwen3, .head_dim = 24,
+                                                .qk_norm = true}>;
 using cuda_test::compare_ranks;
 using cuda_test::options;
 using cuda_test::parallel_run;
@@ -74,6 +79,10 @@ TEST_CASE("cuda::Trainer tensor-parallel: a communicator of another size is refu
 
 TEST_CASE("cuda::Trainer tensor-parallel: a TensorParallel<2> GPT-2 (biases, tied embedding) trains like one rank", "[tensor_parallel]") {
   compare<Gpt2, Tensor2<Gpt2>>(cuda_test::reference_run<OneRank<Gpt2>>(batches));
+}
+
+TEST_CASE("cuda::Trainer tensor-parallel: a TensorParallel<2> Qwen3 (per-head q / k norms) trains like one rank", "[tensor_parallel]") {
+  compare<Qwen3, Tensor2<Qwen3>>(cuda_test::reference_run<OneRank<Qwen3>>(batches));
 }
 
 namespace {

@@ -87,6 +87,24 @@ TEST_CASE("cuda::Trainer f32 matches host::Trainer: tiny Llama (RMSNorm, RoPE, G
   compare_with_host<H, C>(3, 1e-4, 1e-3);
 }
 
+// Qwen3: q / k norms on each head, heads of 48 (apart from 128 / 4).
+// Mistral: a window of 12 over 160 positions, so that a query tile's keys lie
+// in tiles wholly inside, partly inside and wholly outside the window.
+constexpr models::LlamaConfig tiny_qwen3{.vocab = 256, .dim = 128, .ffn = 256, .layers = 2, .heads = 4, .kv_heads = 2,
+                                         .max_positions = 64, .rms_norm_eps = real(1e-6), .arch = models::LlamaArch::qwen3,
+                                         .head_dim = 48, .qk_norm = true};
+constexpr models::LlamaConfig tiny_mistral{.vocab = 256, .dim = 128, .ffn = 256, .layers = 2, .heads = 4, .kv_heads = 2,
+                                           .max_positions = 160, .arch = models::LlamaArch::mistral, .sliding_window = 12};
+
+TEST_CASE("cuda::Trainer f32 matches host::Trainer: Qwen3 (per-head q / k norms) and Mistral (sliding window)", "[trainer]") {
+  using HQ = Train<models::Llama<tiny_qwen3>, Batch<2>, Seq<16>>;
+  using CQ = Train<models::Llama<tiny_qwen3>, Batch<2>, Seq<16>, OnCuda>;
+  compare_with_host<HQ, CQ>(3, 1e-4, 1e-3);
+  using HM = Train<models::Llama<tiny_mistral>, Batch<1>, Seq<160>>;
+  using CM = Train<models::Llama<tiny_mistral>, Batch<1>, Seq<160>, OnCuda>;
+  compare_with_host<HM, CM>(3, 1e-4, 1e-3);
+}
+
 TEST_CASE("cuda::Trainer f32 matches host::Trainer: GPT-2 (LayerNorm, positions, fused GELU, tied head, AdamW)", "[trainer]") {
   using H = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>>;
   using C = Train<models::GPT2<small_gpt2>, Batch<2>, Seq<16>, OnCuda>;
