@@ -2,9 +2,13 @@
 // against a naive reference in double that materialises
 // softmax(Q K^T / sqrt(hd) + causal mask) (RoPE applied to q and k first, with
 // math::rope_rotate), and against central differences of sum(o * R).
+// Sliding windows (Mistral: query s attends to keys s - W < u <= s) of 1, 5,
+// 63, 64 (one tile), 65, 66, 70, 100 and >= seq, on sequences that are not a
+// multiple of the tile, against the same reference with the window in its mask.
 // Also: float within tolerance of double, bit-identical results for 1, 2 and
-// 3 workers and any scratch alignment, decode step by step = forward rows, and
-// no write outside the declared scratch or the outputs' data elements.
+// 3 workers and any scratch alignment, decode step by step = forward rows
+// (with a window: without reading the cache rows outside it), and no write
+// outside the declared scratch or the outputs' data elements.
 //
 // Heap check: built with -DEIGEN_RUNTIME_NO_MALLOC (and without NDEBUG), every
 // kernel call runs with Eigen's heap allocation forbidden, so an Eigen product
@@ -70,7 +74,8 @@ struct Case {
   bool fused;    // q | k | v side by side in one (N, Dq + 2 Dkv + pad) buffer (GPT-2's c_attn)
   i64 pad;       // extra elements at the end of each row (separate buffers) or of the fused row
   double qscale; // larger: sharper softmax, the running max moves between key tiles
-  AttentionDims dims() const { return AttentionDims{batch, seq, heads, kv_heads, head_dim, rope, 10000.0}; }
+  i64 window = 0;  // sliding window (0: none)
+  AttentionDims dims() const { return AttentionDims{batch, seq, heads, kv_heads, head_dim, rope, 10000.0, {}, window}; }
 };
 
 // Dense inputs in double. q: (N, H hd), k, v: (N, KV hd), dout, r: (N, H hd)
@@ -151,6 +156,7 @@ struct Strided {
 
 // ---------------------------------------------------------------------------
 // The naive reference, in double: rotate, scores, causal softmax, products.
+// Query s attends to keys u0(s) .. s: u0 = 0, or with a window W, max(0, s - W + 1).
 
 struct Reference {
   std::vector<double> o, lse, dq, dk, dv;
@@ -184,26 +190,28 @@ Reference reference(const AttentionDims& d, const Inputs& in) {
                                       d.rope_theta);
         }
       }
-      // P: (S, S), zero above the diagonal
+      // the first key of query s's window
+      auto u0 = [&](i64 s) { return d.window > 0 ? std::max<i64>(0, s - d.window + 1) : i64(0); };
+      // P: (S, S), zero above the diagonal and left of the window
       std::vector<double> P(static_cast<std::size_t>(S * S), 0.0);
       for (i64 s = 0; s < S; ++s) {
         double m = -std::numeric_limits<double>::infinity();
-        for (i64 u = 0; u <= s; ++u) {
+        for (i64 u = u0(s); u <= s; ++u) {
           double x = 0;
           for (i64 c = 0; c < hd; ++c) x += qr[static_cast<std::size_t>(s * hd + c)] * kr[static_cast<std::size_t>(u * hd + c)];
           P[static_cast<std::size_t>(s * S + u)] = x * scale;
           m = std::max(m, x * scale);
         }
         double l = 0;
-        for (i64 u = 0; u <= s; ++u) l += std::exp(P[static_cast<std::size_t>(s * S + u)] - m);
-        for (i64 u = 0; u <= s; ++u) {
+        for (i64 u = u0(s); u <= s; ++u) l += std::exp(P[static_cast<std::size_t>(s * S + u)] - m);
+        for (i64 u = u0(s); u <= s; ++u) {
           double& p = P[static_cast<std::size_t>(s * S + u)];
           p = std::exp(p - m) / l;
         }
         r.lse[static_cast<std::size_t>((b * H + h) * S + s)] = m + std::log(l);
         for (i64 c = 0; c < hd; ++c) {
           double x = 0;
-          for (i64 u = 0; u <= s; ++u) x += P[static_cast<std::size_t>(s * S + u)] * at(in.v, (b * S + u) * wkv + g * hd + c);
+          for (i64 u = u0(s); u <= s; ++u) x += P[static_cast<std::size_t>(s * S + u)] * at(in.v, (b * S + u) * wkv + g * hd + c);
           r.o[static_cast<std::size_t>((b * S + s) * wq + h * hd + c)] = x;
         }
       }
@@ -213,14 +221,14 @@ Reference reference(const AttentionDims& d, const Inputs& in) {
       for (i64 s = 0; s < S; ++s) {
         std::vector<double> dP(static_cast<std::size_t>(s + 1));
         double delta = 0;
-        for (i64 u = 0; u <= s; ++u) {
+        for (i64 u = u0(s); u <= s; ++u) {
           double x = 0;
           for (i64 c = 0; c < hd; ++c)
             x += at(in.dout, (b * S + s) * wq + h * hd + c) * at(in.v, (b * S + u) * wkv + g * hd + c);
           dP[static_cast<std::size_t>(u)] = x;
           delta += P[static_cast<std::size_t>(s * S + u)] * x;
         }
-        for (i64 u = 0; u <= s; ++u) {
+        for (i64 u = u0(s); u <= s; ++u) {
           const double p = P[static_cast<std::size_t>(s * S + u)];
           const double ds = p * (dP[static_cast<std::size_t>(u)] - delta);
           for (i64 c = 0; c < hd; ++c) {
@@ -358,11 +366,77 @@ TEST_CASE("host.attention: forward and backward match the naive reference (doubl
   }
 }
 
+TEST_CASE("host.attention: a sliding window matches the naive reference with the window in its mask", "[host][attention]") {
+  // windows below a tile (1, 5), of one tile (64) and around it (63, 65; 66:
+  // the last key of a tile is reached by exactly the first row of the tile
+  // after next), not a multiple of it (70, 100), of the whole sequence and
+  // past it (= plain causal); sequences of 150 and 200 end in a partial tile;
+  // GQA 4 on 2, with and without RoPE. (With a window of 1 every row has one
+  // key, so dS = P (dP - delta) = 0: dq and dk are 0, and rel_err compares
+  // them as absolute errors.)
+  for (const i64 seq : {150, 200}) {
+    for (const i64 window : {i64{1}, i64{5}, i64{63}, i64{64}, i64{65}, i64{66}, i64{70}, i64{100}, seq, seq + 37}) {
+      for (const bool rope : {false, true}) {
+        const Case cs{"window", 1, seq, 4, 2, 16, rope, false, 0, 2.0, window};
+        INFO("seq " << seq << ", window " << window << (rope ? ", rope" : ""));
+        const Inputs in = make_inputs(cs, 13);
+        const Reference ref = reference(cs.dims(), in);
+
+        const Result<double> rd = run<double>(cs, in, 2);
+        CHECK(rel_err(rd.o, ref.o) < 1e-13);
+        CHECK(rel_err(rd.lse, ref.lse) < 1e-13);
+        CHECK(rel_err(rd.dq, ref.dq) < 1e-13);
+        CHECK(rel_err(rd.dk, ref.dk) < 1e-13);
+        CHECK(rel_err(rd.dv, ref.dv) < 1e-13);
+        CHECK(rd.grad_padding_ok);
+
+        const Result<float> rf = run<float>(cs, in, 2);
+        CHECK(rel_err(to_double(rf.o), ref.o) < 1e-5);
+        CHECK(rel_err(to_double(rf.lse), ref.lse) < 1e-5);
+        CHECK(rel_err(rf.dq, ref.dq) < 1e-5);
+        CHECK(rel_err(rf.dk, ref.dk) < 1e-5);
+        CHECK(rel_err(rf.dv, ref.dv) < 1e-5);
+
+        if (window >= seq) {  // no key is outside any window: the plain causal kernels' bits
+          Case causal = cs;
+          causal.window = 0;
+          const Result<float> rc = run<float>(causal, in, 2);
+          CHECK(same_bits(rf.o, rc.o));
+          CHECK(same_bits(rf.lse, rc.lse));
+          CHECK(same_bits(rf.dq, rc.dq));
+          CHECK(same_bits(rf.dk, rc.dk));
+          CHECK(same_bits(rf.dv, rc.dv));
+        }
+      }
+    }
+  }
+  // batch 2, a fused q|k|v with padded rows, MQA
+  const Case more[] = {
+      {"window 70, batch 2, fused rope gqa padded", 2, 150, 4, 2, 8, true, true, 2, 1.0, 70},
+      {"window 33, mqa 4/1, padded rows", 1, 130, 4, 1, 32, false, false, 3, 1.0, 33},
+  };
+  for (const Case& cs : more) {
+    INFO("case: " << cs.name);
+    const Inputs in = make_inputs(cs, 17);
+    const Reference ref = reference(cs.dims(), in);
+    const Result<double> rd = run<double>(cs, in, 3);
+    CHECK(rel_err(rd.o, ref.o) < 1e-13);
+    CHECK(rel_err(rd.lse, ref.lse) < 1e-13);
+    CHECK(rel_err(rd.dq, ref.dq) < 1e-13);
+    CHECK(rel_err(rd.dk, ref.dk) < 1e-13);
+    CHECK(rel_err(rd.dv, ref.dv) < 1e-13);
+    CHECK(rd.grad_padding_ok);
+  }
+}
+
 TEST_CASE("host.attention: backward matches central differences of sum(o * R)", "[host][attention]") {
-  // tiny: every element; two tiles (seq 70): a sample of elements
+  // tiny: every element; two tiles (seq 70): a sample of elements; the same
+  // with sliding windows (3; 5, which straddles the tiles' edge at 64)
   const Case tiny{"tiny", 2, 7, 2, 1, 4, true, true, 1, 1.0};
   const Case two_tiles{"two tiles", 1, 70, 2, 1, 4, true, false, 0, 1.0};
-  for (const Case* cs : {&tiny, &two_tiles}) {
+  const Case tiny_window{"tiny, window 3", 2, 7, 2, 1, 4, true, true, 1, 1.0, 3};
+  const Case two_tiles_window{"two tiles, window 5", 1, 70, 2, 1, 4, true, false, 0, 1.0, 5};
+  for (const Case* cs : {&tiny, &two_tiles, &tiny_window, &two_tiles_window}) {
     INFO("case: " << cs->name);
     Inputs in = make_inputs(*cs, 5);  // dout plays R
     const Result<double> grads = run<double>(*cs, in, 1);
@@ -417,12 +491,22 @@ TEST_CASE("host.attention: 1, 2 and 3 workers and any scratch alignment give the
   CHECK(same_bits(ad.o, bd.o));
   CHECK(same_bits(ad.dq, bd.dq));
   CHECK(same_bits(ad.dk, bd.dk));
+  Case windowed = cs;
+  windowed.window = 70;
+  const Result<float> aw = run<float>(windowed, in, 1), bw = run<float>(windowed, in, 3, 1);
+  CHECK(same_bits(aw.o, bw.o));
+  CHECK(same_bits(aw.lse, bw.lse));
+  CHECK(same_bits(aw.dq, bw.dq));
+  CHECK(same_bits(aw.dk, bw.dk));
+  CHECK(same_bits(aw.dv, bw.dv));
 }
 
 namespace {
 
 // Decode positions 0..seq-1 one at a time; returns out rows as (N, H hd),
 // laid out like the forward's o. The caches start as NaN; rows past seq must stay NaN.
+// With a sliding window W, after position pos the cache row that leaves the
+// window (pos - W + 1) is set to NaN: a later step that read it would give NaN.
 template <class T>
 std::vector<T> decode_all(const Case& cs, const Inputs& in, i64 max_seq, int workers, bool* tail_untouched) {
   const AttentionDims d = cs.dims();
@@ -449,6 +533,12 @@ std::vector<T> decode_all(const Case& cs, const Inputs& in, i64 max_seq, int wor
     }
     for (i64 b = 0; b < B; ++b)
       for (i64 c = 0; c < wq; ++c) o[static_cast<std::size_t>((b * S + pos) * wq + c)] = out[static_cast<std::size_t>(b * wq + c)];
+    if (d.window > 0 && pos - d.window + 1 >= 0)
+      for (i64 bg = 0; bg < B * KV; ++bg)
+        for (i64 c = 0; c < hd; ++c) {
+          const std::size_t i = static_cast<std::size_t>((bg * max_seq + pos - d.window + 1) * hd + c);
+          kc[i] = vc[i] = nan;
+        }
   }
   bool ok = true;
   for (i64 bg = 0; bg < B * KV; ++bg)
@@ -467,6 +557,11 @@ TEST_CASE("host.attention: decoding positions 0..T-1 reproduces the forward's ro
   const Case decode_cases[] = {
       {"gqa rope batch 2", 2, 70, 4, 2, 16, true, false, 0, 1.0},
       {"mha no rope", 1, 40, 3, 3, 8, false, false, 0, 1.0},
+      {"window 1, gqa rope", 1, 150, 4, 2, 16, true, false, 0, 1.0, 1},
+      {"window 5, gqa no rope, batch 2", 2, 150, 4, 2, 16, false, false, 0, 1.0, 5},
+      {"window 64, gqa rope", 1, 150, 4, 2, 16, true, false, 0, 1.0, 64},
+      {"window 70, gqa no rope", 1, 150, 4, 2, 16, false, false, 0, 1.0, 70},
+      {"window 100, gqa rope", 1, 150, 4, 2, 16, true, false, 0, 1.0, 100},
   };
   for (const Case& cs : decode_cases) {
     INFO("case: " << cs.name);
@@ -548,6 +643,10 @@ TEST_CASE("host.attention: bad dimensions are rejected with one sentence", "[hos
                       "attention_forward: workers must be >= 1");
   REQUIRE_THROWS_WITH(host::attention_decode<float>(ok, 8, 8, &x, &x, &x, &x, &x, &x, &x, 1),
                       "attention_decode: pos must be in [0, max_seq)");
+  const AttentionDims window_bad{1, 4, 2, 2, 8, false, 10000.0, {}, -1};
+  REQUIRE_THROWS_WITH(host::attention_backward<float>(window_bad, &x, 16, &x, 16, &x, 16, &x, &x, &x, &x, 16, &x, 16, &x,
+                                                      16, &x, 1),
+                      "attention_backward: window must be >= 0 (0: no sliding window)");
 }
 
 TEST_CASE("host.attention: the softmax exp is within a few ulp of std::exp", "[host][attention]") {

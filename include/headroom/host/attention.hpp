@@ -10,6 +10,14 @@
 //             dQ = dS K, with delta = rowsum(dO * O). No (seq, seq) array exists.
 //   decode    one new token per sequence against a KV cache (incremental decoding).
 //
+// Sliding window (Mistral; d.window = W > 0): query position p attends to key
+// positions p - W + 1 .. p only (transformers' sliding_window mask). The
+// forward starts each query tile's loop at the first key tile its first row
+// reaches; the backward stops each key tile's loop at the last query tile that
+// reaches its last key; decode reads the cache from p - W + 1. Tiles that
+// straddle the window's edge are masked element by element, so the work is
+// about seq * W rather than seq^2 / 2.
+//
 // RoPE (math/rope.hpp's convention: element i pairs with i + hd/2, inv_freq_i =
 // theta^(-2i/hd)) rotates q and k as their tiles are loaded; backward returns
 // gradients of the un-rotated q and k (the inverse rotation of dq_rot, dk_rot).
@@ -65,9 +73,20 @@ struct AttentionDims {
   bool rope = false;                                    // Llama RoPE (math/rope.hpp convention, rotate_half), applied to q and k on the fly
   double rope_theta = 10000.0;
   math::RopeScaling rope_scaling{};                     // Llama 3.1's, when on()
+  std::int64_t window = 0;                              // sliding window: position p attends to p - window + 1 .. p; 0: none
 };
 
 inline constexpr std::int64_t attention_tile = 64;  // t: rows of a query / key tile
+
+// The first key position that query position p attends to.
+constexpr std::int64_t attention_window_start(std::int64_t p, std::int64_t window) {
+  return window > 0 && p >= window ? p - window + 1 : 0;
+}
+// The last query position (below seq) that attends to key position j; written
+// so that a window of any size cannot overflow.
+constexpr std::int64_t attention_window_end(std::int64_t j, std::int64_t window, std::int64_t seq) {
+  return window > 0 && window <= seq - j ? j + window - 1 : seq - 1;
+}
 
 // Scratch, in elements of C.
 //   forward:  [rope table (seq, hd)] [per worker: S (t, t) | Q (t, hd) | K, then V (t, hd) | O (t, hd) | m (t) | l (t)]
@@ -103,6 +122,7 @@ inline void check_attention_dims(const AttentionDims& d, const char* kernel) {
     throw std::invalid_argument(std::string(kernel) + ": kv_heads must divide heads (GQA)");
   if (d.rope && d.head_dim % 2 != 0)
     throw std::invalid_argument(std::string(kernel) + ": RoPE needs an even head_dim (element i pairs with i + head_dim/2)");
+  if (d.window < 0) throw std::invalid_argument(std::string(kernel) + ": window must be >= 0 (0: no sliding window)");
 }
 inline void check_workers(int workers, const char* kernel) {
   if (workers < 1) throw std::invalid_argument(std::string(kernel) + ": workers must be >= 1");
@@ -110,6 +130,18 @@ inline void check_workers(int workers, const char* kernel) {
 inline void check_stride(i64 ld, i64 width, const char* kernel, const char* name) {
   if (ld < width)
     throw std::invalid_argument(std::string(kernel) + ": row stride " + name + " is smaller than the row width");
+}
+
+// ---------------------------------------------------------------------------
+// The keys query position p attends to in a score tile whose first key is k0,
+// nk keys wide: columns [lo, hi), at or before p and inside p's window;
+// {0, 0} where there are none (p's window starts past the tile).
+struct KeyRange {
+  i64 lo, hi;
+};
+inline KeyRange row_keys(i64 p, i64 k0, i64 nk, i64 window) {
+  const i64 lo = std::max<i64>(0, attention_window_start(p, window) - k0), hi = std::min(nk, p - k0 + 1);
+  return lo < hi ? KeyRange{lo, hi} : KeyRange{0, 0};
 }
 
 // ---------------------------------------------------------------------------
@@ -486,8 +518,10 @@ constexpr void check_scalar() {
 // Forward. Token n = b * seq + s is row n.
 //   q: (N, heads * hd), row stride ldq; k, v: (N, kv_heads * hd), strides ldk, ldv
 //   o: (N, heads * hd) dense; lse: (batch, heads, seq), log-sum-exp of the
-//   scaled causal scores of each query row; scratch: attention_forward_scratch(d, workers)
-// Work items (batch, head, query tile), heaviest (most key tiles) first.
+//   scaled causal (and windowed) scores of each query row; scratch: attention_forward_scratch(d, workers)
+// Work items (batch, head, query tile), heaviest (most key tiles) first; a
+// query tile visits the key tiles from the one holding its first row's window
+// start up to its diagonal.
 template <class X, class T = compute_t<X>>
 void attention_forward(const AttentionDims& d, const X* q, std::int64_t ldq, const X* k, std::int64_t ldk, const X* v,
                        std::int64_t ldv, X* o, T* lse, T* scratch, int workers) {
@@ -526,17 +560,19 @@ void attention_forward(const AttentionDims& d, const X* q, std::int64_t ldq, con
         mb[r] = -std::numeric_limits<T>::infinity();
         lb[r] = T(0);
       }
-      for (i64 j = 0; j <= i; ++j) {
+      for (i64 j = attention_window_start(r0, d.window) / t; j <= i; ++j) {  // earlier tiles: outside every row's window
         const i64 k0 = j * t, nk = std::min(t, S - k0);
         load_rows(kb, k + (b * S + k0) * ldk + g * hd, ldk, nk, hd, table, k0, T(1));
         tile_product(false, true, nq, nk, hd, qb, hd, kb, hd, false, sb, t);  // scores: (nq, nk)
         for (i64 r = 0; r < nq; ++r) {
           T* srow = sb + r * t;
-          const i64 n = j == i ? r + 1 : nk;  // diagonal tile: keys k0 + c <= r0 + r, i.e. c <= r
-          const T m_new = std::max(mb[r], max_of(srow, n));
+          const auto [lo, hi] = row_keys(r0 + r, k0, nk, d.window);  // diagonal tile: hi = r + 1
+          for (i64 c = 0; c < lo; ++c) srow[c] = T(0);
+          for (i64 c = hi; c < nk; ++c) srow[c] = T(0);
+          if (lo == hi) continue;  // the row's window starts past this tile: nothing to add
+          const T m_new = std::max(mb[r], max_of(srow + lo, hi - lo));
           const T alpha = exp_approx(mb[r] - m_new);  // rescales what was summed against the old max
-          const T sum = exp_shifted_sum(srow, n, m_new);
-          for (i64 c = n; c < nk; ++c) srow[c] = T(0);
+          const T sum = exp_shifted_sum(srow + lo, hi - lo, m_new);
           lb[r] = lb[r] * alpha + sum;
           mb[r] = m_new;
           if (alpha != T(1)) O.row(r) *= alpha;
@@ -566,7 +602,9 @@ void attention_forward(const AttentionDims& d, const X* q, std::int64_t ldq, con
 //   scratch: attention_backward_scratch(d, workers)
 // Work items (batch, kv head): each owns the dk, dv rows of its kv head and
 // the dq rows of its query heads (accumulated in place, key tile by key tile,
-// then rotated back), so every output has a single writer.
+// then rotated back), so every output has a single writer. A key tile visits
+// the query tiles from its diagonal up to the last one whose window reaches
+// its last key.
 template <class X, class T = compute_t<X>>
 void attention_backward(const AttentionDims& d, const X* q, std::int64_t ldq, const X* k, std::int64_t ldk, const X* v,
                         std::int64_t ldv, const X* o, const T* lse, const X* dout, X* dq, std::int64_t lddq, X* dk,
@@ -628,6 +666,7 @@ void attention_backward(const AttentionDims& d, const X* q, std::int64_t ldq, co
         }
       for (i64 j = 0; j < nt; ++j) {
         const i64 k0 = j * t, nk = std::min(t, S - k0);
+        const i64 last_query_tile = attention_window_end(k0 + nk - 1, d.window, S) / t;  // later tiles: past every key's window
         load_rows(kb, k + (b * S + k0) * ldk + g * hd, ldk, nk, hd, table, k0, T(1));
         load_rows(vb, v + (b * S + k0) * ldv + g * hd, ldv, nk, hd, static_cast<const T*>(nullptr), k0, T(1));
         auto dK = tile(dkb, nk, hd, hd);
@@ -637,15 +676,16 @@ void attention_backward(const AttentionDims& d, const X* q, std::int64_t ldq, co
         for (i64 h = h0; h < h0 + rep; ++h) {
           const T* lse_h = lse + (b * H + h) * S;
           const T* delta_h = delta + (b * H + h) * S;
-          for (i64 i = j; i < nt; ++i) {
+          for (i64 i = j; i <= last_query_tile; ++i) {
             const i64 r0 = i * t, nq = std::min(t, S - r0);
             load_rows(qb, q + (b * S + r0) * ldq + h * hd, ldq, nq, hd, table, r0, scale);
             tile_product(false, true, nq, nk, hd, qb, hd, kb, hd, false, sb, t);  // scores: (nq, nk), the forward's bits
             for (i64 r = 0; r < nq; ++r) {
               T* prow = sb + r * t;
-              const i64 n = j == i ? r + 1 : nk;  // causal, as in the forward
-              exp_shifted_sum(prow, n, lse_h[r0 + r]);
-              for (i64 c = n; c < nk; ++c) prow[c] = T(0);
+              const auto [lo, hi] = row_keys(r0 + r, k0, nk, d.window);  // causal and windowed, as in the forward
+              exp_shifted_sum(prow + lo, hi - lo, lse_h[r0 + r]);
+              for (i64 c = 0; c < lo; ++c) prow[c] = T(0);
+              for (i64 c = hi; c < nk; ++c) prow[c] = T(0);
             }
             const T* dO;  // (nq, hd), row stride lddo
             i64 lddo;
@@ -683,7 +723,8 @@ void attention_backward(const AttentionDims& d, const X* q, std::int64_t ldq, co
 // Incremental decoding: one new token at position pos of every sequence.
 //   q_row: (batch, heads * hd) un-rotated; k_new, v_new: (batch, kv_heads * hd) un-rotated
 //   k_cache, v_cache: (batch, kv_heads, max_seq, hd), keys stored rotated; this
-//   call writes row pos (k_new rotated, v_new), then attends over 0..pos.
+//   call writes row pos (k_new rotated, v_new), then attends over 0..pos
+//   (with a sliding window, over pos - window + 1 .. pos: older rows are not read).
 //   out: (batch, heads * hd); scratch: attention_decode_scratch(d, max_seq, workers)
 // d.seq is not used (max_seq and pos say where the token is).
 template <class T>
@@ -698,9 +739,10 @@ void attention_decode(const AttentionDims& d, std::int64_t max_seq, std::int64_t
   if (B == 0) return;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const i64 per_worker = max_seq + 2 * hd;
+  const i64 j0 = attention_window_start(pos, d.window), n = pos + 1 - j0;  // the keys pos attends to: j0 .. pos
 
   attention_team(workers, [&](int w) {
-    T* sc = scratch + w * per_worker;  // scores, then probabilities: (pos + 1)
+    T* sc = scratch + w * per_worker;  // scores, then probabilities: (n)
     T* qv = sc + max_seq;              // q rotated, times scale: (hd)
     T* acc = qv + hd;                  // sum_j p_j v_j: (hd)
     for_items(B * KV, [&](i64 item) {  // append; the loop's barrier orders it before the reads
@@ -719,13 +761,13 @@ void attention_decode(const AttentionDims& d, std::int64_t max_seq, std::int64_t
       const T* qs = q_row + (b * H + h) * hd;
       if (d.rope) rotate_one(qv, qs, hd, pos, d.rope_theta, d.rope_scaling, scale);
       else for (i64 c = 0; c < hd; ++c) qv[c] = qs[c] * scale;
-      for (i64 j = 0; j <= pos; ++j) sc[j] = dot(qv, kc + j * hd, hd);
-      const T m = max_of(sc, pos + 1);
-      const T l = exp_shifted_sum(sc, pos + 1, m);
+      for (i64 j = 0; j < n; ++j) sc[j] = dot(qv, kc + (j0 + j) * hd, hd);
+      const T m = max_of(sc, n);
+      const T l = exp_shifted_sum(sc, n, m);
       for (i64 c = 0; c < hd; ++c) acc[c] = T(0);
-      for (i64 j = 0; j <= pos; ++j) {
+      for (i64 j = 0; j < n; ++j) {
         const T p = sc[j];
-        const T* vrow = vc + j * hd;
+        const T* vrow = vc + (j0 + j) * hd;
         for (i64 c = 0; c < hd; ++c) acc[c] += p * vrow[c];
       }
       const T inv = T(1) / l;

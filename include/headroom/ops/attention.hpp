@@ -3,6 +3,8 @@
 // Causal self-attention, flash style: forward keeps one log-sum-exp per
 // (sequence, head, position) instead of the T x T probabilities; backward
 // recomputes the scores tile by tile (Dao et al. 2022, FlashAttention-2).
+// With a sliding window W (Mistral; 0: none) position i attends to positions
+// i - W + 1 .. i only, and the kernels skip the key tiles outside it.
 // RoPE (Su et al. 2021) is applied to q and k as tiles are loaded; GQA shares
 // each K/V head among heads / kv_heads query heads. Inputs: q (N, H hd),
 // k and v (N, KV hd), or one fused (N, (H + 2 KV) hd) q|k|v tensor.
@@ -49,11 +51,14 @@ struct Attention {
   static constexpr Dim<5> rope_low_freq_factor{};
   static constexpr Dim<6> rope_high_freq_factor{};
   static constexpr Dim<7> rope_original{};
+  static constexpr Dim<8> window{};  // sliding window: position i attends to i - window + 1 .. i; 0: to 0 .. i
   static constexpr std::int64_t tile = 64;
 
-  // `in` holds q, k, v (n_in = 3) or the fused q|k|v (n_in = 1).
+  // `in` holds q, k, v (n_in = 3) or the fused q|k|v (n_in = 1);
+  // sliding_window: the window in positions (0: none).
   static constexpr graph::Ref emit(graph::Builder& b, const graph::Ref* in, int n_in, std::int64_t h, std::int64_t kvh,
-                                   std::int64_t hd, std::int64_t theta, math::RopeScaling scaling = {}) {
+                                   std::int64_t hd, std::int64_t theta, math::RopeScaling scaling = {},
+                                   std::int64_t sliding_window = 0) {
     const std::int64_t B = b.cfg.batch, T = b.cfg.seq, W = b.cfg.workers, cb = b.cfg.compute_bytes();
     graph::Op op = make<Attention>();
     op.set(heads, h);
@@ -64,6 +69,7 @@ struct Attention {
     op.set(rope_low_freq_factor, std::bit_cast<std::int64_t>(scaling.low_freq_factor));
     op.set(rope_high_freq_factor, std::bit_cast<std::int64_t>(scaling.high_freq_factor));
     op.set(rope_original, scaling.original_positions);
+    op.set(window, sliding_window);
     op.input(q, in[0]);
     op.save(q_saved, in[0]);
     if (n_in == 3) {
@@ -93,9 +99,14 @@ struct Attention {
       op.scratch_bwd = (B * h * T + T * hd + W * (2 * tile * tile + 5 * tile * hd + 2 * tile)) * cb;
       if (is_half(b.cfg.dtype)) op.scratch_bwd += W * (tile * hd + h / kvh * T * hd) * cb;
     }
-    // causal: half of QK^T and PV; backward is 2.5x forward (5 matmuls vs 2)
-    op.flops_fwd = 2 * B * h * T * T * hd;
-    op.flops_bwd = 5 * B * h * T * T * hd;
+    // causal: half of QK^T and PV; backward is 2.5x forward (5 matmuls vs 2).
+    // Query i attends to min(i + 1, reach) keys: sum_i min(i + 1, reach) ~
+    // (T^2 - (T - reach)^2) / 2 pairs, T^2 / 2 without a window (reach = T)
+    // and ~ T reach for a window much shorter than T.
+    const std::int64_t reach = sliding_window > 0 && sliding_window < T ? sliding_window : T;
+    const std::int64_t area = T * T - (T - reach) * (T - reach);  // twice the (query, key) pairs
+    op.flops_fwd = 2 * B * h * area * hd;
+    op.flops_bwd = 5 * B * h * area * hd;
     if (theta > 0) op.flops_fwd += 3 * B * T * (h + kvh) * hd;
     b.emit(op);
     return out;
@@ -152,7 +163,7 @@ struct Attention {
   template <class S>
   static cuda::AttentionShape shape(const cuda::OpContext<S>& c) {
     return cuda::AttentionShape{c.batch(), c.seq(), c[heads], c[kv_heads], c[head_dim], c[rope_theta] > 0,
-                                static_cast<float>(c[rope_theta] > 0 ? c[rope_theta] : 10000), scaling(c)};
+                                static_cast<float>(c[rope_theta] > 0 ? c[rope_theta] : 10000), scaling(c), c[window]};
   }
   template <class S>
   static void forward(const cuda::OpContext<S>& c) {
@@ -193,7 +204,7 @@ namespace headroom::ops {
 template <class T>
 host::AttentionDims Attention::dims(const host::OpContext<T>& c) {
   return host::AttentionDims{c.batch(), c.seq(), c[heads], c[kv_heads], c[head_dim], c[rope_theta] > 0,
-                             static_cast<double>(c[rope_theta] > 0 ? c[rope_theta] : 10000), scaling(c)};
+                             static_cast<double>(c[rope_theta] > 0 ? c[rope_theta] : 10000), scaling(c), c[window]};
 }
 template <class T>
 void Attention::forward(const host::OpContext<T>& c) {

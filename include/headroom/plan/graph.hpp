@@ -271,7 +271,7 @@ struct Exchange {
   std::int64_t sent = 0, received = 0;
 };
 
-inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_dims = 8, max_weights = 2;
+inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_dims = 10, max_weights = 2;
 
 // One op of the step: what it reads, writes and keeps for backward, with its
 // FLOPs and scratch. `kind` is the name of the op type that runs it (ops/,

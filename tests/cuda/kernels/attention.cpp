@@ -13,6 +13,14 @@
 // kernel sees partial query and key tiles. f16 runs on the Llama shape. The
 // gradient buffers start filled with a sentinel: every element within the row
 // widths must be overwritten, every padding column left alone.
+// Sliding windows (Mistral; the host kernels are checked against a naive
+// reference with the window in its mask, tests/runtime/host_attention.cpp):
+// 1 and 5 (under every tile), 16 and 32 (the float and 16-bit kernels' key
+// tiles), 64 (the 16-bit forward's query tile), 70 and 100 (no multiple of a
+// tile), 18, 34 and 66 (2 past a multiple of 16: the last key of a tile is
+// then reached by exactly the first row of a later tile, and by no row of the
+// tile before it) and 150 (the whole sequence), on T=150, GQA 4 on 2, with
+// and without RoPE; and a negative window refused.
 #include "../support/kernel_test.hpp"
 
 #include <headroom/cuda/kernels/attention.cuh>
@@ -37,6 +45,7 @@ struct Case {
   bool fused;  // q | k | v in one row (needs no padding); else three buffers
   i64 pad;     // separate buffers: padding columns at the end of each row
   math::RopeScaling scaling{};  // Llama 3.1's RoPE scaling, when on()
+  i64 window = 0;               // sliding window (0: none)
 };
 
 constexpr float sentinel = 3.0f;  // exact in bf16
@@ -67,13 +76,22 @@ template <class S>
 constexpr Tolerance tolerance() {
   return std::is_same_v<S, float> ? f32_tol : tol_16bit;
 }
+// A sliding window of a few keys leaves lse near one score, whose rounding is
+// as above while max|lse| lacks the log of a long row's key count (with a
+// window of 1, ~1e-2 off where 2e-3 of max|lse| is 8e-3): twice the bounds.
+constexpr Tolerance lse_tol_16bit_few_keys{4e-3, 4e-3};
+
 template <class S>
-constexpr Tolerance lse_tolerance() {
-  return std::is_same_v<S, float> ? f32_tol : lse_tol_16bit;
+Tolerance lse_tolerance(const Case& c) {
+  if (std::is_same_v<S, float>) return f32_tol;
+  return c.window > 0 && c.window < 8 ? lse_tol_16bit_few_keys : lse_tol_16bit;
 }
 
-void expect_close(const char* what, const std::vector<float>& gpu, const std::vector<double>& ref, Tolerance tol) {
-  double largest = 0;
+// `floor`: errors are measured against max(max|ref|, floor), for a reference
+// that is zero in exact arithmetic.
+void expect_close(const char* what, const std::vector<float>& gpu, const std::vector<double>& ref, Tolerance tol,
+                  double floor = 0) {
+  double largest = floor;
   for (double x : ref) largest = std::max(largest, std::abs(x));
   const std::vector<float> ref_f(ref.begin(), ref.end());
   const double ratio = cuda_test::worst_ratio(gpu, ref_f, tol.atol * largest, tol.rtol);
@@ -122,8 +140,8 @@ template <class S>
 void check_attention(const Case& c) {
   const i64 n = c.batch * c.seq, q_cols = c.heads * c.head_dim;
   const Layout lay(c);
-  const host::AttentionDims hdims{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0, c.scaling};
-  const cuda::AttentionShape shape{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0f, c.scaling};
+  const host::AttentionDims hdims{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0, c.scaling, c.window};
+  const cuda::AttentionShape shape{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.rope, 10000.0f, c.scaling, c.window};
   const auto size = [](i64 elements) { return static_cast<std::size_t>(elements); };
 
   // Inputs rounded to S (padding columns too), of amplitude 2 so the softmax
@@ -147,7 +165,7 @@ void check_attention(const Case& c) {
                              o_buf.get(), lse_buf.get(), cudaStream_t{});
   const Tolerance tol = tolerance<S>();
   expect_close("o", cuda_test::to_floats(o_buf.download()), o_ref, tol);
-  expect_close("lse", lse_buf.download(), lse_ref, lse_tolerance<S>());
+  expect_close("lse", lse_buf.download(), lse_ref, lse_tolerance<S>(c));
 
   // Backward, host and GPU from the same o (the host's, rounded to S) and lse
   // (as f32), into gradient buffers laid out like the inputs, prefilled.
@@ -172,8 +190,13 @@ void check_attention(const Case& c) {
                               o_saved.get(), lse_saved.get(), dout_buf.get(), g + lay.q.at, lay.q.ld, g + lay.k.at,
                               lay.k.ld, g + lay.v.at, lay.v.ld, scratch.get(), cudaStream_t{});
   const std::vector<float> grad = cuda_test::to_floats(grad_buf.download());
+  // With a window of 1 every row's softmax has one key: P = 1 and dS = P (dP -
+  // delta) = 0, so dq and dk are rounding residue, measured at the size of dv.
+  double floor = 0;
+  if (c.window == 1)
+    for (double e : columns(grad_ref, lay.v, n, 0, lay.v.width)) floor = std::max(floor, std::abs(e));
   for (const auto& [what, x] : {std::pair{"dq", lay.q}, std::pair{"dk", lay.k}, std::pair{"dv", lay.v}}) {
-    expect_close(what, columns(grad, x, n, 0, x.width), columns(grad_ref, x, n, 0, x.width), tol);
+    expect_close(what, columns(grad, x, n, 0, x.width), columns(grad_ref, x, n, 0, x.width), tol, floor);
     if (!c.fused) {  // the padding columns untouched
       const std::vector<float> padding = columns(grad, x, n, x.width, x.ld - x.width);
       CHECK(std::all_of(padding.begin(), padding.end(), [](float e) { return e == sentinel; }));
@@ -215,6 +238,23 @@ TEST_CASE("attention, head_dim 40 (padded to 48 in the tiles), RoPE, T=77: sever
   SECTION("bf16") { check_attention<cuda::bf16>(c); }
 }
 
+TEST_CASE("attention, sliding window 1 .. 150: GQA 4 on 2, T=150, hd=32, with and without RoPE", "[attention]") {
+  for (const i64 window : {1, 5, 16, 18, 32, 34, 64, 66, 70, 100, 150}) {
+    for (const bool rope : {false, true}) {
+      INFO("window " << window << (rope ? ", rope" : ""));
+      const Case c{1, 150, 4, 2, 32, rope, false, 0, {}, window};
+      check_attention<float>(c);
+      check_attention<cuda::bf16>(c);
+    }
+  }
+}
+
+TEST_CASE("attention, sliding window 70 on a fused q|k|v, B=2 T=200", "[attention]") {
+  const Case c{2, 200, 2, 2, 16, false, true, 0, {}, 70};
+  SECTION("float") { check_attention<float>(c); }
+  SECTION("bf16") { check_attention<cuda::bf16>(c); }
+}
+
 TEST_CASE("attention launchers reject head_dim that is not a multiple of 8 or above 128", "[attention]") {
   Buffer<float> x(64), lse(4), scratch(4);
   for (const i64 hd : {12, 136}) {
@@ -227,4 +267,8 @@ TEST_CASE("attention launchers reject head_dim that is not a multiple of 8 or ab
                                                     cudaStream_t{}),
                     std::invalid_argument);
   }
+  const cuda::AttentionShape negative_window{1, 1, 1, 1, 8, false, 10000.0f, {}, -1};
+  CHECK_THROWS_AS(cuda::attention_forward<float>(negative_window, x.get(), 8, x.get(), 8, x.get(), 8, x.get(), lse.get(),
+                                                 cudaStream_t{}),
+                  std::invalid_argument);
 }

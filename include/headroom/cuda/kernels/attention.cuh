@@ -17,6 +17,15 @@
 //             tile; every element of dq, dk, dv has one writer (no atomics, no
 //             f32 accumulator in global memory), and is overwritten.
 //
+// Sliding window (Mistral; d.window = W > 0): query position p attends to key
+// positions p - W + 1 .. p only. Key tiles before the window of a block's
+// first query row are never loaded (forward, dQ: the key loop starts at the
+// tile holding that row's window start), query tiles past the window of a
+// block's last key are never loaded (dK, dV: the query loop stops at the tile
+// holding the last query that reaches it), and a warp skips the tiles or
+// 16x16 blocks its rows' windows miss; the blocks that straddle the window's
+// edge are masked element by element. The work is about seq * W, not seq^2 / 2.
+//
 // Products, one warp per 16x16 output block (WarpTile):
 //   S = Q K^T, O += P V, dP = dO V^T, dV += P^T dO, dK += dS^T Q, dQ += dS K.
 //   16-bit storage (bf16, f16): all six on tensor cores (nvcuda::wmma 16x16x16,
@@ -60,6 +69,7 @@ struct AttentionShape {
   bool rope;                                           // rotate q and k (math/rope.hpp convention) at their positions
   float rope_theta;
   math::RopeScaling rope_scaling{};                    // Llama 3.1's, when on()
+  std::int64_t window = 0;                             // sliding window: position p attends to p - window + 1 .. p; 0: none
 };
 
 inline constexpr std::int64_t attention_max_head_dim = 128;
@@ -204,6 +214,14 @@ __device__ inline U* carve(unsigned char* smem, int offset) {
 }
 
 __device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+
+// The first key position that query position p attends to (window 0: none).
+constexpr i64 window_start(i64 p, i64 window) { return window > 0 && p >= window ? p - window + 1 : 0; }
+// The last query position (below seq) that attends to key position j; written
+// so that a window of any size cannot overflow.
+constexpr i64 window_end(i64 j, i64 window, i64 seq) {
+  return window > 0 && window <= seq - j ? j + window - 1 : seq - 1;
+}
 
 // ---------------------------------------------------------------------------
 // RoPE. inv_freq: (hd / 2) double, math::rope_inv_freq (as the host's table).
@@ -425,21 +443,25 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
   S* p_w = carve<S>(smem, L::p) + warp * 16 * pld;                    // this warp's (16, pld) probabilities
   const int row = lane_row(), col0 = lane_col0();
   const i64 warp_row0 = r0 + warp * 16, qpos = warp_row0 + row;
+  const i64 first_key = window_start(qpos, d.window);            // of this lane's row
+  const i64 warp_first_key = window_start(warp_row0, d.window);  // of the warp's first row: the earliest
   constexpr int per_lane = keys / 2;  // of a score row: columns first .. first + per_lane - 1
   const int first = lane % 2 * per_lane;
 
   math::OnlineSoftmax<float> stats;  // of this lane's row
   float acc[max_hd / 16][8] = {};    // this lane's row of O (unnormalized): columns 16 c + col0 + e
   const i64 key_tiles = (min64(seq, r0 + rows) - 1) / keys + 1;  // tiles past the tile's last row are all masked
-  for (i64 kt = 0; kt < key_tiles; ++kt) {
+  // tiles before the window of the block's first row are masked for every row
+  for (i64 kt = window_start(r0, d.window) / keys; kt < key_tiles; ++kt) {
     const i64 k0 = kt * keys;
     const int valid = static_cast<int>(min64(keys, seq - k0));
-    __syncthreads();  // the previous K, V (and, at kt = 0, the Q load) done
+    __syncthreads();  // the previous K, V (and, at the first tile, the Q load) done
     load_tile<T::threads, keys, ld>(k_s, k + (b * seq + k0) * ldk + g * hd, ldk, valid, k0, hd, hd_pad, rope);
     load_tile<T::threads, keys, ld>(v_s, v + (b * seq + k0) * ldv + g * hd, ldv, valid, k0, hd, hd_pad,
                                     static_cast<const double*>(nullptr));
     __syncthreads();
-    if (warp_row0 >= seq || k0 > warp_row0 + 15) continue;  // the warp's rows are padding, or all before these keys
+    // the warp's rows are padding, all before these keys, or all with windows starting after them
+    if (warp_row0 >= seq || k0 > warp_row0 + 15 || k0 + keys <= warp_first_key) continue;
 
     for (int cb = 0; cb < keys / 16; ++cb) {  // S = Q K^T
       WarpTile<S> t;
@@ -453,15 +475,18 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
 #pragma unroll
     for (int e = 0; e < per_lane; ++e) {
       const i64 key = k0 + first + e;
-      p[e] = key <= qpos && key < seq ? score_w[row * keys + first + e] * scale : neg_inf;
+      p[e] = key <= qpos && key >= first_key && key < seq ? score_w[row * keys + first + e] * scale : neg_inf;
       tile_max = fmaxf(tile_max, p[e]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(full_mask, tile_max, 1));
-    const float m_new = fmaxf(stats.m, tile_max);  // finite: key 0 is in every row's first tile
+    const float m_new = fmaxf(stats.m, tile_max);
+    // -inf while the row has met no key of its window (it starts past these
+    // keys, or the row is padding): its p are 0, and exp(-inf - -inf) is not
+    const float shift = m_new == neg_inf ? 0.0f : m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int e = 0; e < per_lane; ++e) {
-      p[e] = expf(p[e] - m_new);
+      p[e] = expf(p[e] - shift);
       sum += p[e];
     }
     sum += __shfl_xor_sync(full_mask, sum, 1);
@@ -522,18 +547,22 @@ __global__ void __launch_bounds__(delta_warps * warp_size)
 // One 16x16 block of P and dS, by one warp: query rows [16 rb, 16 rb + 16) of
 // the query tile (positions r0 + ...), keys [16 cb, 16 cb + 16) of the key
 // tile (positions k0 + ...):
-//   p = exp(scale q.k - lse) where key <= query < seq, else 0;  ds = p (dO.v - delta).
+//   p = exp(scale q.k - lse) where query - window < key <= query < seq (window 0:
+//   key <= query < seq), else 0;  ds = p (dO.v - delta).
 // Writes them to p_out (unless null) and ds_out, both (rows, pld) S.
 template <class S>
 __device__ void probabilities_block(const S* q_s, const S* dout_s, const S* k_s, const S* v_s, const float* lse_s,
                                     const float* delta_s, float* stage, S* p_out, S* ds_out, int pld, int rb, int cb,
-                                    int hd_pad, float scale, i64 r0, i64 k0, i64 seq) {
+                                    int hd_pad, float scale, i64 r0, i64 k0, i64 seq, i64 window) {
   constexpr int ld = Tiles<S>::ld;
   const int row = lane_row(), col0 = lane_col0();
   const int r = rb * 16 + row, c = cb * 16 + col0;  // this lane's row and first column in the (rows, keys) tile
-  const i64 qpos = r0 + r;
+  const i64 qpos = r0 + r, first_key = window_start(qpos, window);
   float p[8];
-  const bool any = r0 + rb * 16 < seq && k0 + cb * 16 <= r0 + rb * 16 + 15;  // some pair is unmasked
+  // some pair is unmasked: the block's first row is not padding, its first key is
+  // not after its last row, and its last key not before its first row's window
+  const i64 q_first = r0 + rb * 16, k_first = k0 + cb * 16;
+  const bool any = q_first < seq && k_first <= q_first + 15 && k_first + 15 >= window_start(q_first, window);
   if (!any) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -551,7 +580,7 @@ __device__ void probabilities_block(const S* q_s, const S* dout_s, const S* k_s,
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
     const i64 key = k0 + c + e;
-    p[e] = key <= qpos && qpos < seq ? expf(stage[row * 16 + col0 + e] * scale - l) : 0.0f;
+    p[e] = key <= qpos && key >= first_key && qpos < seq ? expf(stage[row * 16 + col0 + e] * scale - l) : 0.0f;
   }
   __syncwarp();
   t.zero();
@@ -577,7 +606,8 @@ __device__ void load_row_stats(float* lse_s, float* delta_s, const float* lse, c
 }
 
 // dK, dV. Block (key tile, kv head, batch): loops over the group's query heads
-// and the query tiles that reach the key tile. Warp w owns the 16x16 blocks
+// and the query tiles that reach the key tile (from its diagonal to the tile
+// of the last query whose window holds its last key). Warp w owns the 16x16 blocks
 // w, w + warps, ... of dK and of dV (keys, hd_pad), row-major block order.
 template <class S>
 __global__ void __launch_bounds__(Tiles<S>::threads)
@@ -621,9 +651,10 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
     dk_acc[i].zero();
     dv_acc[i].zero();
   }
-  const i64 query_tiles = ceil_div(seq, rows);
+  // query tiles with a row at or after k0 whose windows reach the tile's last key
+  const i64 last_query_tile = window_end(k0 + valid_keys - 1, d.window, seq) / rows;
   for (i64 h = g * rep; h < (g + 1) * rep; ++h) {
-    for (i64 qt = k0 / rows; qt < query_tiles; ++qt) {  // query tiles with a row at or after k0
+    for (i64 qt = k0 / rows; qt <= last_query_tile; ++qt) {
       const i64 r0 = qt * rows;
       const int valid = static_cast<int>(min64(rows, seq - r0));
       __syncthreads();  // the previous tile's products done
@@ -634,7 +665,7 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
       __syncthreads();
       for (int sb = warp; sb < rows / 16 * (keys / 16); sb += warps)
         probabilities_block(q_s, dout_s, k_s, v_s, lse_s, delta_s, stage, p_s, ds_s, pld, sb / (keys / 16),
-                            sb % (keys / 16), hd_pad, scale, r0, k0, seq);
+                            sb % (keys / 16), hd_pad, scale, r0, k0, seq, d.window);
       __syncthreads();
 #pragma unroll
       for (int i = 0; i < max_blocks; ++i) {
@@ -665,7 +696,8 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
 }
 
 // dQ. Block (query tile, head, batch), heaviest first: loops over the key
-// tiles at or before the query tile. Warp w owns the 16x16 blocks w,
+// tiles at or before the query tile, from the one holding its first row's
+// window start. Warp w owns the 16x16 blocks w,
 // w + warps, ... of dQ (rows, hd_pad).
 template <class S>
 __global__ void __launch_bounds__(Tiles<S>::threads)
@@ -707,17 +739,18 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
 #pragma unroll
   for (int i = 0; i < max_blocks; ++i) dq_acc[i].zero();
   const i64 key_tiles = (r0 + valid - 1) / keys + 1;  // tiles past the tile's last row are all masked
-  for (i64 kt = 0; kt < key_tiles; ++kt) {
+  // tiles before the window of the tile's first row are masked for every row
+  for (i64 kt = window_start(r0, d.window) / keys; kt < key_tiles; ++kt) {
     const i64 k0 = kt * keys;
     const int valid_keys = static_cast<int>(min64(keys, seq - k0));
-    __syncthreads();  // the previous tile's products (and, at kt = 0, the loads above) done
+    __syncthreads();  // the previous tile's products (and, at the first tile, the loads above) done
     load_tile<T::threads, keys, ld>(k_s, k + (b * seq + k0) * ldk + g * hd, ldk, valid_keys, k0, hd, hd_pad, rope);
     load_tile<T::threads, keys, ld>(v_s, v + (b * seq + k0) * ldv + g * hd, ldv, valid_keys, k0, hd, hd_pad,
                                     static_cast<const double*>(nullptr));
     __syncthreads();
     for (int sb = warp; sb < rows / 16 * (keys / 16); sb += warps)
       probabilities_block(q_s, dout_s, k_s, v_s, lse_s, delta_s, stage, static_cast<S*>(nullptr), ds_s, pld,
-                          sb / (keys / 16), sb % (keys / 16), hd_pad, scale, r0, k0, seq);
+                          sb / (keys / 16), sb % (keys / 16), hd_pad, scale, r0, k0, seq, d.window);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < max_blocks; ++i) {
@@ -749,6 +782,7 @@ inline void check_shape(const AttentionShape& d, const char* fn) {
                                 std::to_string(d.head_dim));
   if (d.heads > 65535 || d.batch > 65535)
     throw std::invalid_argument(std::string(fn) + ": heads and batch must be at most 65535 (grid y, z)");
+  if (d.window < 0) throw std::invalid_argument(std::string(fn) + ": window must be >= 0 (0: no sliding window)");
 }
 inline void check_stride(std::int64_t ld, std::int64_t width, const char* fn, const char* name) {
   if (ld < width)
@@ -764,7 +798,7 @@ inline float softmax_scale(const AttentionShape& d) {
 // Forward. Token n = b * seq + t is row n.
 //   q: (N, heads * hd), row stride ldq; k, v: (N, kv_heads * hd), strides ldk, ldv (un-rotated)
 //   o: (N, heads * hd) dense; lse: (batch, heads, seq) f32, log-sum-exp of each
-//   query row's scaled causal scores.
+//   query row's scaled causal (and windowed) scores.
 template <class S>
 void attention_forward(const AttentionShape& d, const S* q, std::int64_t ldq, const S* k, std::int64_t ldk,
                        const S* v, std::int64_t ldv, S* o, float* lse, cudaStream_t stream) {
