@@ -97,34 +97,28 @@ constexpr Issue issue(int ranks) {
   return first_issue(typename L::children{}, ranks);
 }
 
+// Whether a layer of L's tree (L or a descendant) is one Is<X>() says.
+template <class L, class Is>
+constexpr bool in_tree(Is is) {
+  if (is.template operator()<L>()) return true;
+  return []<class... Cs>(Is each, type_list<Cs...>) { return (in_tree<Cs>(each) || ...); }(is, typename L::children{});
+}
+
 // Whether L holds a LoRA adapter (its gradients summed over the ranks
 // after the backward: no UpdateInBackward with them, run.hpp).
 template <class L>
-constexpr bool has_adapter();
-template <class... Ls>
-constexpr bool any_adapter(type_list<Ls...>) {
-  return (has_adapter<Ls>() || ...);
-}
-template <class L>
 constexpr bool has_adapter() {
-  if constexpr (L::kind == std::string_view("LoRA")) return true;
-  else return any_adapter(typename L::children{});
+  return in_tree<L>([]<class X>() { return X::kind == std::string_view("LoRA"); });
 }
 
 // Whether L normalizes each query and key head (Attention's QKNorm): the
 // gains' gradients are partial on each rank too, summed after the backward.
 template <class L>
-constexpr bool has_head_norm();
-template <class... Ls>
-constexpr bool any_head_norm(type_list<Ls...>) {
-  return (has_head_norm<Ls>() || ...);
-}
-template <class L>
 constexpr bool has_head_norm() {
-  if constexpr (requires { L::qk_norm; }) {
-    if constexpr (L::qk_norm) return true;
-  }
-  return any_head_norm(typename L::children{});
+  return in_tree<L>([]<class X>() {
+    if constexpr (requires { X::qk_norm; }) return X::qk_norm;
+    else return false;
+  });
 }
 
 }  // namespace headroom::tensor_parallel
