@@ -216,5 +216,5 @@ TEST_CASE("config.json: Mistral's (model_type mistral) written and checked: the 
   // a Mistral file for a Llama run type: another model type, and a window Llama has not
   const std::string as_llama = verdict<Llama32>(mistral_7b_published);
   CHECK_THAT(as_llama, Contains("model_type is \"mistral\" in the file, \"llama\" in the run type") &&
-                           Contains("sliding_window is 4096 in the file; the run type's attention is full"));
+                           Contains("sliding_window is 4096 in the file; the run type's attention has no sliding window"));
 }

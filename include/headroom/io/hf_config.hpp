@@ -277,7 +277,7 @@ void check_fields(Checker& c, std::int64_t seq) {
     } else {
       c.boolean("attention_bias", C.attention_bias, false);
       c.boolean("mlp_bias", false, false);
-      c.none("sliding_window", "the run type's attention is full (its LlamaConfig has no sliding_window)");
+      c.none("sliding_window", "the run type's attention has no sliding window (its LlamaConfig's sliding_window is 0)");
     }
     c.rope_scaling(C.rope_scaling.value());
     // transformers' defaults: Llama 2048, Qwen2 and Qwen3 32768, Mistral 131072
