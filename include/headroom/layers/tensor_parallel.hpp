@@ -101,7 +101,7 @@ constexpr Issue issue(int ranks) {
 template <class L, class Is>
 constexpr bool in_tree(Is is) {
   if (is.template operator()<L>()) return true;
-  return []<class... Cs>(Is each, type_list<Cs...>) { return (in_tree<Cs>(each) || ...); }(is, typename L::children{});
+  return []<class... Cs>([[maybe_unused]] Is each, type_list<Cs...>) { return (in_tree<Cs>(each) || ...); }(is, typename L::children{});
 }
 
 // Whether L holds a LoRA adapter (its gradients summed over the ranks
