@@ -33,6 +33,7 @@
 // they build without tensor parallelism.
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "../ops/tensor_parallel.hpp"
 #include "layer.hpp"
@@ -97,28 +98,32 @@ constexpr Issue issue(int ranks) {
   return first_issue(typename L::children{}, ranks);
 }
 
-// Whether a layer of L's tree (L or a descendant) is one Is<X>() says.
-template <class L, class Is>
-constexpr bool in_tree(Is is) {
-  if (is.template operator()<L>()) return true;
-  return []<class... Cs>([[maybe_unused]] Is each, type_list<Cs...>) { return (in_tree<Cs>(each) || ...); }(is, typename L::children{});
+// Whether a layer of L's tree (L or a descendant) is one Is<X>::value says.
+template <template <class> class Is, class L>
+constexpr bool in_tree() {
+  if constexpr (Is<L>::value) return true;
+  else return []<class... Cs>(type_list<Cs...>) { return (in_tree<Is, Cs>() || ...); }(typename L::children{});
 }
 
 // Whether L holds a LoRA adapter (its gradients summed over the ranks
 // after the backward: no UpdateInBackward with them, run.hpp).
 template <class L>
+struct is_adapter : std::bool_constant<L::kind == std::string_view("LoRA")> {};
+template <class L>
 constexpr bool has_adapter() {
-  return in_tree<L>([]<class X>() { return X::kind == std::string_view("LoRA"); });
+  return in_tree<is_adapter, L>();
 }
 
 // Whether L normalizes each query and key head (Attention's QKNorm): the
 // gains' gradients are partial on each rank too, summed after the backward.
 template <class L>
+struct is_head_normed : std::false_type {};
+template <class L>
+  requires requires { L::qk_norm; }
+struct is_head_normed<L> : std::bool_constant<L::qk_norm> {};
+template <class L>
 constexpr bool has_head_norm() {
-  return in_tree<L>([]<class X>() {
-    if constexpr (requires { X::qk_norm; }) return X::qk_norm;
-    else return false;
-  });
+  return in_tree<is_head_normed, L>();
 }
 
 }  // namespace headroom::tensor_parallel
