@@ -58,6 +58,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../math/attention_window.hpp"
 #include "../math/rope.hpp"
 #include "for_this_cpu.hpp"
 #include "gemm.hpp"
@@ -78,15 +79,8 @@ struct AttentionDims {
 
 inline constexpr std::int64_t attention_tile = 64;  // t: rows of a query / key tile
 
-// The first key position that query position p attends to.
-constexpr std::int64_t attention_window_start(std::int64_t p, std::int64_t window) {
-  return window > 0 && p >= window ? p - window + 1 : 0;
-}
-// The last query position (below seq) that attends to key position j; written
-// so that a window of any size cannot overflow.
-constexpr std::int64_t attention_window_end(std::int64_t j, std::int64_t window, std::int64_t seq) {
-  return window > 0 && window <= seq - j ? j + window - 1 : seq - 1;
-}
+using math::attention_window_end;    // the last query reaching a key
+using math::attention_window_start;  // the first key a query reaches
 
 // Scratch, in elements of C.
 //   forward:  [rope table (seq, hd)] [per worker: S (t, t) | Q (t, hd) | K, then V (t, hd) | O (t, hd) | m (t) | l (t)]

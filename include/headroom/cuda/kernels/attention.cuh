@@ -58,6 +58,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../../math/attention_window.hpp"
 #include "../../math/rope.hpp"
 #include "../../math/softmax.hpp"
 #include "../device.cuh"
@@ -215,13 +216,9 @@ __device__ inline U* carve(unsigned char* smem, int offset) {
 
 __device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 
-// The first key position that query position p attends to (window 0: none).
-constexpr i64 window_start(i64 p, i64 window) { return window > 0 && p >= window ? p - window + 1 : 0; }
-// The last query position (below seq) that attends to key position j; written
-// so that a window of any size cannot overflow.
-constexpr i64 window_end(i64 j, i64 window, i64 seq) {
-  return window > 0 && window <= seq - j ? j + window - 1 : seq - 1;
-}
+// the first key a query reaches, the last query reaching a key (math/attention_window.hpp)
+using math::attention_window_end;
+using math::attention_window_start;
 
 // ---------------------------------------------------------------------------
 // RoPE. inv_freq: (hd / 2) double, math::rope_inv_freq (as the host's table).
@@ -443,8 +440,8 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
   S* p_w = carve<S>(smem, L::p) + warp * 16 * pld;                    // this warp's (16, pld) probabilities
   const int row = lane_row(), col0 = lane_col0();
   const i64 warp_row0 = r0 + warp * 16, qpos = warp_row0 + row;
-  const i64 first_key = window_start(qpos, d.window);            // of this lane's row
-  const i64 warp_first_key = window_start(warp_row0, d.window);  // of the warp's first row: the earliest
+  const i64 first_key = attention_window_start(qpos, d.window);            // of this lane's row
+  const i64 warp_first_key = attention_window_start(warp_row0, d.window);  // of the warp's first row: the earliest
   constexpr int per_lane = keys / 2;  // of a score row: columns first .. first + per_lane - 1
   const int first = lane % 2 * per_lane;
 
@@ -452,7 +449,7 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
   float acc[max_hd / 16][8] = {};    // this lane's row of O (unnormalized): columns 16 c + col0 + e
   const i64 key_tiles = (min64(seq, r0 + rows) - 1) / keys + 1;  // tiles past the tile's last row are all masked
   // tiles before the window of the block's first row are masked for every row
-  for (i64 kt = window_start(r0, d.window) / keys; kt < key_tiles; ++kt) {
+  for (i64 kt = attention_window_start(r0, d.window) / keys; kt < key_tiles; ++kt) {
     const i64 k0 = kt * keys;
     const int valid = static_cast<int>(min64(keys, seq - k0));
     __syncthreads();  // the previous K, V (and, at the first tile, the Q load) done
@@ -557,12 +554,12 @@ __device__ void probabilities_block(const S* q_s, const S* dout_s, const S* k_s,
   constexpr int ld = Tiles<S>::ld;
   const int row = lane_row(), col0 = lane_col0();
   const int r = rb * 16 + row, c = cb * 16 + col0;  // this lane's row and first column in the (rows, keys) tile
-  const i64 qpos = r0 + r, first_key = window_start(qpos, window);
+  const i64 qpos = r0 + r, first_key = attention_window_start(qpos, window);
   float p[8];
   // some pair is unmasked: the block's first row is not padding, its first key is
   // not after its last row, and its last key not before its first row's window
   const i64 q_first = r0 + rb * 16, k_first = k0 + cb * 16;
-  const bool any = q_first < seq && k_first <= q_first + 15 && k_first + 15 >= window_start(q_first, window);
+  const bool any = q_first < seq && k_first <= q_first + 15 && k_first + 15 >= attention_window_start(q_first, window);
   if (!any) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -652,7 +649,7 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
     dv_acc[i].zero();
   }
   // query tiles with a row at or after k0 whose windows reach the tile's last key
-  const i64 last_query_tile = window_end(k0 + valid_keys - 1, d.window, seq) / rows;
+  const i64 last_query_tile = attention_window_end(k0 + valid_keys - 1, d.window, seq) / rows;
   for (i64 h = g * rep; h < (g + 1) * rep; ++h) {
     for (i64 qt = k0 / rows; qt <= last_query_tile; ++qt) {
       const i64 r0 = qt * rows;
@@ -740,7 +737,7 @@ __global__ void __launch_bounds__(Tiles<S>::threads)
   for (int i = 0; i < max_blocks; ++i) dq_acc[i].zero();
   const i64 key_tiles = (r0 + valid - 1) / keys + 1;  // tiles past the tile's last row are all masked
   // tiles before the window of the tile's first row are masked for every row
-  for (i64 kt = window_start(r0, d.window) / keys; kt < key_tiles; ++kt) {
+  for (i64 kt = attention_window_start(r0, d.window) / keys; kt < key_tiles; ++kt) {
     const i64 k0 = kt * keys;
     const int valid_keys = static_cast<int>(min64(keys, seq - k0));
     __syncthreads();  // the previous tile's products (and, at the first tile, the loads above) done
