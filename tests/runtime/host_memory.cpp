@@ -6,6 +6,7 @@
 // Allocations are counted by interposing malloc and friends (glibc's
 // __libc_* entry points do the work), so every allocation is seen: operator
 // new, Eigen's aligned_malloc, the OpenMP runtime, the C library.
+// own translation unit: it interposes malloc and its kin at global scope.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

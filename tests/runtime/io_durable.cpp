@@ -3,6 +3,7 @@
 // its directory after; a writer replaces only a missing path or a file of its
 // own kind. fsync is interposed here (it records which path each call
 // flushed), so the evidence is the system calls themselves.
+// own translation unit: it interposes fsync at global scope.
 #include <catch2/catch.hpp>
 
 #include "support/fixtures.hpp"

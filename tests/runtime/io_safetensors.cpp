@@ -3,6 +3,7 @@
 // messages, and the atomic write; opening costs O(n log n) name comparisons
 // and a small multiple of the header in memory, hostile headers included;
 // names and metadata are checked (UTF-8, NUL, length) with byte offsets.
+// own translation unit: it replaces the global operator delete and defines a macro before its includes.
 #include <catch2/catch.hpp>
 
 #include "support/fixtures.hpp"
