@@ -32,5 +32,5 @@ using Model = Sequential<Embedding<64, 16>, Scale<16>, LMHeadLoss<64, 16, false>
 using R = Train<Model, Batch<1>, Seq<8>>;
 host::Trainer<R> t({});
 
-// expect-gcc: Train<Model, ...>: step 2 (graph node 2) runs an op that no layer of the model lists
-// expect-clang: runs an op that no layer of the model lists
+// expect-gcc: Train<Model, ...>: step 2 (graph node 2) runs the op scale, which no layer of the model lists
+// expect-clang: runs the op {}, which no layer of the model lists

@@ -43,7 +43,7 @@ struct GPT2 {
   static constexpr GPT2Config config = C;
 
   template <class Slots, std::int64_t In, std::int64_t Out>
-  using proj = project_t<Slots, Linear<In, Out, true>, Mods...>;
+  using proj = projection_t<Slots, Linear<In, Out, true>, Mods...>;
   using attention = FusedAttention<D, C.heads, proj<type_list<c_attn>, D, 3 * D>, proj<type_list<c_proj, attn_c_proj>, D, D>>;
   static_assert(activation_policy_known<Mods...>,
                 "GPT2: On<mlp_act> takes Checkpointed<> alone: the activation has no weights for another recipe to wrap");
@@ -59,7 +59,7 @@ struct GPT2 {
   // One LoRA adapter per projection, however many Applys name it (c_proj
   // names both attn.c_proj and mlp.c_proj).
   template <class Slots>
-  static constexpr int adapters_on = adapter_count<proj<Slots, 1, 1>>::value;
+  static constexpr int adapters_on = adapter_count<project_t<Slots, Linear<1, 1, true>, Mods...>>::value;
   static constexpr int adapters_on_c_attn = adapters_on<type_list<c_attn>>;
   static constexpr int adapters_on_attn_c_proj = adapters_on<type_list<c_proj, attn_c_proj>>;
   static constexpr int adapters_on_c_fc = adapters_on<type_list<c_fc>>;

@@ -101,7 +101,7 @@ struct Llama {
   static constexpr LlamaConfig config = C;
 
   template <class Slot, std::int64_t In, std::int64_t Out, bool Bias = false>
-  using proj = project_t<type_list<Slot>, Linear<In, Out, Bias>, Mods...>;
+  using proj = projection_t<type_list<Slot>, Linear<In, Out, Bias>, Mods...>;
   using attention = Attention<D, H, KV, Positions::rope, proj<q_proj, D, H * hd, C.attention_bias>,
                               proj<k_proj, D, KV * hd, C.attention_bias>, proj<v_proj, D, KV * hd, C.attention_bias>,
                               proj<o_proj, H * hd, D>, AttentionOptions{C.rope_theta, C.rope_scaling, hd, C.sliding_window},
@@ -120,7 +120,7 @@ struct Llama {
 
   // One LoRA adapter per projection, however many Applys name it.
   template <class Slot>
-  static constexpr int adapters_on = adapter_count<proj<Slot, 1, 1>>::value;
+  static constexpr int adapters_on = adapter_count<project_t<type_list<Slot>, Linear<1, 1>, Mods...>>::value;
   HEADROOM_REQUIRE(adapters_on<q_proj> <= 1, "Llama: the Apply<...>s put {} LoRA adapters on q_proj; a projection takes at most one",
                    adapters_on<q_proj>);
   HEADROOM_REQUIRE(adapters_on<k_proj> <= 1, "Llama: the Apply<...>s put {} LoRA adapters on k_proj; a projection takes at most one",

@@ -234,6 +234,45 @@ struct is_modifier<Apply<R, W>> : std::true_type {};
 
 template <class Slot, class Base, class... Mods>
 using project_t = typename detail::project<Slot, Base, Mods...>::type;
+
+namespace detail {
+// For messages: the name of a slot, its last (most specific) target tag:
+// GPT-2's type_list<c_proj, attn_c_proj> is attn_c_proj.
+template <class Slots>
+struct slot_name;
+template <class... Ts>
+struct slot_name<type_list<Ts...>> {
+  static constexpr const std::string_view* value = [] {
+    const std::string_view* r = nullptr;
+    ((r = target_name<Ts>()), ...);
+    return r;
+  }();
+};
+// The block of the quantization format a policy stack stores its weight in
+// (0: none, or one block per row).
+template <class L>
+constexpr std::int64_t quant_block() {
+  using Q = typename quant_format_of<L>::type;
+  if constexpr (std::is_void_v<Q>) return 0;
+  else return Q::desc.block;
+}
+}  // namespace detail
+
+// A model's projection in slot Slots (a type_list of its target tags), Base
+// as the Applys leave it: project_t, and a quantization format an Apply puts
+// on it must fit its rows, which the message names by the slot (Quantized
+// itself only knows the dims).
+template <class Slots, class Base, class... Mods>
+struct projection {
+  using type = project_t<Slots, Base, Mods...>;
+  static constexpr std::int64_t block = detail::quant_block<type>();
+  HEADROOM_REQUIRE(block == 0 || Base::in_features % block == 0,
+                   "Quantized<{}> on {}: the quantization block size ({}) must divide the row length (in_features) of {} ({})",
+                   detail::quant_name<typename quant_format_of<type>::type>(), detail::slot_name<Slots>::value, block,
+                   detail::slot_name<Slots>::value, Base::in_features);
+};
+template <class Slots, class Base, class... Mods>
+using projection_t = typename projection<Slots, Base, Mods...>::type;
 template <class Base, class... Mods>
 using every_block_t = typename detail::every_block<Base, Mods...>::type;
 // Block I of a model of N blocks (selectors included).

@@ -77,10 +77,14 @@ struct OpTable {
     return -1;
   }();
   static constexpr int unlisted_node = unlisted < 0 ? -1 : Sched.steps[unlisted].node;
+  // its name, for the message
+  struct unlisted_op {
+    static constexpr std::string_view name = unlisted < 0 ? std::string_view{} : Sched.steps[unlisted].op;
+  };
   HEADROOM_REQUIRE(unlisted < 0,
-                   "Train<Model, ...>: step {} (graph node {}) runs an op that no layer of the model lists; the layer that emits it "
-                   "must list its op type in `using ops = type_list<...>`",
-                   unlisted, unlisted_node);
+                   "Train<Model, ...>: step {} (graph node {}) runs the op {}, which no layer of the model lists; the layer that "
+                   "emits it must list its op type in `using ops = type_list<...>`",
+                   unlisted, unlisted_node, diag::name<unlisted_op>);
   static constexpr int duplicate = detail::duplicate_name(ops{});
   HEADROOM_REQUIRE(duplicate < 0, "Train<Model, ...>: two op types of the model have the same name (op {} of ops_of<Model>)",
                    duplicate);
