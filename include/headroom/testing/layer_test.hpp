@@ -127,8 +127,10 @@ LayerTestResult test_layer(LayerTestOptions o = {}) {
 
   LayerTestResult r;
   int failures = 0;
+  std::string first_failure;
   auto fail = [&](const std::string& line) {
     r.passed = false;
+    if (first_failure.empty()) first_failure = line;
     if (++failures <= 20) r.report += line + "\n";
   };
   auto number = [](double x) {
@@ -235,10 +237,21 @@ LayerTestResult test_layer(LayerTestOptions o = {}) {
              ": analytic " + number(analytic[k][i]) + ", numeric " + number(numeric));
     }
   }
-  r.report += std::string(r.passed ? "passed" : "FAILED") + ": " + std::to_string(r.steps_checked) +
-              " steps in a poisoned arena, " + std::to_string(r.elements_checked) +
-              " gradient elements, largest relative error " + number(r.max_error) +
-              (failures > 20 ? " (" + std::to_string(failures - 20) + " more failures not shown)" : "");
+  // The summary: what was checked, or, when something failed, the first
+  // failure first (a failure of the arena checks leaves the gradient error
+  // small, which must not read as a pass).
+  const std::string checked = std::to_string(r.steps_checked) + " steps in a poisoned arena, " +
+                              std::to_string(r.elements_checked) + " gradient elements, largest relative error " +
+                              number(r.max_error) + " (tolerance " + number(o.tolerance) + ")";
+  if (r.passed) {
+    r.report += "passed: " + checked;
+  } else {
+    r.report += "FAILED: " + first_failure;
+    if (failures > 1)
+      r.report += " (and " + std::to_string(failures - 1) + " more failure" + (failures > 2 ? "s" : "") +
+                  (failures > 20 ? ", " + std::to_string(failures - 20) + " of them not shown" : "") + ")";
+    r.report += "; checked " + checked;
+  }
   return r;
 }
 
