@@ -101,19 +101,18 @@ void print_row(const char* preset, const char* mix) {
               human_flops(flops_per_token).c_str());
 }
 
+// A preset whose context is shorter than seq is planned at its context.
 template <class Pre, std::int64_t B, std::int64_t T>
 void print_preset(const char* name) {
-  using base = typename Pre::template model<>;
-  if constexpr (T > base::max_seq) {
-    std::printf("%-13s %-13s (the model's context is %lld tokens)\n", name, "seq > context", static_cast<long long>(base::max_seq));
-  } else {
-    print_row<run_t<Pre, Mix::full, false, B, T>>(name, mix_name(Mix::full, false));
-    print_row<run_t<Pre, Mix::full, true, B, T>>("", mix_name(Mix::full, true));
-    print_row<run_t<Pre, Mix::lora, false, B, T>>("", mix_name(Mix::lora, false));
-    print_row<run_t<Pre, Mix::lora, true, B, T>>("", mix_name(Mix::lora, true));
-    print_row<run_t<Pre, Mix::qlora, false, B, T>>("", mix_name(Mix::qlora, false));
-    print_row<run_t<Pre, Mix::qlora, true, B, T>>("", mix_name(Mix::qlora, true));
-  }
+  constexpr std::int64_t context = Pre::template model<>::max_seq;
+  constexpr std::int64_t S = T > context ? context : T;
+  if constexpr (S < T) std::printf("%-13s (its context is %lld tokens: planned at seq %lld)\n", name, static_cast<long long>(context), static_cast<long long>(S));
+  print_row<run_t<Pre, Mix::full, false, B, S>>(S < T ? "" : name, mix_name(Mix::full, false));
+  print_row<run_t<Pre, Mix::full, true, B, S>>("", mix_name(Mix::full, true));
+  print_row<run_t<Pre, Mix::lora, false, B, S>>("", mix_name(Mix::lora, false));
+  print_row<run_t<Pre, Mix::lora, true, B, S>>("", mix_name(Mix::lora, true));
+  print_row<run_t<Pre, Mix::qlora, false, B, S>>("", mix_name(Mix::qlora, false));
+  print_row<run_t<Pre, Mix::qlora, true, B, S>>("", mix_name(Mix::qlora, true));
 }
 
 using gpt2_124m = GPT2Preset<models::gpt2_124m, BF16>;
