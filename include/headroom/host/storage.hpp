@@ -40,6 +40,41 @@ template <class S>
 inline constexpr DType dtype_of_storage =
     std::is_same_v<S, bf16> ? DType::BF16 : std::is_same_v<S, f16> ? DType::F16 : std::is_same_v<S, double> ? DType::F64 : DType::F32;
 
+// No arithmetic on the 16-bit storage types: an expression such as
+// x[i] * g[j] on bf16 (or f16) says what to write instead of failing with a
+// bare "no match for operator*" (and T(2) is not 2: it is the bits 0x0002).
+namespace storage_detail {
+template <class A, class B>
+inline constexpr bool mentions_half = half_storage<std::remove_cvref_t<A>> || half_storage<std::remove_cvref_t<B>>;
+template <class>
+inline constexpr bool always_false = false;
+}  // namespace storage_detail
+// (The result type keeps the expression around it well-formed, so that this
+// message is the first error.)
+#define HEADROOM_HALF_STORAGE_NO_ARITHMETIC(op, result)                                                                  \
+  template <class A, class B>                                                                                          \
+    requires storage_detail::mentions_half<A, B>                                                                       \
+  result operator op(A&& a, B&&) {                                                                                     \
+    static_assert(storage_detail::always_false<A>,                                                                     \
+                  "host: bf16 and f16 are storage types without arithmetic: a host kernel over T computes in "         \
+                  "compute_t<T> (float), reading a stored value with widen(x) and writing one with narrow<T>(v) "     \
+                  "(host/storage.hpp)");                                                                               \
+    return static_cast<result>(a);                                                                                     \
+  }
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(+, std::remove_cvref_t<A>)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(-, std::remove_cvref_t<A>)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(*, std::remove_cvref_t<A>)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(/, std::remove_cvref_t<A>)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(+=, A&&)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(-=, A&&)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(*=, A&&)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(/=, A&&)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(<, bool)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(>, bool)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(<=, bool)
+HEADROOM_HALF_STORAGE_NO_ARITHMETIC(>=, bool)
+#undef HEADROOM_HALF_STORAGE_NO_ARITHMETIC
+
 constexpr float widen(float x) { return x; }
 constexpr double widen(double x) { return x; }
 constexpr float widen(bf16 x) { return to_float(x); }

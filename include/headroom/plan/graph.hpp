@@ -20,6 +20,7 @@
 #include "../core/bytes.hpp"
 #include "../core/cvec.hpp"
 #include "../core/dtype.hpp"
+#include "../core/param_init.hpp"
 #include "../core/quant_format.hpp"
 #include "../optim/optimizer.hpp"
 #include "../ops/operands.hpp"
@@ -230,6 +231,7 @@ struct Param {
   std::int64_t rows = 0, cols = 0;
   bool trainable = true;
   QuantDesc quant{};
+  ParamInit init{};  // how its values start (by its name, unless its layer said)
   int group = none;
   int weight = none, scales = none, master = none, grad = none, state = none;
   int grad_shard = none;  // ZeRO 2 and 3: this rank's shard of the averaged gradient (grad is then the bucket)
@@ -514,8 +516,11 @@ class Builder {
 
   // ---- parameters -------------------------------------------------------------------
   // A dense parameter, trainable unless inside Frozen / Quantized / a LoRA base.
-  constexpr int param(std::string_view name, std::int64_t rows, std::int64_t cols) {
-    return make_param(name, rows, cols, !frozen(), QuantDesc{});
+  // `init`: how its values start (core/param_init.hpp); by default by its name.
+  constexpr int param(std::string_view name, std::int64_t rows, std::int64_t cols, ParamInit init = {}) {
+    const int p = make_param(name, rows, cols, !frozen(), QuantDesc{});
+    params[p].init = init;
+    return p;
   }
   // The main matrix of a projection: quantized when inside Quantized<Q, L>.
   constexpr int matrix(std::string_view name, std::int64_t rows, std::int64_t cols) {

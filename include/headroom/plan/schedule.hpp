@@ -49,6 +49,7 @@ struct ParamSlot {
   std::int64_t rows = 0, cols = 0;
   bool trainable = false;
   QuantDesc quant{};
+  ParamInit init{};  // how its values start (graph::Param::init)
   std::int64_t weight = -1, scales = -1, master = -1, grad = -1, state = -1;
   // Data parallelism: elements of one rank's shard (RunConfig::shard), and
   // with ZeRO 2 and 3 this rank's shard of the averaged gradient (`grad` is
@@ -261,6 +262,7 @@ constexpr auto schedule() {
         ps.cols = pr.cols;
         ps.trainable = pr.trainable;
         ps.quant = pr.quant;
+        ps.init = pr.init;
         ps.weight = index.slot_of_tensor(pr.weight, j, -1).offset;
         ps.scales = index.slot_of_tensor(pr.scales, j, -1).offset;
         ps.master = index.slot_of_tensor(pr.master, j, -1).offset;

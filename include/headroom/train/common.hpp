@@ -192,35 +192,49 @@ inline double normal(std::uint64_t key, std::uint64_t i) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-// GPT-2 / Llama style initial values, keyed by the parameter's path (the same
-// layer gets the same values whatever policies wrap it: LoRA with B = 0
-// reproduces its base bit for bit): N(0, 0.02) matrices and embeddings, norms
-// 1, biases 0; LoRA A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's Kaiming-uniform), B = 0.
+// Initial values, keyed by the parameter's path (the same layer gets the
+// same values whatever policies wrap it: LoRA with B = 0 reproduces its base
+// bit for bit). As its layer declared them (ParamInit, core/param_init.hpp),
+// or by its name, GPT-2 / Llama style: N(0, 0.02) matrices and embeddings,
+// norms 1, biases 0; LoRA A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's
+// Kaiming-uniform), B = 0.
 class InitialValues {
  public:
-  InitialValues(std::uint64_t seed, std::string_view path, std::string_view layer_kind, std::string_view name, std::int64_t cols)
-      : key_(mix(seed)),
-        kind_(name == "bias" || name == "lora_B"                  ? Kind::zero
-              : layer_kind == "RMSNorm" || layer_kind == "LayerNorm" ? Kind::one
-              : name == "lora_A"                                   ? Kind::lora_a
-                                                                   : Kind::normal),
-        sqrt_cols_(std::sqrt(double(cols))) {
+  InitialValues(std::uint64_t seed, std::string_view path, std::string_view layer_kind, std::string_view name, std::int64_t cols,
+                ParamInit init = {})
+      : key_(mix(seed)), kind_(kind_of(init, layer_kind, name)), value_(init.value), sqrt_cols_(std::sqrt(double(cols))) {
     for (const char c : path) key_ = mix(key_ ^ static_cast<unsigned char>(c));
   }
   double operator()(std::int64_t i) const {
     switch (kind_) {
       case Kind::zero: return 0.0;
       case Kind::one: return 1.0;
+      case Kind::constant: return value_;
       case Kind::lora_a: return (2.0 * uniform01(key_, static_cast<std::uint64_t>(i)) - 1.0) / sqrt_cols_;
-      case Kind::normal: break;
+      case Kind::uniform: return (2.0 * uniform01(key_, static_cast<std::uint64_t>(i)) - 1.0) * value_;
+      case Kind::normal: return value_ * normal(key_, static_cast<std::uint64_t>(i));
+      case Kind::default_normal: break;
     }
     return 0.02 * normal(key_, static_cast<std::uint64_t>(i));
   }
 
  private:
-  enum class Kind : std::uint8_t { zero, one, lora_a, normal };
+  enum class Kind : std::uint8_t { zero, one, constant, lora_a, uniform, normal, default_normal };
+  static Kind kind_of(ParamInit init, std::string_view layer_kind, std::string_view name) {
+    switch (init.kind) {
+      case ParamInit::Kind::constant: return Kind::constant;
+      case ParamInit::Kind::normal: return Kind::normal;
+      case ParamInit::Kind::uniform: return Kind::uniform;
+      case ParamInit::Kind::by_name: break;
+    }
+    return name == "bias" || name == "lora_B"                  ? Kind::zero
+           : layer_kind == "RMSNorm" || layer_kind == "LayerNorm" ? Kind::one
+           : name == "lora_A"                                   ? Kind::lora_a
+                                                                : Kind::default_normal;
+  }
   std::uint64_t key_;
   Kind kind_;
+  double value_;
   double sqrt_cols_;
 };
 
@@ -301,7 +315,7 @@ inline std::string skipped_updates(std::string_view how, int updated, const std:
 // Both engines' trainers start from these.
 template <class Plan, class Param>
 auto initial_values(std::uint64_t seed, const Plan& plan, const Param& p, int tensor_rank) {
-  return [whole = InitialValues(seed, path_of(plan, p), plan.nodes[p.node].kind, p.name, p.split.whole_cols(p.cols)), &p,
+  return [whole = InitialValues(seed, path_of(plan, p), plan.nodes[p.node].kind, p.name, p.split.whole_cols(p.cols), p.init), &p,
           tensor_rank](std::int64_t i) { return whole(p.split.whole_index(p.rows, p.cols, tensor_rank, i)); };
 }
 
