@@ -1,4 +1,9 @@
 #pragma once
+// A system header for the compilers: an error in the expansion of
+// HEADROOM_REQUIRE is then reported at the line that wrote the requirement,
+// not at this header's macro (g++; the "required from here" line above it
+// is the user's).
+#pragma GCC system_header
 // Compile-time messages that carry numbers (docs/compile-time-errors.md).
 //
 //   HEADROOM_REQUIRE(cond, "sentence with {} placeholders", values...);
@@ -22,7 +27,8 @@
 //   other  (nvcc, nvc++, icc, MSVC) a plain static_assert(cond, sentence).
 //
 // The formatting runs only when the condition is false, so a check that
-// holds costs one class template instantiation. Values are integers, bool,
+// holds costs one function template instantiation (message_if<true, ...>,
+// an empty text). Values are integers, bool,
 // enums (as their number), diag::gib{bytes} (g++: "24.00 GiB", two
 // decimals; clang: bytes) and pointers to a static std::string_view
 // (diag::name<T> is &T::name; g++ prints the text, clang '&T::name').
@@ -180,22 +186,21 @@ constexpr auto format() {
   return t;
 }
 
+// The sentence with its values when the requirement fails; an empty text,
+// formatted from nothing, when it holds.
 template <bool Ok, text F, auto... V>
-struct require {
-  static constexpr bool value = true;
-};
+constexpr auto message_if() {
+  if constexpr (Ok) return text<1>{};
+  else return format<F, V...>();
+}
 }  // namespace diag
 
-// Never defined: naming its size is the error that prints Message (g++).
+// Defined for the empty text only: naming the size of compile_error<the
+// sentence> is the error that prints the sentence (g++).
 template <diag::text Message>
 struct compile_error;
-
-namespace diag {
-template <text F, auto... V>
-struct require<false, F, V...> {
-  static constexpr bool value = sizeof(compile_error<format<F, V...>()>) != 0;
-};
-}  // namespace diag
+template <>
+struct compile_error<diag::text<1>{}> {};
 
 }  // namespace headroom
 #endif  // HEADROOM_DIAG_GCC
@@ -207,7 +212,7 @@ struct require<false, F, V...> {
   static_assert(::headroom::diag::values_of<__VA_ARGS__>::template hold<static_cast<bool>(cond)>, message)
 #else
 #define HEADROOM_REQUIRE(cond, message, ...)                                                                        \
-  static_assert(::headroom::diag::require<static_cast<bool>(cond), ::headroom::diag::text{message} __VA_OPT__(, )    \
-                                          __VA_ARGS__>::value,                                                       \
+  static_assert(sizeof(::headroom::compile_error<::headroom::diag::message_if<                                       \
+                    static_cast<bool>(cond), ::headroom::diag::text{message} __VA_OPT__(, ) __VA_ARGS__>()>) != 0,   \
                 message)
 #endif
