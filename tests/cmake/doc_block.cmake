@@ -2,7 +2,7 @@
 # code, a C++ block of README.md or docs/*.md with the blocks marked
 # "continued" after it, and run it when it is a whole program.
 #   -DBUILD_DIR -DTARGET -DSOURCE=<page>:<line> -DBLOCKS=<n> [-DCONFIG]
-#   [-DRUN=<program> -DWORK_DIR=<dir> [-DLAUNCH=<launcher words joined by |>]]
+#   [-DRUN=<program, or a launcher's command: its words joined by |> -DWORK_DIR=<dir>]
 #   [-DSKIP=<why it is not built>]
 cmake_minimum_required(VERSION 3.25)
 if(SKIP)
@@ -37,12 +37,8 @@ set(what "compiled")
 if(RUN)
   file(REMOVE_RECURSE ${WORK_DIR})
   file(MAKE_DIRECTORY ${WORK_DIR})
-  set(launch "")
-  if(LAUNCH)  # mpirun and its flags
-    string(REPLACE "|" ";" launch "${LAUNCH}")
-    list(REMOVE_ITEM launch "")
-  endif()
-  execute_process(COMMAND ${launch} ${RUN} WORKING_DIRECTORY ${WORK_DIR}
+  string(REPLACE "|" ";" run "${RUN}")
+  execute_process(COMMAND ${run} WORKING_DIRECTORY ${WORK_DIR}
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   show("program output" "${out}")
   if(NOT rc EQUAL 0)
