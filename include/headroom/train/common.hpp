@@ -202,39 +202,30 @@ class InitialValues {
  public:
   InitialValues(std::uint64_t seed, std::string_view path, std::string_view layer_kind, std::string_view name, std::int64_t cols,
                 ParamInit init = {})
-      : key_(mix(seed)), kind_(kind_of(init, layer_kind, name)), value_(init.value), sqrt_cols_(std::sqrt(double(cols))) {
+      : key_(mix(seed)), sqrt_cols_(std::sqrt(double(cols))) {
+    if (init.kind != ParamInit::Kind::by_name) init_ = init;
+    else if (name == "bias" || name == "lora_B") init_ = ParamInit::constant(0.0);
+    else if (layer_kind == "RMSNorm" || layer_kind == "LayerNorm") init_ = ParamInit::constant(1.0);
+    else if (name == "lora_A") lora_a_ = true;
+    else init_ = ParamInit::normal(0.02);
     for (const char c : path) key_ = mix(key_ ^ static_cast<unsigned char>(c));
   }
   double operator()(std::int64_t i) const {
-    switch (kind_) {
-      case Kind::zero: return 0.0;
-      case Kind::one: return 1.0;
-      case Kind::constant: return value_;
-      case Kind::lora_a: return (2.0 * uniform01(key_, static_cast<std::uint64_t>(i)) - 1.0) / sqrt_cols_;
-      case Kind::uniform: return (2.0 * uniform01(key_, static_cast<std::uint64_t>(i)) - 1.0) * value_;
-      case Kind::normal: return value_ * normal(key_, static_cast<std::uint64_t>(i));
-      case Kind::default_normal: break;
+    const auto u = static_cast<std::uint64_t>(i);
+    if (lora_a_) return (2.0 * uniform01(key_, u) - 1.0) / sqrt_cols_;  // divided by sqrt(in), as PEFT's bound is
+    switch (init_.kind) {
+      case ParamInit::Kind::constant: return init_.value;
+      case ParamInit::Kind::uniform: return (2.0 * uniform01(key_, u) - 1.0) * init_.value;
+      case ParamInit::Kind::normal: return init_.value * normal(key_, u);
+      case ParamInit::Kind::by_name: break;  // resolved by the constructor
     }
-    return 0.02 * normal(key_, static_cast<std::uint64_t>(i));
+    return 0.0;
   }
 
  private:
-  enum class Kind : std::uint8_t { zero, one, constant, lora_a, uniform, normal, default_normal };
-  static Kind kind_of(ParamInit init, std::string_view layer_kind, std::string_view name) {
-    switch (init.kind) {
-      case ParamInit::Kind::constant: return Kind::constant;
-      case ParamInit::Kind::normal: return Kind::normal;
-      case ParamInit::Kind::uniform: return Kind::uniform;
-      case ParamInit::Kind::by_name: break;
-    }
-    return name == "bias" || name == "lora_B"                  ? Kind::zero
-           : layer_kind == "RMSNorm" || layer_kind == "LayerNorm" ? Kind::one
-           : name == "lora_A"                                   ? Kind::lora_a
-                                                                : Kind::default_normal;
-  }
   std::uint64_t key_;
-  Kind kind_;
-  double value_;
+  ParamInit init_{};     // what the layer said, or what the name picks
+  bool lora_a_ = false;  // LoRA's A by name: Kaiming-uniform over in features
   double sqrt_cols_;
 };
 
