@@ -123,3 +123,126 @@ TEST_CASE("the harness fails a layer whose gradient is wrong, and its summary li
   CHECK(r.elements_checked > 0);
   CHECK(std::count(r.report.begin(), r.report.end(), '\n') == 20);
 }
+
+// A user's producer and the op it computes in its epilogue, named by type on
+// both sides (ops/epilogue.hpp): the schedule fuses them, the producer's
+// forward computes both, the fused op's own forward never runs, and the
+// harness's gradients and poisoned arena hold.
+namespace {
+struct AddOneOp;
+int add_one_forward_calls = 0, square_fused_calls = 0;
+
+// y = x * x
+struct SquareOp {
+  static constexpr std::string_view name = "square";
+  static constexpr ops::In<0> x{};
+  static constexpr ops::Out<0> y{};
+  static constexpr ops::Saved<0> x_saved{};
+  static constexpr ops::Dim<0> features{};
+  using epilogues = type_list<AddOneOp>;
+  template <class T>
+  static void forward(const host::OpContext<T>& k);
+  template <class T>
+  static void backward(const host::OpContext<T>& k) {  // dx = 2 x dy
+    const std::int64_t n = k.rows() * k[features];
+    if (T* dx = k.grad(x))
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = (k.first(x) ? T(0) : dx[i]) + T(2) * k[x_saved][i] * k.grad(y)[i];
+  }
+};
+// z = y + 1
+struct AddOneOp {
+  static constexpr std::string_view name = "add_one";
+  static constexpr ops::In<0> y{};
+  static constexpr ops::Out<0> z{};
+  static constexpr ops::Dim<0> features{};
+  static constexpr ops::EpilogueOf<SquareOp> epilogue{y};
+  template <class T>
+  static void forward(const host::OpContext<T>& k) {
+    ++add_one_forward_calls;
+    for (std::int64_t i = 0; i < k.rows() * k[features]; ++i) k[z][i] = k[y][i] + T(1);
+  }
+  template <class T>
+  static void backward(const host::OpContext<T>& k) {
+    const std::int64_t n = k.rows() * k[features];
+    if (T* dy = k.grad(y))
+      for (std::int64_t i = 0; i < n; ++i) dy[i] = (k.first(y) ? T(0) : dy[i]) + k.grad(z)[i];
+  }
+};
+template <class T>
+void SquareOp::forward(const host::OpContext<T>& k) {
+  const std::int64_t n = k.rows() * k[features];
+  for (std::int64_t i = 0; i < n; ++i) k[y][i] = k[x][i] * k[x][i];
+  if (const auto* f = k.template fused<AddOneOp>()) {  // the epilogue: z = y + 1, the next op's output
+    ++square_fused_calls;
+    for (std::int64_t i = 0; i < n; ++i) (*f)[AddOneOp::z][i] = k[y][i] + T(1);
+  }
+}
+
+template <std::int64_t Dim>
+struct SquareAddOne {
+  static constexpr std::string_view kind = "SquareAddOne";
+  static constexpr std::int64_t in_features = Dim, out_features = Dim;
+  using children = type_list<>;
+  using ops = type_list<SquareOp, AddOneOp>;
+  static constexpr Ref build(graph::Builder& b, Ref in) {
+    graph::Op d = headroom::ops::make<SquareOp>();
+    d.input(SquareOp::x, in);
+    d.save(SquareOp::x_saved, in);
+    d.set(SquareOp::features, Dim);
+    const Ref y = b.activation("squared", Dim);
+    d.output(SquareOp::y, y);
+    b.emit(d);
+    graph::Op a = headroom::ops::make<AddOneOp>();
+    a.input(AddOneOp::y, y);
+    a.set(AddOneOp::features, Dim);
+    const Ref z = b.activation("plus_one", Dim);
+    a.output(AddOneOp::z, z);
+    b.emit(a);
+    return z;
+  }
+};
+}  // namespace
+
+TEST_CASE("a user's op computed in its user-written producer's epilogue: fused, never run alone, gradients hold", "[harness]") {
+  add_one_forward_calls = square_fused_calls = 0;
+  check_layer<SquareAddOne<D>>();
+  CHECK(square_fused_calls > 0);
+  CHECK(add_one_forward_calls == 0);
+
+  // the schedule pairs them: each forward step of the producer fuses the next
+  using Run = Train<Sequential<Embedding<64, D>, SquareAddOne<D>, LMHeadLoss<64, D, false>>, Batch<1>, Seq<4>>;
+  static constexpr auto sched = schedule<Run>();
+  int producers = 0, fused = 0;
+  for (const auto& st : sched.steps) {
+    if (st.op == "square" && st.kind == EventKind::forward) ++producers;
+    if (st.fuse_next) {
+      CHECK(st.op == "square");
+      ++fused;
+    }
+  }
+  CHECK(producers == 1);
+  CHECK(fused == 1);
+}
+
+TEST_CASE("the built-in fusions: GELU after a biased linear, SwiGLU after up_proj, in forward and recompute", "[harness]") {
+  auto count_fused = [](const auto& sched, std::string_view producer, std::string_view op) {
+    int n = 0;
+    for (std::size_t g = 0; g + 1 < sched.steps.size(); ++g)
+      if (sched.steps[g].fuse_next && sched.steps[g].op == producer && sched.steps[g + 1].op == op &&
+          sched.steps[g + 1].fused_into_previous)
+        ++n;
+    return n;
+  };
+  // 2 GPT-2 blocks: one GELU after each c_fc (forward), and again in each block's recompute when checkpointed
+  constexpr models::GPT2Config gpt2{.vocab = 64, .dim = 16, .layers = 2, .heads = 2, .max_positions = 16};
+  static constexpr auto g = schedule<Train<models::GPT2<gpt2>, Batch<1>, Seq<4>>>();
+  CHECK(count_fused(g, "linear", "gelu") == 2);
+  CHECK(count_fused(g, "linear", "swiglu") == 0);
+  static constexpr auto gc = schedule<Train<models::GPT2<gpt2, Apply<Checkpointed<>, EveryBlock>>, Batch<1>, Seq<4>>>();
+  CHECK(count_fused(gc, "linear", "gelu") == 4);
+  // 2 Llama blocks: SwiGLU after each up_proj
+  constexpr models::LlamaConfig llama{.vocab = 64, .dim = 16, .ffn = 32, .layers = 2, .heads = 2, .kv_heads = 1, .max_positions = 16};
+  static constexpr auto l = schedule<Train<models::Llama<llama>, Batch<1>, Seq<4>>>();
+  CHECK(count_fused(l, "linear", "swiglu") == 2);
+  CHECK(count_fused(l, "linear", "gelu") == 0);
+}

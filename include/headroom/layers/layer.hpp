@@ -28,14 +28,10 @@
 #include <type_traits>
 
 #include "../core/diagnostic.hpp"
+#include "../core/type_list.hpp"
 #include "../plan/graph.hpp"
 
 namespace headroom {
-
-template <class... Ts>
-struct type_list {
-  static constexpr std::size_t size = sizeof...(Ts);
-};
 
 template <class L>
 concept Layer = requires(graph::Builder& b, graph::Ref x) {

@@ -16,6 +16,8 @@
 
 namespace headroom::ops {
 
+struct Linear;  // ops/linear.hpp: computes GELU and SwiGLU in its epilogue
+
 // y = gelu(x). A linear right before it computes it in its GEMM epilogue.
 struct Gelu {
   static constexpr std::string_view name = "gelu";
@@ -23,6 +25,7 @@ struct Gelu {
   static constexpr Out<0> y{};
   static constexpr Saved<0> x_saved{};
   static constexpr Dim<0> features{};
+  static constexpr EpilogueOf<Linear> epilogue{x};  // a linear right before it whose output is x
 
   static constexpr graph::Ref emit(graph::Builder& b, graph::Ref in, std::int64_t f) {  // in: (N, F)
     graph::Op op = make<Gelu>();
@@ -31,8 +34,6 @@ struct Gelu {
     op.set(features, f);
     const graph::Ref out = b.activation("gelu", f);  // (N, F)
     op.output(y, out);
-    op.epilogue_of = "linear";
-    op.epilogue_input = x.index;
     op.flops_fwd = 8 * b.tokens_count() * f;
     op.flops_bwd = 2 * op.flops_fwd;
     b.emit(op);
@@ -69,6 +70,7 @@ struct SwiGLU {
   static constexpr Saved<0> gate_saved{};
   static constexpr Saved<1> up_saved{};
   static constexpr Dim<0> features{};
+  static constexpr EpilogueOf<Linear> epilogue{up};  // the up projection right before it (gate already computed)
 
   static constexpr graph::Ref emit(graph::Builder& b, graph::Ref g, graph::Ref u, std::int64_t f) {  // g, u: (N, F)
     graph::Op op = make<SwiGLU>();
@@ -79,8 +81,6 @@ struct SwiGLU {
     op.set(features, f);
     const graph::Ref out = b.activation("silu_mul", f);  // (N, F)
     op.output(y, out);
-    op.epilogue_of = "linear";
-    op.epilogue_input = up.index;
     op.flops_fwd = 5 * b.tokens_count() * f;
     op.flops_bwd = 2 * op.flops_fwd;
     b.emit(op);

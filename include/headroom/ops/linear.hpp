@@ -6,8 +6,8 @@
 // LLM.int8 (row-wise int8 W, LLMInt8<>): the forward quantizes the input
 // too and multiplies in int8, its outlier columns in f32
 // (math/llm_int8.hpp); the backward dequantizes as for the other formats.
-// An activation that declares epilogue_of = "linear" (GELU, SwiGLU) and
-// comes right after it is computed in this op's GEMM epilogue.
+// The activations it lists in `epilogues` (GELU, SwiGLU) are computed in
+// its GEMM epilogue when they come right after it (ops/epilogue.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -34,6 +34,7 @@ struct Linear {
   static constexpr Weight<1> bias{};     // (out), optional
   static constexpr Dim<0> in{};
   static constexpr Dim<1> out{};
+  using epilogues = type_list<Gelu, SwiGLU>;  // forward computes them after the GEMM (fused<Gelu>())
   // rows of a dequantized weight panel per worker (host engine)
   static constexpr std::int64_t panel_rows = 64;
 

@@ -34,10 +34,14 @@
 // (fused_loss, like LMHeadLoss) has `loss(k, grads)` instead of forward and
 // backward. An op whose forward cannot run on decode rows alone (attention
 // reads every earlier position) has `decode(k)` for host::Generator.
+// A producer whose kernels can compute other ops in their epilogue lists
+// them (`using epilogues = type_list<Gelu, SwiGLU>;`) and each of those
+// names it (`static constexpr EpilogueOf<Linear> epilogue{x};`): ops/epilogue.hpp.
 #include <concepts>
 #include <string_view>
 
 #include "../plan/graph.hpp"
+#include "epilogue.hpp"
 #include "operands.hpp"
 
 // Where the CUDA kernels of ops are compiled: nvcc, or the CPU emulator the
@@ -65,6 +69,11 @@ constexpr graph::Op make() {
   graph::Op op{};
   op.kind = O::name;
   op.lane = lane_of<O>();
+  if constexpr (requires { typename O::epilogues; }) {
+    static_assert(O::epilogues::size <= graph::max_epilogues, "ops::make: a producer lists at most graph::max_epilogues epilogues");
+    epilogue_names(typename O::epilogues{}, op.epilogues);
+  }
+  if constexpr (requires { O::epilogue; }) op.epilogue_input = O::epilogue.input;
   return op;
 }
 

@@ -273,7 +273,8 @@ struct Exchange {
   std::int64_t sent = 0, received = 0;
 };
 
-inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_dims = 10, max_weights = 2;
+inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_dims = 10, max_weights = 2,
+                           max_epilogues = 4;
 
 // One op of the step: what it reads, writes and keeps for backward, with its
 // FLOPs and scratch. `kind` is the name of the op type that runs it (ops/,
@@ -302,11 +303,12 @@ struct Op {
   bool fused_loss = false;   // forward computes loss and input gradient in one pass
   std::string_view kind{};   // the op type's name
   ops::Lane lane = ops::Lane::compute;
-  // This op can run inside the epilogue of the op named here, when that op
-  // comes right before it and its output is this op's input epilogue_input
-  // (GELU and SwiGLU after a linear: the schedule fuses them).
-  std::string_view epilogue_of{};
-  int epilogue_input = 0;
+  // Epilogue fusion (ops/epilogue.hpp), from the op types: the ops this
+  // op's kernels compute in their epilogue, by name (a linear: GELU,
+  // SwiGLU), and, for an op a producer computes so, the input that
+  // producer's output feeds (none: it always runs its own kernel).
+  std::string_view epilogues[max_epilogues]{};
+  int epilogue_input = none;
   int param[max_weights] = {none, none};  // the parameters it reads (ops::Weight<i>)
   std::int64_t dim[max_dims]{};           // its dimensions (ops::Dim<i>)
 

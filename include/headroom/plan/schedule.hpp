@@ -114,10 +114,10 @@ struct Step {
   // step; OffloadOptimizer: whose gradients this step's end copies to the
   // offload tier (sched.updates[update_begin, update_end))
   int update_begin = 0, update_end = 0;
-  // Fusion: an op whose output the next step reads right away, where that
-  // step's op declares it can run in this op's epilogue (graph::Op::
-  // epilogue_of), computes it there (fuse_next); the next step's own kernel
-  // then does not run (fused_into_previous).
+  // Fusion: an op whose output the next step reads right away, where this
+  // op lists the next one among its epilogues (ops/epilogue.hpp), computes
+  // it there (fuse_next); the next step's own kernel then does not run
+  // (fused_into_previous).
   bool fuse_next = false;
   bool fused_into_previous = false;
   // ZeRO 3: a gather whose buffers the plan has alive from an earlier step
@@ -126,8 +126,6 @@ struct Step {
   // OffloadParameters the fetch of the shards it gathers, which comes before
   // it, likewise. -1: at its place.
   int issue_before = -1;
-  std::string_view epilogue_of{};
-  int epilogue_input = 0;
 };
 
 template <std::size_t NS, std::size_t NC, std::size_t NP>
@@ -297,8 +295,6 @@ constexpr auto schedule() {
         st.op = op.kind;
         st.lane = op.lane;
         st.op_index = ev.op;
-        st.epilogue_of = op.epilogue_of;
-        st.epilogue_input = op.epilogue_input;
         for (int d = 0; d < graph::max_dims; ++d) st.dim[d] = op.dim[d];
         for (int q = 0; q < graph::max_weights; ++q) {
           const int p = op.param[q];
@@ -384,16 +380,23 @@ constexpr auto schedule() {
   }
 
   // Epilogues: a step whose op runs in the previous op's epilogue (GELU after
-  // a linear; SwiGLU after up_proj, its gate already computed) and reads that
-  // op's output, in that input only
+  // a linear; SwiGLU after up_proj, its gate already computed): the previous
+  // op lists it, and it reads that op's output, in its epilogue input only
+  auto lists = [&b](const Step& a, const Step& n) {
+    if (a.op_index == graph::none || n.op_index == graph::none || b.ops[n.op_index].epilogue_input == graph::none) return false;
+    for (std::string_view e : b.ops[a.op_index].epilogues)
+      if (!e.empty() && e == n.op) return true;
+    return false;
+  };
   for (std::size_t g = 0; g + 1 < s.steps.size(); ++g) {
     Step& a = s.steps[g];
     Step& n = s.steps[g + 1];
     if (a.kind != EventKind::forward && a.kind != EventKind::recompute) continue;
-    if (n.kind != a.kind || n.instance != a.instance || !a.out[0].bound() || n.epilogue_of.empty() || n.epilogue_of != a.op) continue;
-    bool fits = n.in[n.epilogue_input].offset == a.out[0].offset;
+    if (n.kind != a.kind || n.instance != a.instance || !a.out[0].bound() || !lists(a, n)) continue;
+    const int input = b.ops[n.op_index].epilogue_input;
+    bool fits = n.in[input].offset == a.out[0].offset;
     for (int q = 0; q < graph::max_in; ++q)
-      if (q != n.epilogue_input && n.in[q].bound() && n.in[q].offset == a.out[0].offset) fits = false;
+      if (q != input && n.in[q].bound() && n.in[q].offset == a.out[0].offset) fits = false;
     // The fused op's outputs are written one step before the plan has them
     // alive: only where they share no byte with what step g reads or writes
     // (a buffer that dies at step g is one that step g uses).

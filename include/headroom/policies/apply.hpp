@@ -124,11 +124,6 @@ using fill_t = typename detail::fill<Recipe, Base>::type;
 
 // ---- resolving a slot ---------------------------------------------------------------------------
 namespace detail {
-template <class T, class List>
-struct in_list;
-template <class T, class... Ls>
-struct in_list<T, type_list<Ls...>> : std::bool_constant<(std::is_same_v<T, Ls> || ...)> {};
-
 // Slot: a type_list of the target tags that name it.
 template <class Slot, class Base, class... Mods>
 struct project {
@@ -136,7 +131,7 @@ struct project {
 };
 template <class Slot, class Base, class R, class... Ts, class... Rest>
 struct project<Slot, Base, Apply<R, On<Ts...>>, Rest...> {
-  static constexpr bool hit = (in_list<Ts, Slot>::value || ...);
+  static constexpr bool hit = (list_has<Slot, Ts> || ...);
   using type = typename project<Slot, std::conditional_t<hit, fill_t<R, Base>, Base>, Rest...>::type;
 };
 template <class Slot, class Base, class M, class... Rest>
@@ -197,7 +192,7 @@ constexpr bool has_lora() {
 template <class AllTags, class M>
 struct targets_known : std::true_type {};
 template <class AllTags, class R, class... Ts>
-struct targets_known<AllTags, Apply<R, On<Ts...>>> : std::bool_constant<(in_list<Ts, AllTags>::value && ...)> {};
+struct targets_known<AllTags, Apply<R, On<Ts...>>> : std::bool_constant<(list_has<AllTags, Ts> && ...)> {};
 
 // For messages: &T::name of the first target of the Applys that is not one
 // of AllTags (null if all are known).
@@ -215,7 +210,7 @@ template <class AllTags, class R, class... Ts>
 struct first_unknown_target<AllTags, Apply<R, On<Ts...>>> {
   static constexpr const std::string_view* value = [] {
     const std::string_view* r = nullptr;
-    ((r == nullptr && !in_list<Ts, AllTags>::value ? (void)(r = target_name<Ts>()) : (void)0), ...);
+    ((r == nullptr && !list_has<AllTags, Ts> ? (void)(r = target_name<Ts>()) : (void)0), ...);
     return r;
   }();
 };

@@ -35,6 +35,11 @@ constexpr int duplicate_name(type_list<Es...>) {
       if (names[i] == names[j]) return static_cast<int>(i);
   return -1;
 }
+// The epilogue pairs (ops/epilogue.hpp) of a list of op entries where only one side names the other.
+template <class... Es>
+ops::epilogue_not_listed<typename Es::op...> epilogue_not_listed(type_list<Es...>);
+template <class... Es>
+ops::epilogue_not_named<typename Es::op...> epilogue_not_named(type_list<Es...>);
 }  // namespace detail
 
 // The ops of a run: its model's (ops_of), the collectives of its
@@ -88,6 +93,19 @@ struct OpTable {
   static constexpr int duplicate = detail::duplicate_name(ops{});
   HEADROOM_REQUIRE(duplicate < 0, "Train<Model, ...>: two op types of the model have the same name (op {} of ops_of<Model>)",
                    duplicate);
+  // epilogue fusion: a fused op's forward runs in its producer's kernel, which must know it
+  using unlisted_epilogue = decltype(detail::epilogue_not_listed(ops{}));
+  HEADROOM_REQUIRE(!unlisted_epilogue::found,
+                   "Train<Model, ...>: op {} names op {} as the producer that computes it in its epilogue (EpilogueOf), but that "
+                   "op does not list it in `using epilogues = type_list<...>`: its kernels would not compute it, so fused "
+                   "there it would never run",
+                   diag::name<typename unlisted_epilogue::op>, diag::name<typename unlisted_epilogue::producer>);
+  using unnamed_epilogue = decltype(detail::epilogue_not_named(ops{}));
+  HEADROOM_REQUIRE(!unnamed_epilogue::found,
+                   "Train<Model, ...>: op {} lists op {} in its epilogues, but that op does not declare "
+                   "`static constexpr ops::EpilogueOf<{}> epilogue{x};`",
+                   diag::name<typename unnamed_epilogue::producer>, diag::name<typename unnamed_epilogue::op>,
+                   diag::name<typename unnamed_epilogue::producer>);
 
   template <class F>
   static void visit(std::size_t g, F&& f) {
