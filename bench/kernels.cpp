@@ -69,6 +69,9 @@
 #include <headroom/host/quant.hpp>
 #include <headroom/math/dynamic_map.hpp>
 #include <headroom/math/optim.hpp>
+#include <headroom/optim/adamw.hpp>
+#include <headroom/optim/adamw8bit.hpp>
+#include <headroom/optim/sgd.hpp>
 #include <new>
 #include <string>
 #include <utility>
@@ -77,8 +80,14 @@ namespace {
 
 namespace host = headroom::host;
 namespace math = headroom::math;
+using headroom::AdamW;
+using headroom::AdamW8bit;
+using headroom::ceil_div;
 using headroom::GemmBlocking;
 using headroom::QuantDesc;
+using headroom::Ratio;
+using headroom::SGD;
+using headroom::StateAt;
 using i64 = std::int64_t;
 // Seconds since an arbitrary start: the calling thread's CPU time (one
 // worker), or wall-clock time (a team of several).
@@ -539,7 +548,8 @@ void bm_adamw(benchmark::State& state) {
   Buf<float> p = filled(n, 0.02f, 61), g = filled(n, 1e-2f, 62), st(2 * n);
   fill(st.data(), n, 1e-3f, 63);
   fill(st.data() + n, n, 1e-5f, 64, 2e-5f);
-  const double s = timed(state, [&] { host::adamw_pass<float>(p.data(), g.data(), st.data(), n, adam_step, 1.0f, w); });
+  const StateAt at{reinterpret_cast<std::byte*>(st.data()), n, 0, &AdamW::desc};
+  const double s = timed(state, [&] { host::optimizer_pass<AdamW>(p.data(), nullptr, g.data(), at, n, adam_step, 1.0f, nullptr, w); });
   report_bytes(state, 28.0 * n, s);
 }
 
@@ -547,10 +557,9 @@ void bm_adamw(benchmark::State& state) {
 // the two absmaxes per 256 read and written (16 / 256 B)
 void bm_adamw8bit(benchmark::State& state) {
   const int w = workers_of(state);
-  const i64 n = optim_params, blocks = host::adam8bit_blocks(n);
+  const i64 n = optim_params, blocks = ceil_div(n, math::adam8bit_block);
   Buf<float> p = filled(n, 0.02f, 71), g = filled(n, 1e-2f, 72), maps(512);
-  math::make_dynamic_map(true, maps.data());
-  math::make_dynamic_map(false, maps.data() + 256);
+  AdamW8bit::fill_table(maps.data());
   Buf<std::uint8_t> st(8 * blocks + 2 * n);
   auto* absmax = reinterpret_cast<float*>(st.data());
   fill(absmax, blocks, 0.0f, 0, 1e-3f);            // m absmax
@@ -558,7 +567,8 @@ void bm_adamw8bit(benchmark::State& state) {
   std::uint8_t* codes = st.data() + 8 * blocks;
   for (i64 i = 0; i < 2 * n; ++i) codes[i] = static_cast<std::uint8_t>(mix(static_cast<std::uint64_t>(i) + 7) >> 56);
   const double s = timed(state, [&] {
-    host::adamw8bit_pass<float>(p.data(), g.data(), st.data(), n, maps.data(), adam_step, 1.0f, w);
+    host::optimizer_pass<AdamW8bit>(p.data(), nullptr, g.data(), StateAt{reinterpret_cast<std::byte*>(st.data()), n, 0, &AdamW8bit::desc}, n, adam_step, 1.0f,
+                                    maps.data(), w);
   });
   report_bytes(state, 16.0 * n + 16.0 * blocks, s);
 }
@@ -570,7 +580,13 @@ void bm_sgd(benchmark::State& state, bool momentum) {
   Buf<float> p = filled(n, 0.02f, 81), g = filled(n, 1e-2f, 82), buf(momentum ? n : 0);
   if (momentum) fill(buf.data(), n, 1e-2f, 83);
   const double s = timed(state, [&] {
-    host::sgd_pass<float>(p.data(), g.data(), momentum ? buf.data() : nullptr, n, 1e-3f, momentum ? 0.9f : 0.0f, 0.0f, 1.0f, w);
+    const math::SgdStep<float> step{1e-3f, momentum ? 0.9f : 0.0f, 0.0f};
+    if (momentum)
+      host::optimizer_pass<SGD<>>(p.data(), nullptr, g.data(), StateAt{reinterpret_cast<std::byte*>(buf.data()), n, 0, &SGD<>::desc}, n,
+                                  step, 1.0f, nullptr, w);
+    else
+      host::optimizer_pass<SGD<Ratio<0>>>(p.data(), nullptr, g.data(), StateAt{nullptr, n, 0, &SGD<Ratio<0>>::desc}, n, step, 1.0f,
+                                          nullptr, w);
   });
   report_bytes(state, (momentum ? 20.0 : 12.0) * n, s);
 }

@@ -52,6 +52,7 @@
 #include "layers/layer.hpp"
 #include "layers/pipeline_stages.hpp"
 #include "layers/tensor_parallel.hpp"
+#include "optim/adamw.hpp"
 #include "optim/optimizer.hpp"
 
 namespace headroom {

@@ -84,6 +84,7 @@ using GPT2LoraCkpt = models::GPT2<gpt2_cfg, Apply<Lora8, On<c_attn, attn_c_proj,
 using LlamaNF4 = models::Llama<nf4_cfg, Apply<Quantized<NF4, LoRA<8>>, On<q_proj, k_proj, gate_proj>>,
                                Apply<Quantized<NF4DQ, LoRA<8>>, On<v_proj, o_proj, up_proj, down_proj>>>;
 using SGDm = SGD<Ratio<9, 10>, Ratio<1, 100>>;  // momentum 0.9, weight decay 0.01
+using LionWD = LionWith<Ratio<9, 10>, Ratio<99, 100>, Ratio<1, 10>>;  // the paper's betas, weight decay 0.1
 // LLM.int8 (load_in_8bit, llm_int8_threshold 6) under LoRA adapters, on every projection.
 using LlamaInt8 = models::Llama<llama_cfg, Apply<Quantized<LLMInt8<>, Lora8>,
                                                  On<q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj>>>;
@@ -355,7 +356,7 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
         << ", \"sliding_window\": " << c.sliding_window;
   cfg << ", \"batch\": " << R::batch << ", \"seq\": " << R::seq << ", \"steps\": " << steps << ", \"optimizer\": \"" << O::name
       << "\", \"lr\": " << lr << ", \"weight_decay\": " << O::weight_decay::value;
-  if constexpr (O::desc.kind == OptimKind::sgd) cfg << ", \"momentum\": " << O::momentum::value;
+  if constexpr (requires { typename O::momentum; }) cfg << ", \"momentum\": " << O::momentum::value;
   else cfg << ", \"beta1\": " << O::beta1::value << ", \"beta2\": " << O::beta2::value << ", \"eps\": 1e-8";
   double norm_eps = 1e-5;
   if constexpr (!gpt2) norm_eps = c.rms_norm_eps;
@@ -380,7 +381,7 @@ int run(const fs::path& dir, double lr, const LossScaling* scaling = nullptr) {
 
 int main(int argc, char** argv) {
   const char* names =
-      "llama_full gpt2_full gpt2_sgd llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
+      "llama_full gpt2_full gpt2_sgd llama_lion llama_lora llama_lora_ckpt llama_lora_dropout_ckpt gpt2_lora_ckpt nf4 llama_bf16 "
       "gpt2_lora_ckpt_bf16 llama_loss_scale llm_int8 llama_rope_scaled qwen2_full qwen3_full mistral_window";
   if (argc != 3) {
     std::fprintf(stderr, "usage: parity_driver NAME DIR   (NAME: %s)\n", names);
@@ -396,6 +397,7 @@ int main(int argc, char** argv) {
   if (name == "llama_rope_scaled") return run<Train<models::Llama<llama_scaled_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_full") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "gpt2_sgd") return run<Train<models::GPT2<gpt2_cfg>, Batch<2>, Seq<16>, SGDm>>(dir, 0.03);
+  if (name == "llama_lion") return run<Train<models::Llama<llama_cfg>, Batch<2>, Seq<16>, LionWD>>(dir, 3e-4);
   if (name == "llama_lora") return run<Train<LlamaLora, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "llama_lora_ckpt") return run<Train<LlamaLoraCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);
   if (name == "llama_lora_dropout_ckpt") return run<Train<LlamaLoraDropCkpt, Batch<2>, Seq<16>, AdamW>>(dir, 3e-3);

@@ -55,6 +55,10 @@ def final_tolerance(c, moved):
     differences of a gradient become differences of a fraction of a step of size
     lr (more where a gradient is near zero); the tolerance is a sixth of one
     step's largest move, lr / 6.
+    Lion: every element moves by lr times the sign of an interpolation of its
+    momentum and gradient (plus weight decay), so last-bit differences change
+    nothing unless they flip a sign where the interpolation is within rounding
+    of zero, which would show as a whole 2 lr; AdamW's lr / 6 holds.
     SGD: the update is lr times the (momentum-summed) gradient, linear in it, so
     float rounding of the gradients (relative 1e-6 or so) moves the weights by a
     correspondingly tiny fraction of how far they moved in all; the tolerance is
@@ -282,6 +286,9 @@ def main(d):
     if c["optimizer"] == "SGD":
         opt = torch.optim.SGD(params, lr=c["lr"], momentum=c["momentum"], dampening=0, weight_decay=c["weight_decay"],
                               nesterov=False)
+    elif c["optimizer"] == "Lion":
+        from lion import Lion  # noqa: E402
+        opt = Lion(params, lr=c["lr"], betas=(c["beta1"], c["beta2"]), weight_decay=c["weight_decay"])
     else:
         opt = torch.optim.AdamW(params, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
                                 weight_decay=c["weight_decay"])

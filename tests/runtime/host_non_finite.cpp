@@ -89,12 +89,15 @@ bool all_finite(const Tr& t, std::size_t k) {
   for (std::int64_t i = 0; i < p.elements(); ++i)
     if (!std::isfinite(t.weight(p)[i])) return false;
   if (t.state(p) == nullptr) return true;
+  // the state's f32 sections (an f32 per element, or per block); codes are not floats
   const OptimDesc o = Tr::config.optim;
-  const std::int64_t floats = o.blockwise8 ? o.states * ((p.elements() + o.block - 1) / o.block) : o.state_bytes(p.elements()) / 4;
-  for (std::int64_t i = 0; i < floats; ++i) {
-    float x;
-    std::memcpy(&x, t.state(p) + 4 * i, 4);
-    if (!std::isfinite(x)) return false;
+  for (int k = 0; k < o.sections; ++k) {
+    if (o.section[k].bytes != 4) continue;
+    for (std::int64_t i = 0; i < o.section[k].size(p.elements()) / 4; ++i) {
+      float x;
+      std::memcpy(&x, t.state(p) + o.offset(k, p.elements()) + 4 * i, 4);
+      if (!std::isfinite(x)) return false;
+    }
   }
   return true;
 }

@@ -71,6 +71,14 @@ static_assert(fl_block == 206'487'552);
 // + the final norm and the LM head (2 N D V); the embedding lookup is free
 static_assert(full.flops_fwd == 4 * fl_block + fl_norm + 2 * N * D * 256);
 
+// Lion keeps one f32 momentum per element, half of AdamW's state; the rest
+// of the plan is the same run's
+constexpr auto lion = plan<Train<Tiny, Batch<2>, Seq<64>, Lion>>();
+static_assert(lion.bytes(Role::optimizer_state) == 4 * params);
+static_assert(lion.bytes(Role::weights) == full.bytes(Role::weights));
+static_assert(lion.bytes(Role::saved_activation) == full.bytes(Role::saved_activation));
+static_assert(lion.peak_bytes() + 4 * params == full.peak_bytes());
+
 // ============================================================================
 // 2. The same run with checkpointed blocks
 // ============================================================================

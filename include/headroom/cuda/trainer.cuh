@@ -589,6 +589,83 @@ class Trainer {
     for (std::size_t i = 0; i < held.size(); ++i) stored[i] = from_float<S>(held[i]);
     write_stored(p.weight, stored.data(), stored.size(), "upload weight");
   }
+  // ---- checkpoints (io/checkpoint.hpp) -------------------------------------------------------------------------
+  // What a checkpoint holds of this trainer, copied to host memory: each
+  // parameter's stored values (or quantized codes and scales), its f32
+  // master copy where the plan keeps one, its optimizer state, and the
+  // model's shared tables, laid out as host::Trainer keeps them, so either
+  // engine's checkpoint loads into the other. One process.
+  class CheckpointImage {
+   public:
+    const void* weight(const ParamSlot& p) const { return part(weight_, p); }
+    const std::uint8_t* codes(const ParamSlot& p) const { return reinterpret_cast<const std::uint8_t*>(part(weight_, p)); }
+    const std::uint8_t* scales(const ParamSlot& p) const { return reinterpret_cast<const std::uint8_t*>(part(scales_, p)); }
+    const float* master(const ParamSlot& p) const { return reinterpret_cast<const float*>(part(master_, p)); }
+    const std::byte* state(const ParamSlot& p) const { return part(state_, p); }
+    const std::byte* quant_table() const { return quant_table_.data(); }
+    const std::byte* optim_table() const { return optim_table_.data(); }
+
+   private:
+    friend class Trainer;
+    static const std::byte* part(const std::vector<std::vector<std::byte>>& v, const ParamSlot& p) {
+      return v[static_cast<std::size_t>(&p - sched.params.data())].data();
+    }
+    std::vector<std::vector<std::byte>> weight_, scales_, master_, state_;  // by parameter
+    std::vector<std::byte> quant_table_, optim_table_;
+  };
+  CheckpointImage checkpoint_image() const {
+    static_assert(config.world() == 1,
+                  "cuda::Trainer: checkpoints of one process only, for now (a run over several ranks saves and loads with "
+                  "host::Trainer)");
+    if constexpr (offloaded) settle_offload();
+    CheckpointImage im;
+    im.weight_.resize(param_count);
+    im.scales_.resize(param_count);
+    im.master_.resize(param_count);
+    im.state_.resize(param_count);
+    auto bytes = [](const auto& v) {
+      const auto* b = reinterpret_cast<const std::byte*>(v.data());
+      return std::vector<std::byte>(b, b + v.size() * sizeof(v[0]));
+    };
+    for (std::size_t k = 0; k < param_count; ++k) {
+      const ParamSlot& p = sched.params[k];
+      if (p.quant.kind == QuantKind::none) {
+        im.weight_[k] = bytes(read_stored<S>(p.weight, p.elements()));
+      } else {
+        im.weight_[k] = read_stored<std::byte>(p.weight, p.quant.code_bytes(p.elements()));
+        im.scales_[k] = read_stored<std::byte>(p.scales, p.quant.scale_bytes(p.elements()));
+      }
+      if (p.master >= 0)
+        im.master_[k] = offloaded ? from_offload_tier<std::byte>(p.master, 4 * p.elements())
+                                  : download<std::byte>(device_.at<std::byte>(p.master), 4 * p.elements());
+      im.state_[k] = download_state(p);
+    }
+    if (sched.quant_table >= 0) im.quant_table_ = download<std::byte>(device_.at<std::byte>(sched.quant_table), sched.quant_table_bytes());
+    if (sched.optim_table >= 0)
+      im.optim_table_ = offloaded ? from_offload_tier<std::byte>(sched.optim_table, config.optim.table_bytes())
+                                  : download<std::byte>(device_.at<std::byte>(sched.optim_table), config.optim.table_bytes());
+    return im;
+  }
+  // Writes an image back (after io::load_checkpoint filled it).
+  void restore_checkpoint_image(const CheckpointImage& im) {
+    if constexpr (offloaded) settle_offload();
+    auto put = [this](std::int64_t offset, const std::vector<std::byte>& v, bool in_offload_tier, const char* what) {
+      if (in_offload_tier) std::memcpy(offload_.at<std::byte>(offset), v.data(), v.size());
+      else upload(device_.at<std::byte>(offset), v.data(), v.size(), what);
+    };
+    for (std::size_t k = 0; k < param_count; ++k) {
+      const ParamSlot& p = sched.params[k];
+      write_stored(p.weight, im.weight_[k].data(), im.weight_[k].size(), "restore a checkpoint's weights");
+      if (p.quant.kind != QuantKind::none) write_stored(p.scales, im.scales_[k].data(), im.scales_[k].size(), "restore scales");
+      if (p.master >= 0) put(p.master, im.master_[k], offloaded, "restore master weights");
+      if (p.state >= 0) put(p.state, im.state_[k], offloaded, "restore optimizer state");
+    }
+    if (sched.quant_table >= 0) put(sched.quant_table, im.quant_table_, false, "restore code tables");
+    if (sched.optim_table >= 0) put(sched.optim_table, im.optim_table_, offloaded, "restore the optimizer's tables");
+    wait(compute_, "restore a checkpoint");
+  }
+  void set_steps_done(int s) { step_ = s; }
+
   // Zeroes every optimizer state and restarts the step count.
   void reset_optimizer() {
     if constexpr (offloaded) {  // in the offload tier
@@ -757,16 +834,7 @@ class Trainer {
     UpdateControl c{};
     c.grad_scale = 1.0f;
     using O = typename R::optimizer;
-    const double lr = lr_at(step_no);
-    if constexpr (O::desc.kind == OptimKind::sgd) {
-      c.sgd.lr = static_cast<float>(lr);
-      c.sgd.momentum = static_cast<float>(O::momentum::value);
-      c.sgd.weight_decay = static_cast<float>(O::weight_decay::value);
-    } else {
-      const math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
-                                      1e-8f, static_cast<float>(O::weight_decay::value)};
-      c.adamw = math::adamw_step(h, step_no);
-    }
+    c.set_step_constants(O::template step<float>(lr_at(step_no), step_no));
     c.step = evaluating_ ? 0 : step_no;
     c.loss_scale = training ? scaler_.scale() : 1.0f;
     *staged_control_in() = c;
@@ -1325,10 +1393,8 @@ class Trainer {
   // scale (when clip) and the skip flag from the control block.
   // params[i] has the update position first_position + i (UpdateControl::first_bad).
   void apply_update(std::span<const ParamRef> params, bool clip, int first_position = 0) {
-    using O = typename R::optimizer;
-    if constexpr (O::desc.kind == OptimKind::sgd) sgd_update<S>(params, control(), clip, compute_, first_position);
-    else if constexpr (O::desc.kind == OptimKind::adamw) adamw_update<S>(params, control(), clip, compute_, first_position);
-    else adamw8bit_update<S>(params, device_.at<float>(sched.optim_table), control(), clip, compute_, first_position);
+    const float* table = sched.optim_table >= 0 ? device_.at<float>(sched.optim_table) : nullptr;
+    R::optimizer::template update<S>(params, control(), table, clip, compute_, first_position);
   }
 
   // ---- OffloadOptimizer (ZeRO-Offload) ----------------------------------------------------------------------
@@ -1669,61 +1735,34 @@ class Trainer {
 
   // Elements [from, from + count) of p's update (of the elements this rank
   // updates: trainers::owned; the master and the state hold those only): the
-  // element math of the update kernels (kernels/optimizer.cuh) over the master weights, the state
-  // and the offloaded gradient read as f32; a 16-bit run's new weights are
-  // written over the gradient's bytes (each after its gradient element or
-  // AdamW8bit block is read), with OffloadParameters (any precision) into
-  // the parameter's stored values.
+  // optimizer's range update (the host engine's, optim/optimizer.hpp) over
+  // the master weights, the state and the offloaded gradient widened to f32
+  // chunk by chunk; a 16-bit run's new weights are written over the
+  // gradient's bytes (each chunk after it is read), with OffloadParameters
+  // (any precision) into the parameter's stored values.
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t count, float grad_scale) {
     using O = typename R::optimizer;
     const trainers::Owned own = trainers::owned(config, p, rank());
-    const std::int64_t n = own.count;
-    const UpdateControl& c = step_control_;
-    S* g = offload_.at<S>(p.host_grad) + own.grad_at;
+    const S* g = offload_.at<S>(p.host_grad) + own.grad_at;
     float* w = offload_.at<float>(p.master);
     // the new weights in the storage type: with OffloadParameters into the
     // stored values (the offload tier, which the next fetches read), else a
     // 16-bit run's over the gradient's bytes (weights_to_device copies them);
     // an f32 run's master is its weight
     constexpr bool store = params_offloaded || half;
-    S* stored = params_offloaded ? offload_.at<S>(p.weight) + own.weight_at : g;
-    if constexpr (O::desc.kind == OptimKind::sgd) {
-      float* buf = c.sgd.momentum != 0.0f ? offload_.at<float>(p.state) : nullptr;
-      for (std::int64_t i = from; i < from + count; ++i) {
-        float x = w[i];
-        math::sgd_update(x, buf != nullptr ? buf + i : nullptr, to_float(g[i]) * grad_scale, c.sgd.lr, c.sgd.momentum,
-                         c.sgd.weight_decay);
-        w[i] = x;
-        if constexpr (store) stored[i] = from_float<S>(x);
-      }
-    } else if constexpr (O::desc.kind == OptimKind::adamw) {
-      float* m = offload_.at<float>(p.state);
-      float* v = m + n;
-      for (std::int64_t i = from; i < from + count; ++i) {
-        float x = w[i], mi = m[i], vi = v[i];
-        math::adamw_update(x, mi, vi, to_float(g[i]) * grad_scale, c.adamw);
-        w[i] = x;
-        m[i] = mi;
-        v[i] = vi;
-        if constexpr (store) stored[i] = from_float<S>(x);
-      }
-    } else {
-      const std::int64_t blocks = ceil_div(n, math::adam8bit_block);
-      float* m_absmax = offload_.at<float>(p.state);
-      float* v_absmax = m_absmax + blocks;
-      std::uint8_t* m_codes = reinterpret_cast<std::uint8_t*>(v_absmax + blocks);
-      std::uint8_t* v_codes = m_codes + n;
-      const float* maps = offload_.at<float>(sched.optim_table);
-      for (std::int64_t b0 = from; b0 < from + count; b0 += math::adam8bit_block) {
-        const int len = static_cast<int>(std::min<std::int64_t>(math::adam8bit_block, n - b0));
-        const std::int64_t b = b0 / math::adam8bit_block;
-        float gb[math::adam8bit_block];
-        for (int i = 0; i < len; ++i) gb[i] = to_float(g[b0 + i]) * grad_scale;
-        math::adamw8bit_update_block(w + b0, gb, len, m_codes + b0, v_codes + b0, m_absmax + b, v_absmax + b, maps,
-                                     maps + math::dynamic_map_size, c.adamw);
-        if constexpr (store)
-          for (int i = 0; i < len; ++i) stored[b0 + i] = from_float<S>(w[b0 + i]);
-      }
+    S* stored = params_offloaded ? offload_.at<S>(p.weight) + own.weight_at : offload_.at<S>(p.host_grad) + own.grad_at;
+    const StateAt state{p.state >= 0 ? offload_.at<std::byte>(p.state) : nullptr, own.count, 0, &O::desc};
+    const auto step = step_control_.template step_constants<typename O::template Step<float>>();
+    const float* table = sched.optim_table >= 0 ? offload_.at<float>(sched.optim_table) : nullptr;
+    constexpr std::int64_t chunk = 1024;  // a multiple of every optimizer's desc.align
+    static_assert(chunk % O::desc.align == 0, "cuda::Trainer: the offloaded update's chunks start on the optimizer's alignment");
+    float gf[chunk];
+    for (std::int64_t i = from; i < from + count; i += chunk) {
+      const std::int64_t len = std::min(chunk, from + count - i);
+      for (std::int64_t k = 0; k < len; ++k) gf[k] = to_float(g[i + k]);
+      O::update(w + i, gf, state.at(i), len, step, grad_scale, table);
+      if constexpr (store)
+        for (std::int64_t k = 0; k < len; ++k) stored[i + k] = from_float<S>(w[i + k]);
     }
   }
 
@@ -1895,14 +1934,16 @@ class Trainer {
       for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
       upload(device_.at<float>(sched.quant_table), host_tables_.data(), dq ? 16 + 256 : 16, "upload code tables");
     }
-    if (sched.optim_table >= 0 && offloaded) {  // read by the CPU's update
-      math::make_dynamic_map(true, offload_.at<float>(sched.optim_table));
-      math::make_dynamic_map(false, offload_.at<float>(sched.optim_table) + 256);
-    } else if (sched.optim_table >= 0) {
-      std::vector<float> maps(512);
-      math::make_dynamic_map(true, maps.data());
-      math::make_dynamic_map(false, maps.data() + 256);
-      upload(device_.at<float>(sched.optim_table), maps.data(), maps.size(), "upload dynamic maps");
+    // the optimizer's tables (AdamW8bit's dynamic maps)
+    using O = typename R::optimizer;
+    if constexpr (O::desc.tables > 0) {
+      if (offloaded) {  // read by the CPU's update
+        O::fill_table(offload_.at<float>(sched.optim_table));
+      } else {
+        std::vector<float> table(static_cast<std::size_t>(O::desc.tables) / sizeof(float));
+        O::fill_table(table.data());
+        upload(device_.at<float>(sched.optim_table), table.data(), table.size(), "upload the optimizer's tables");
+      }
     }
   }
 

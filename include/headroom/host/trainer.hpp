@@ -1190,8 +1190,7 @@ class Trainer {
       if (bytes > 0) offload_.read(p.state + offset, state + at, bytes);
       at += bytes;
     }
-    const StateView sv = p.state >= 0 ? state_view(state, len, 0) : StateView{};
-    apply_update(w, nullptr, g, sv, len, step_no, grad_scale, 1);
+    apply_update(w, nullptr, g, state_at(p.state >= 0 ? state : nullptr, len, 0), len, step_no, grad_scale, 1);
     at = 0;
     for (const auto& [offset, bytes] : pieces) {
       if (bytes > 0) offload_.write(p.state + offset, state + at, bytes);
@@ -1200,20 +1199,17 @@ class Trainer {
     if constexpr (config.offload_params) offload_.write(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
   }
   // Where the state of elements [from, from + len) of p lies in its state
-  // buffer (the layouts of kernels/optimizer.hpp): (offset, bytes) pieces,
-  // laid out one after another they are the state of a len-element parameter.
-  // (As update_range lays it out: over the elements this process updates.)
-  std::array<std::pair<std::int64_t, std::int64_t>, 4> state_pieces(const ParamSlot& p, std::int64_t from, std::int64_t len) const {
-    using O = typename R::optimizer;
-    std::array<std::pair<std::int64_t, std::int64_t>, 4> pieces{};
+  // buffer (the optimizer's sections, core/optim_state.hpp): (offset, bytes)
+  // pieces, laid out one after another they are the state of a len-element
+  // parameter. (As update_range lays it out: over the elements this process updates.)
+  std::array<std::pair<std::int64_t, std::int64_t>, max_state_sections> state_pieces(const ParamSlot& p, std::int64_t from,
+                                                                                     std::int64_t len) const {
+    constexpr OptimDesc d = R::optimizer::desc;
+    std::array<std::pair<std::int64_t, std::int64_t>, max_state_sections> pieces{};
     if (p.state < 0) return pieces;
     const std::int64_t count = owned(p).count;
-    if constexpr (O::desc.kind == OptimKind::adamw8bit) {
-      const std::int64_t blocks = adam8bit_blocks(count), b = from / math::adam8bit_block, nb = adam8bit_blocks(len);
-      pieces = {{{b * 4, nb * 4}, {(blocks + b) * 4, nb * 4}, {blocks * 8 + from, len}, {blocks * 8 + count + from, len}}};
-    } else {
-      for (int moment = 0; moment < O::desc.states; ++moment) pieces[static_cast<std::size_t>(moment)] = {(moment * count + from) * 4, len * 4};
-    }
+    for (int k = 0; k < d.sections; ++k)
+      pieces[static_cast<std::size_t>(k)] = {d.offset(k, count) + from / d.section[k].per * d.section[k].bytes, d.section[k].size(len)};
     return pieces;
   }
 
@@ -1256,57 +1252,28 @@ class Trainer {
     update_range(p, 0, own.count, step_no, grad_scale, workers_);
   }
 
-  // The optimizer state of n elements as the passes take it: SGD's
-  // momentum is m; AdamW's moments m and v; AdamW8bit's blocks q.
-  struct StateView {
-    float* m = nullptr;
-    float* v = nullptr;
-    Adam8bitState q{};
-  };
   // The update of elements [from, from + n) of what this rank updates of
   // parameter p, in place in the arenas (every element is updated on its
-  // own, so a parameter may be updated range by range; AdamW8bit's ranges
-  // start on a 256-element block).
+  // own, so a parameter may be updated range by range; a range starts on a
+  // multiple of the optimizer's desc.align: AdamW8bit's 256-element blocks).
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, C grad_scale, int workers) const {
     const Owned own = owned(p);
-    const StateView sv = p.state >= 0 ? state_view(states_arena().template at<std::byte>(p.state), own.count, from) : StateView{};
     float* m = master(p);
-    apply_update(weight_storage(p) + own.weight_at + from, m != nullptr ? m + from : nullptr, update_grad(p) + from, sv, n, step_no,
+    apply_update(weight_storage(p) + own.weight_at + from, m != nullptr ? m + from : nullptr, update_grad(p) + from,
+                 state_at(p.state >= 0 ? states_arena().template at<std::byte>(p.state) : nullptr, own.count, from), n, step_no,
                  grad_scale, workers);
   }
   // The state of elements [from, ...) of a count-element parameter whose
-  // state buffer starts at `state` (the layouts of kernels/optimizer.hpp).
-  static StateView state_view(std::byte* state, std::int64_t count, std::int64_t from) {
-    using O = typename R::optimizer;
-    StateView sv{};
-    if constexpr (O::desc.kind == OptimKind::adamw8bit) {
-      sv.q = Adam8bitState::of(reinterpret_cast<std::uint8_t*>(state), count, from);
-    } else {
-      sv.m = reinterpret_cast<float*>(state) + from;
-      sv.v = reinterpret_cast<float*>(state) + count + from;
-    }
-    return sv;
+  // state buffer starts at `state` (null: it keeps none).
+  static StateAt state_at(std::byte* state, std::int64_t count, std::int64_t from) {
+    return StateAt{state, count, from, &R::optimizer::desc};
   }
   // master: the f32 master weights of these n elements (a bf16 run), else null
-  void apply_update(T* w, float* master, const T* g, const StateView& sv, std::int64_t n, int step_no, C grad_scale,
+  void apply_update(T* w, float* master, const T* g, const StateAt& state, std::int64_t n, int step_no, C grad_scale,
                     int workers) const {
     using O = typename R::optimizer;
-    const double lr = lr_at(step_no);
-    if constexpr (O::desc.kind == OptimKind::sgd) {
-      const C mu = static_cast<C>(O::momentum::value), wd = static_cast<C>(O::weight_decay::value);
-      if constexpr (half_storage<T>) sgd_pass(w, master, g, sv.m, n, static_cast<C>(lr), mu, wd, grad_scale, workers);
-      else sgd_pass(w, g, sv.m, n, static_cast<C>(lr), mu, wd, grad_scale, workers);
-    } else if constexpr (O::desc.kind == OptimKind::adamw) {
-      math::AdamWHyper<C> h{static_cast<C>(lr), static_cast<C>(O::beta1::value), static_cast<C>(O::beta2::value), C(1e-8),
-                            static_cast<C>(O::weight_decay::value)};
-      if constexpr (half_storage<T>) adamw_pass(w, master, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
-      else adamw_pass(w, g, sv.m, sv.v, n, math::adamw_step(h, step_no), grad_scale, workers);
-    } else {
-      math::AdamWHyper<float> h{static_cast<float>(lr), static_cast<float>(O::beta1::value), static_cast<float>(O::beta2::value),
-                                1e-8f, static_cast<float>(O::weight_decay::value)};
-      adamw8bit_pass(w, g, sv.q, n, states_arena().template at<float>(sched.optim_table), math::adamw_step(h, step_no), grad_scale,
-                     workers, master);
-    }
+    const float* table = sched.optim_table >= 0 ? states_arena().template at<float>(sched.optim_table) : nullptr;
+    optimizer_pass<O>(w, master, g, state, n, O::template step<C>(lr_at(step_no), step_no), grad_scale, table, workers);
   }
 
   // ---- set-up -----------------------------------------------------------------------------------------------
@@ -1316,10 +1283,7 @@ class Trainer {
       for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
       fill_quant_table(device_.at<float>(sched.quant_table), dq);
     }
-    if (sched.optim_table >= 0) {
-      math::make_dynamic_map(true, states_arena().template at<float>(sched.optim_table));
-      math::make_dynamic_map(false, states_arena().template at<float>(sched.optim_table) + 256);
-    }
+    if constexpr (R::optimizer::desc.tables > 0) R::optimizer::fill_table(states_arena().template at<float>(sched.optim_table));
   }
 
   // The engines' shared initial values (trainers::InitialValues).

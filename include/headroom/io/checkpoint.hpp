@@ -1,6 +1,7 @@
 #pragma once
-// Training checkpoints of a host::Trainer that resume bit-identically.
-// Host only; not in the umbrella header.
+// Training checkpoints that resume bit-identically, of host::Trainer and of
+// a one-process cuda::Trainer (which copies its state to host memory and
+// back: checkpoint_image). Not in the umbrella header.
 //
 //   io::save_checkpoint(trainer, "run/ckpt", R"({"loader_position": 1234})");
 //   host::Trainer<Run> resumed(options);                // the same Run and options
@@ -101,7 +102,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "../host/storage.hpp"
 #include "../plan/schedule.hpp"
 #include "durable.hpp"
 #include "safetensors.hpp"
@@ -130,7 +130,7 @@ struct checkpoint_error : format_error {
 struct CheckpointSignature {
   std::string model;      // the model's kind: "Llama", "GPT2", ...
   std::string dtype;      // "f32", "f64"
-  std::string optimizer;  // "AdamW", "AdamW8bit", "SGD"
+  std::string optimizer;  // its name: "AdamW", "AdamW8bit", "SGD", "Lion"
   std::int64_t param_count = 0;
   // One line per parameter, in the schedule's order:
   //   "layers.0.self_attn.q_proj.weight: nf4 block 64 dq, shape (64, 64), master f32, state 8192 B"
@@ -148,18 +148,12 @@ inline std::string storage_name(const QuantDesc& q, std::string_view dense_dtype
   return "?";
 }
 
-// f32, f64, bf16 or f16: how a signature names the dense weights' storage
-template <class T>
-std::string storage_dtype_name() {
-  return std::string(name_of(host::dtype_of_storage<T>));
-}
-
 template <class Trainer>
 CheckpointSignature checkpoint_signature() {
   CheckpointSignature s;
   s.model = std::string(Trainer::plan.nodes[0].kind);
-  s.dtype = storage_dtype_name<typename Trainer::T>();
-  s.optimizer = std::string(name_of(Trainer::config.optim.kind));
+  s.dtype = std::string(name_of(Trainer::config.dtype));  // the dense weights' storage: f32, f64, bf16 or f16
+  s.optimizer = std::string(Trainer::config.optim.name);
   s.param_count = static_cast<std::int64_t>(Trainer::param_count);
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);
@@ -426,21 +420,40 @@ inline std::string read_text(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// Bytes of the model's shared NF4 code tables: the largest any quantized
-// parameter needs (as the planner sizes it).
+// What a checkpoint holds of a trainer, in host memory: where each
+// parameter's stored values (or quantized codes and scales), f32 master
+// copy and optimizer state are, and the model's shared tables. For
+// host::Trainer that is its arenas themselves (ArenaImage). A trainer whose
+// state lives elsewhere gives a copy in host memory instead,
+// `t.checkpoint_image()` (cuda::Trainer: device memory and pinned host
+// memory), and takes it back after a load, `t.restore_checkpoint_image(image)`.
 template <class Trainer>
-constexpr std::int64_t quant_table_bytes() {
-  std::int64_t bytes = 0;
-  for (const ParamSlot& p : Trainer::sched.params)
-    if (p.quant.table_bytes() > bytes) bytes = p.quant.table_bytes();
-  return bytes;
+struct ArenaImage {
+  const Trainer& t;
+  const void* weight(const ParamSlot& p) const { return t.weight(p); }
+  const std::uint8_t* codes(const ParamSlot& p) const { return t.quant(p).codes; }
+  const std::uint8_t* scales(const ParamSlot& p) const { return t.quant(p).scales; }
+  const float* master(const ParamSlot& p) const { return t.states_arena().template at<float>(p.master); }
+  const std::byte* state(const ParamSlot& p) const { return t.state(p); }
+  const std::byte* quant_table() const { return t.arena(Tier::device).template at<std::byte>(Trainer::sched.quant_table); }
+  const std::byte* optim_table() const { return t.states_arena().template at<std::byte>(Trainer::sched.optim_table); }
+};
+template <class Trainer>
+auto image_of(const Trainer& t) {
+  if constexpr (requires { t.checkpoint_image(); }) return t.checkpoint_image();
+  else return ArenaImage<Trainer>{t};
+}
+// After a load into the image: the trainer takes it back (nothing to do for its own arenas).
+template <class Trainer, class Image>
+void restore_image(Trainer& t, const Image& image) {
+  if constexpr (requires { t.restore_checkpoint_image(image); }) t.restore_checkpoint_image(image);
 }
 
 // The tensors of model.safetensors and optimizer.safetensors, pointing into
-// the trainer's arena.
-template <class Trainer>
-std::vector<TensorView> model_tensors(const Trainer& t) {
-  constexpr DType dt = host::dtype_of_storage<typename Trainer::T>;
+// the trainer's image (above).
+template <class Trainer, class Image>
+std::vector<TensorView> model_tensors(const Image& t) {
+  constexpr DType dt = Trainer::config.dtype;
   std::vector<TensorView> v;
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);
@@ -448,12 +461,10 @@ std::vector<TensorView> model_tensors(const Trainer& t) {
     if (p.quant.kind == QuantKind::none) {
       v.push_back(TensorView{path, dt, {p.rows, p.cols}, t.weight(p)});
     } else {
-      const auto q = t.quant(p);
-      v.push_back(TensorView{path, DType::U8, {p.quant.code_bytes(p.elements())}, q.codes});
-      v.push_back(TensorView{path + ".scales", DType::U8, {p.quant.scale_bytes(p.elements())}, q.scales});
+      v.push_back(TensorView{path, DType::U8, {p.quant.code_bytes(p.elements())}, t.codes(p)});
+      v.push_back(TensorView{path + ".scales", DType::U8, {p.quant.scale_bytes(p.elements())}, t.scales(p)});
     }
-    if (p.master >= 0)
-      v.push_back(TensorView{path + ".master", DType::F32, {p.rows, p.cols}, t.states_arena().template at<float>(p.master)});
+    if (p.master >= 0) v.push_back(TensorView{path + ".master", DType::F32, {p.rows, p.cols}, t.master(p)});
   }
   return v;
 }
@@ -461,8 +472,8 @@ std::vector<TensorView> model_tensors(const Trainer& t) {
 // Each trainable parameter's optimizer state over elements(p) of its
 // elements (all of them; or a data-parallel rank's shard, none where it
 // holds none), then the model's shared code tables.
-template <class Trainer, class Elements>
-std::vector<TensorView> optimizer_tensors(const Trainer& t, Elements elements) {
+template <class Trainer, class Image, class Elements>
+std::vector<TensorView> optimizer_tensors(const Image& t, Elements elements) {
   std::vector<TensorView> v;
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);
@@ -470,17 +481,15 @@ std::vector<TensorView> optimizer_tensors(const Trainer& t, Elements elements) {
     if (p.state < 0 || n == 0) continue;
     v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(n)}, t.state(p)});
   }
-  const auto& a = t.arena(Tier::device);
   if (Trainer::sched.quant_table >= 0)
-    v.push_back(TensorView{"__quant_table__", DType::U8, {quant_table_bytes<Trainer>()}, a.template at<std::byte>(Trainer::sched.quant_table)});
+    v.push_back(TensorView{"__quant_table__", DType::U8, {Trainer::sched.quant_table_bytes()}, t.quant_table()});
   if (Trainer::sched.optim_table >= 0)
-    v.push_back(TensorView{"__optim_table__", DType::U8, {Trainer::config.optim.table_bytes()},
-                           t.states_arena().template at<std::byte>(Trainer::sched.optim_table)});
+    v.push_back(TensorView{"__optim_table__", DType::U8, {Trainer::config.optim.table_bytes()}, t.optim_table()});
   return v;
 }
-template <class Trainer>
-std::vector<TensorView> optimizer_tensors(const Trainer& t) {
-  return optimizer_tensors(t, [](const ParamSlot& p) { return p.elements(); });
+template <class Trainer, class Image>
+std::vector<TensorView> optimizer_tensors(const Image& t) {
+  return optimizer_tensors<Trainer>(t, [](const ParamSlot& p) { return p.elements(); });
 }
 
 // A checkpoint never holds a NaN or an infinity in a dense weight or master
@@ -826,7 +835,8 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
   } else {
     const fs::path d = ck::normalized(dir);
     ck::check_replaceable(d);
-    const std::vector<TensorView> model = ck::model_tensors(t);
+    const auto image = ck::image_of(t);
+    const std::vector<TensorView> model = ck::model_tensors<Trainer>(image);
     ck::check_finite(d, model, t.steps_done());
     fs::create_directories(ck::parent_of(d));
     ck::recover(d);
@@ -834,7 +844,7 @@ void save_checkpoint(const Trainer& t, const std::filesystem::path& dir, std::st
     try {
       write_safetensors(staging / ck::model_file, model, {{"format", "headroom-checkpoint"}});
       ck::stage(ck::model_file);
-      write_safetensors(staging / ck::optimizer_file, ck::optimizer_tensors(t), {{"format", "headroom-checkpoint"}});
+      write_safetensors(staging / ck::optimizer_file, ck::optimizer_tensors<Trainer>(image), {{"format", "headroom-checkpoint"}});
       ck::stage(ck::optimizer_file);
       // The two safetensors files are durable already (write_safetensors
       // fsyncs them and the staging directory); trainer.json goes the same way.
@@ -862,11 +872,13 @@ std::string load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
     ck::check_files(o, {ck::model_file, ck::optimizer_file});
     // every tensor present with its dtype and shape, then restored
     const SafetensorsFile model(o.dir / ck::model_file), optim(o.dir / ck::optimizer_file);
-    const std::vector<TensorView> mv = ck::model_tensors(t), ov = ck::optimizer_tensors(t);
+    const auto image = ck::image_of(t);
+    const std::vector<TensorView> mv = ck::model_tensors<Trainer>(image), ov = ck::optimizer_tensors<Trainer>(image);
     ck::expect_exactly(model, mv);
     ck::expect_exactly(optim, ov);
     ck::read_all(model, mv);
     ck::read_all(optim, ov);
+    ck::restore_image(t, image);
     t.set_steps_done(static_cast<int>(o.steps));
     ck::restore_loss_scale(o, t);
     return ck::extra_of(o);

@@ -60,7 +60,6 @@
 #include <vector>
 
 #include "../host/communicator.hpp"
-#include "../host/storage.hpp"
 #include "checkpoint.hpp"
 
 namespace headroom::io::detail::checkpoint {
@@ -118,37 +117,36 @@ std::pair<std::int64_t, std::int64_t> byte_shard(const Trainer& t, std::int64_t 
   return {begin, std::clamp<std::int64_t>(bytes - begin, 0, block)};
 }
 
-template <class Trainer>
-std::vector<TensorView> rank_model_tensors(const Trainer& t) {
+template <class Trainer, class Image>
+std::vector<TensorView> rank_model_tensors(const Trainer& t, const Image& image) {
   if constexpr (!Trainer::config.sharded(3)) {
-    return t.rank() == 0 ? model_tensors(t) : std::vector<TensorView>{};
+    return t.rank() == 0 ? model_tensors<Trainer>(image) : std::vector<TensorView>{};
   } else {
-    constexpr DType dt = host::dtype_of_storage<typename Trainer::T>;
+    constexpr DType dt = Trainer::config.dtype;
     std::vector<TensorView> v;
     for (std::size_t k = 0; k < Trainer::param_count; ++k) {
       const ParamSlot& p = Trainer::param(k);
       const std::string path = Trainer::path_of(p);
       if (p.quant.kind == QuantKind::none) {
         const auto s = t.shard_of(p);
-        if (s.count > 0) v.push_back(TensorView{path, dt, {s.count}, t.weight(p)});
+        if (s.count > 0) v.push_back(TensorView{path, dt, {s.count}, image.weight(p)});
       } else {
-        const auto& a = t.params_arena();
         const auto codes = byte_shard(t, p.quant.code_bytes(p.elements()));
         const auto scales = byte_shard(t, p.quant.scale_bytes(p.elements()));
-        if (codes.second > 0) v.push_back(TensorView{path, DType::U8, {codes.second}, a.template at<std::uint8_t>(p.weight)});
-        if (scales.second > 0)
-          v.push_back(TensorView{path + ".scales", DType::U8, {scales.second}, a.template at<std::uint8_t>(p.scales)});
+        if (codes.second > 0) v.push_back(TensorView{path, DType::U8, {codes.second}, image.codes(p)});
+        if (scales.second > 0) v.push_back(TensorView{path + ".scales", DType::U8, {scales.second}, image.scales(p)});
       }
     }
     return v;
   }
 }
 
-template <class Trainer>
-std::vector<TensorView> rank_optimizer_tensors(const Trainer& t) {
-  if constexpr (Trainer::config.sharded(1)) return optimizer_tensors(t, [&t](const ParamSlot& p) { return t.shard_of(p).count; });
-  else if (t.rank() == 0) return optimizer_tensors(t);
-  else return optimizer_tensors(t, [](const ParamSlot&) { return std::int64_t{0}; });  // the tables alone
+template <class Trainer, class Image>
+std::vector<TensorView> rank_optimizer_tensors(const Trainer& t, const Image& image) {
+  if constexpr (Trainer::config.sharded(1))
+    return optimizer_tensors<Trainer>(image, [&t](const ParamSlot& p) { return t.shard_of(p).count; });
+  else if (t.rank() == 0) return optimizer_tensors<Trainer>(image);
+  else return optimizer_tensors<Trainer>(image, [](const ParamSlot&) { return std::int64_t{0}; });  // the tables alone
 }
 
 template <class Trainer>
@@ -162,11 +160,12 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
   std::exception_ptr error;
 
   // 1. every rank: the target may be replaced, and its weights are finite
+  const auto image = image_of(t);
   std::vector<TensorView> model, optim;
   try {
     check_replaceable(d);
-    model = rank_model_tensors(t);
-    optim = rank_optimizer_tensors(t);
+    model = rank_model_tensors(t, image);
+    optim = rank_optimizer_tensors(t, image);
     check_finite(d, model, t.steps_done());
   } catch (...) {
     error = std::current_exception();
@@ -286,13 +285,14 @@ std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
 
   // 1. every rank checks everything it will read
   Opened o;
+  const auto image = image_of(t);
   std::vector<TensorView> model, optim;
   try {
     o = open_checkpoint<Trainer>(dir);
     check_files(o, reads);
     // what this rank restores, from which file
-    model = !Trainer::config.sharded(3) ? model_tensors(t) : rank_model_tensors(t);
-    optim = !Trainer::config.sharded(1) ? optimizer_tensors(t) : rank_optimizer_tensors(t);
+    model = !Trainer::config.sharded(3) ? model_tensors<Trainer>(image) : rank_model_tensors(t, image);
+    optim = !Trainer::config.sharded(1) ? optimizer_tensors<Trainer>(image) : rank_optimizer_tensors(t, image);
     const SafetensorsFile mf(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : first));
     const SafetensorsFile of(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : first));
     expect_exactly(mf, model);
@@ -305,6 +305,7 @@ std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
   // 2. every rank restores its part
   read_all(SafetensorsFile(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : first)), model);
   read_all(SafetensorsFile(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : first)), optim);
+  restore_image(t, image);
   t.set_steps_done(static_cast<int>(o.steps));
   restore_loss_scale(o, t);
   return extra_of(o);

@@ -13,6 +13,9 @@
 //     moments, and the moments requantized with their new absmax.
 //     bitsandbytes uses the signed map for m and the unsigned map for v; the
 //     caller passes both maps (they may be the same signed table).
+//   Lion (Chen et al. 2023, arXiv:2302.06675, with decoupled weight decay):
+//     c <- b1 m + (1 - b1) g ;  p <- p * (1 - lr * wd) - lr * sign(c)
+//     m <- b2 m + (1 - b2) g                      (m starts at 0)
 #include <cmath>
 #include <cstdint>
 
@@ -66,6 +69,12 @@ HEADROOM_HOST_DEVICE inline void adamw_update(T& p, T& m, T& v, T g, const AdamW
   p = adamw_param(p, m, v, s);
 }
 
+// The per-step constants of SGD with momentum.
+template <class T>
+struct SgdStep {
+  T lr, momentum, weight_decay;
+};
+
 // One SGD-with-momentum element; momentum 0 needs no buffer (buf may be null).
 template <class T>
 HEADROOM_HOST_DEVICE inline void sgd_update(T& p, T* buf, T g, T lr, T momentum, T weight_decay) {
@@ -75,6 +84,21 @@ HEADROOM_HOST_DEVICE inline void sgd_update(T& p, T* buf, T g, T lr, T momentum,
     g = *buf;
   }
   p -= lr * g;
+}
+
+// The per-step constants of Lion.
+template <class T>
+struct LionStep {
+  T lr, beta1, beta2, weight_decay;
+};
+
+// One Lion element.
+template <class T>
+HEADROOM_HOST_DEVICE inline void lion_update(T& p, T& m, T g, const LionStep<T>& s) {
+  const T c = s.beta1 * m + (T(1) - s.beta1) * g;
+  p *= T(1) - s.lr * s.weight_decay;
+  p -= c > T(0) ? s.lr : c < T(0) ? -s.lr : T(0);
+  m = s.beta2 * m + (T(1) - s.beta2) * g;
 }
 
 inline constexpr int adam8bit_block = 256;

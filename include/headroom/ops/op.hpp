@@ -40,15 +40,12 @@
 #include <concepts>
 #include <string_view>
 
+#include "../core/config.hpp"
 #include "../plan/graph.hpp"
 #include "epilogue.hpp"
 #include "operands.hpp"
 
-// Where the CUDA kernels of ops are compiled: nvcc, or the CPU emulator the
-// tests run them on.
-#if defined(__CUDACC__) || defined(HEADROOM_CUDA_EMULATOR)
-#define HEADROOM_CUDA_KERNELS 1
-#endif
+// HEADROOM_CUDA_KERNELS (core/config.hpp): where the CUDA kernels of ops are compiled.
 
 namespace headroom::ops {
 

@@ -22,7 +22,7 @@
 #include "../core/dtype.hpp"
 #include "../core/param_init.hpp"
 #include "../core/quant_format.hpp"
-#include "../optim/optimizer.hpp"
+#include "../core/optim_state.hpp"
 #include "../ops/operands.hpp"
 #include "roles.hpp"
 #include "tensor_split.hpp"

@@ -298,8 +298,8 @@ void print(std::ostream& os, const P& p) {
   // f32 master weights: a 16-bit run's, or an offloaded optimizer's planned for the CUDA engine (graph.hpp make_param)
   const bool master = is_half(c.dtype) || (c.offload_optimizer && c.cuda());
   os << "               dtype " << name_of(c.dtype) << (master ? " (f32 master weights)" : "") << ", optimizer "
-     << name_of(c.optim.kind) << " (" << c.optim.states << " state" << (c.optim.states == 1 ? "" : "s")
-     << (c.optim.blockwise8 ? ", 8-bit block-wise" : (c.optim.states > 0 ? ", f32" : "")) << ")"
+     << c.optim.name << " (" << c.optim.states << " state" << (c.optim.states == 1 ? "" : "s")
+     << (c.optim.states > 0 ? ", " : "") << c.optim.storage << ")"
      << (c.update_in_backward ? ", update in backward" : "")
      << (!c.offload_optimizer ? ""
          : master ? ", optimizer offloaded (its state, the master weights and the gradients in the offload tier)"
@@ -693,7 +693,7 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
   if (heading.empty()) {
     heading = std::string(p.nodes.empty() ? std::string_view("model") : p.nodes[0].kind);
     heading += ": batch " + std::to_string(c.batch) + " x seq " + std::to_string(c.seq);
-    heading += ", " + std::string(name_of(c.dtype)) + ", " + std::string(name_of(c.optim.kind));
+    heading += ", " + std::string(name_of(c.dtype)) + ", " + std::string(c.optim.name);
   }
   s << R"(<text x=")" << num(X0) << R"(" y="28" font-size="18" font-weight="bold">)" << rp::xml_escape(heading) << "</text>\n";
   std::ostringstream sub;

@@ -142,11 +142,18 @@ struct Schedule {
   Slot reductions{};              // CUDA: gradient-norm partials and the update's control block
   Slot staging{};                 // CUDA: pinned host staging of the step (offload tier)
   std::int64_t quant_table = -1;  // NF4 code values (+ the dynamic map for double quantization)
-  std::int64_t optim_table = -1;  // AdamW8bit's two dynamic maps
+  std::int64_t optim_table = -1;  // the optimizer's tables (AdamW8bit's two dynamic maps)
   int loss_step = -1, update_step = -1;
   int backward_step = -1;  // the first backward step: a micro-batch's forward is [1, backward_step)
 
   constexpr std::int64_t arena_bytes(Tier t = Tier::device) const { return peak[static_cast<int>(t)]; }
+  // Bytes of the shared NF4 code tables in use: the most any quantized parameter needs.
+  constexpr std::int64_t quant_table_bytes() const {
+    std::int64_t bytes = 0;
+    for (const ParamSlot& p : params)
+      if (p.quant.table_bytes() > bytes) bytes = p.quant.table_bytes();
+    return bytes;
+  }
 };
 
 namespace detail {
@@ -457,7 +464,8 @@ struct Fnv {
     }
   }
   constexpr void mix_config(const RunConfig& c) {
-    for (std::int64_t v : {c.batch, c.seq, std::int64_t(c.dtype), std::int64_t(c.optim.kind), std::int64_t(c.accumulate),
+    for (char ch : c.optim.name) mix(ch);
+    for (std::int64_t v : {c.batch, c.seq, std::int64_t(c.dtype), c.optim.state_bytes(256), std::int64_t(c.accumulate),
                            std::int64_t(c.update_in_backward), std::int64_t(c.workers), c.loss_chunk, std::int64_t(c.engine),
                            std::int64_t(c.dp), std::int64_t(c.zero), std::int64_t(c.tp), std::int64_t(c.pp), std::int64_t(c.stage),
                            std::int64_t(c.offload_optimizer), std::int64_t(c.offload_params)})

@@ -33,7 +33,7 @@ TEST_CASE("launchers: a refused launch throws cuda_error naming the kernel and i
     const cuda::ParamRef p{reinterpret_cast<void*>(std::uintptr_t{256}), nullptr, reinterpret_cast<const void*>(std::uintptr_t{256}),
                            reinterpret_cast<std::byte*>(std::uintptr_t{256}), std::int64_t{1} << 43};
     const auto* control = reinterpret_cast<const cuda::UpdateControl*>(std::uintptr_t{256});
-    CHECK_THROWS_WITH(cuda::adamw_update<float>(std::vector<cuda::ParamRef>{p}, control, false, nullptr),
+    CHECK_THROWS_WITH(AdamW::update<float>(std::vector<cuda::ParamRef>{p}, control, nullptr, false, nullptr, 0),
                       Catch::Contains("adamw_kernel") && Catch::Contains("grid (0, 1, 1)"));
   }
   CHECK(cudaGetLastError() == cudaSuccess);

@@ -10,6 +10,10 @@
 #include <headroom/cuda/kernels/optimizer.cuh>
 #include <headroom/host/kernels/optimizer.hpp>
 #include <headroom/math/dynamic_map.hpp>
+#include <headroom/optim/adamw.hpp>
+#include <headroom/optim/adamw8bit.hpp>
+#include <headroom/optim/lion.hpp>
+#include <headroom/optim/sgd.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -111,12 +115,31 @@ void host_norm(const std::deque<Param<S>>& params, double clip, double& norm, fl
   scale = clip > 0 && norm > clip ? static_cast<float>(clip / (norm + 1e-6)) : 1.0f;
 }
 
+// A test's clip norm (a quarter of the gradients' norm; 0: no clipping) and
+// the host's clip scale for it.
+template <class S>
+std::pair<double, float> clip_at_quarter(const std::deque<Param<S>>& params, bool clip) {
+  double norm = 0;
+  float scale = 1;
+  host_norm(params, 0.0, norm, scale);
+  const double clip_norm = clip ? norm / 4 : 0.0;
+  host_norm(params, clip_norm, norm, scale);
+  return {clip_norm, scale};
+}
+
 // The control block an update reads, with the step's AdamW hyperparameters.
 cuda::UpdateControl control_for(const math::AdamWStep<float>& st) {
   cuda::UpdateControl c{};
   c.grad_scale = 1.0f;
-  c.adamw = st;
+  c.set_step_constants(st);
   return c;
+}
+
+// Optimizer O's host pass over p (its state in p.state), on one worker.
+template <class O, class S>
+void host_pass(Param<S>& p, const typename O::template Step<float>& st, float scale, const float* table = nullptr) {
+  const StateAt state{reinterpret_cast<std::byte*>(p.state.data()), p.n, 0, &O::desc};
+  host::optimizer_pass<O>(p.p.data(), nullptr, p.g.data(), state, p.n, st, scale, table, 1);
 }
 
 TEMPLATE_TEST_CASE("squared_norm: global norm and clip scale, deterministic", "[optimizer]", float, cuda::bf16) {
@@ -191,11 +214,7 @@ TEMPLATE_TEST_CASE("adamw_update: several parameters, clip scale from squared_no
     INFO("clip = " << clip);
     std::deque<Param<S>> params = make_params<S>(lengths, 20, [](i64 n, std::size_t k) { return adamw_state(n, 30 + k); });
     const std::vector<cuda::ParamRef> list = refs(params);
-    double norm = 0;
-    float scale = 1;
-    host_norm(params, 0.0, norm, scale);
-    const double clip_norm = clip ? norm / 4 : 0.0;
-    host_norm(params, clip_norm, norm, scale);
+    const auto [clip_norm, scale] = clip_at_quarter(params, clip);
 
     Buffer<float> partials(cuda::reduction_slots);
     Buffer<cuda::UpdateControl> control(1);
@@ -204,8 +223,8 @@ TEMPLATE_TEST_CASE("adamw_update: several parameters, clip scale from squared_no
       const math::AdamWStep<float> st = math::adamw_step(hyper, step);
       control.upload({control_for(st)});
       cuda::squared_norm<S>(list, partials.get(), control.get(), static_cast<float>(clip_norm), nullptr);
-      cuda::adamw_update<S>(list, control.get(), clip, nullptr);
-      for (Param<S>& p : params) host::adamw_pass<float>(p.p.data(), p.g.data(), p.state.data(), p.n, st, scale, 1);
+      AdamW::update<S>(list, control.get(), nullptr, clip, nullptr, 0);
+      for (Param<S>& p : params) host_pass<AdamW>(p, st, scale);
     }
     for (const Param<S>& p : params) {
       INFO("n = " << p.n);
@@ -231,9 +250,9 @@ TEMPLATE_TEST_CASE("adamw_update: a list longer than one launch, no clipping", "
   host_norm(params, 0.0, norm, scale);
   CHECK(worst_ratio({control.download()[0].norm}, {static_cast<float>(norm)}, 0.0, 1e-5) <= 1.0);
 
-  cuda::adamw_update<S>(list, control.get(), false, nullptr);
+  AdamW::update<S>(list, control.get(), nullptr, false, nullptr, 0);
   for (Param<S>& p : params) {
-    host::adamw_pass<float>(p.p.data(), p.g.data(), p.state.data(), p.n, st, 1.0f, 1);
+    host_pass<AdamW>(p, st, 1.0f);
     INFO("n = " << p.n);
     check_weights(p);
     check_state(p);
@@ -243,7 +262,7 @@ TEMPLATE_TEST_CASE("adamw_update: a list longer than one launch, no clipping", "
 // AdamW8bit state [m absmax x blocks][v absmax x blocks][m codes x n][v codes x n]
 // (in floats: the bytes rounded up), quantized from earlier moments.
 std::vector<float> adamw8bit_state(i64 n, std::uint32_t seed, const float* maps) {
-  const i64 blocks = host::adam8bit_blocks(n);
+  const i64 blocks = ceil_div(n, math::adam8bit_block);
   std::vector<float> s((8 * blocks + 2 * n + 3) / 4, 0.0f);
   std::vector<float> m = cuda_test::pattern(n, seed, 0.05f), v = cuda_test::pattern(n, seed + 1, 0.05f);
   for (float& x : v) x = x * x;
@@ -278,17 +297,15 @@ TEMPLATE_TEST_CASE("adamw8bit_update: codes and absmaxes as math::adamw8bit_upda
     const float device_scale = clip ? c.grad_scale : 1.0f;
     for (int step = 5; step <= 6; ++step) {
       const math::AdamWStep<float> st = math::adamw_step(hyper, step);
-      c.adamw = st;
+      c.set_step_constants(st);
       control.upload({c});
-      cuda::adamw8bit_update<S>(list, device_maps.get(), control.get(), clip, nullptr);
-      for (Param<S>& p : params)
-        host::adamw8bit_pass<float>(p.p.data(), p.g.data(), reinterpret_cast<std::uint8_t*>(p.state.data()), p.n, maps.data(), st,
-                                    device_scale, 1);
+      AdamW8bit::update<S>(list, control.get(), device_maps.get(), clip, nullptr, 0);
+      for (Param<S>& p : params) host_pass<AdamW8bit>(p, st, device_scale, maps.data());
     }
     for (const Param<S>& p : params) {
       INFO("n = " << p.n);
       const std::vector<float> got = p.device_state.download();
-      const i64 blocks = host::adam8bit_blocks(p.n);
+      const i64 blocks = ceil_div(p.n, math::adam8bit_block);
       const auto* got_codes = reinterpret_cast<const std::uint8_t*>(got.data() + 2 * blocks);
       const auto* want_codes = reinterpret_cast<const std::uint8_t*>(p.state.data() + 2 * blocks);
 #if defined(__CUDACC__)
@@ -324,22 +341,54 @@ TEMPLATE_TEST_CASE("sgd_update: with and without momentum", "[optimizer]", float
     });
     const std::vector<cuda::ParamRef> list = refs(params);
     const float lr = 0.05f, weight_decay = 0.01f;
+    const math::SgdStep<float> st{lr, momentum, weight_decay};
     cuda::UpdateControl c{};
     c.grad_scale = 1.0f;
-    c.sgd.lr = lr;
-    c.sgd.momentum = momentum;
-    c.sgd.weight_decay = weight_decay;
+    c.set_step_constants(st);
     Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
-    for (int step = 0; step < 2; ++step) {
-      cuda::sgd_update<S>(list, control.get(), false, nullptr);
-      for (Param<S>& p : params)
-        host::sgd_pass<float>(p.p.data(), p.g.data(), p.state.empty() ? nullptr : p.state.data(), p.n, lr, momentum,
-                              weight_decay, 1.0f, 1);
+    // the types differ in their state only (a momentum buffer, or none); the step carries the momentum
+    auto step = [&]<class O>() {
+      O::template update<S>(list, control.get(), nullptr, false, nullptr, 0);
+      for (Param<S>& p : params) host_pass<O>(p, st, 1.0f);
+    };
+    for (int k = 0; k < 2; ++k) {
+      if (momentum != 0.0f) step.template operator()<SGD<Ratio<9, 10>, Ratio<1, 100>>>();
+      else step.template operator()<SGD<Ratio<0>, Ratio<1, 100>>>();
     }
     for (const Param<S>& p : params) {
       INFO("n = " << p.n);
       check_weights(p);
       if (momentum != 0.0f) check_state(p);
+    }
+  }
+}
+
+// Lion, the optimizer written as one header (optim/lion.hpp): its kernel
+// against its host pass, two steps, clipped and not, with weight decay.
+TEMPLATE_TEST_CASE("Lion: the kernel as the host pass, clipped and not", "[optimizer]", float, cuda::bf16) {
+  using S = TestType;
+  using O = LionWith<Ratio<9, 10>, Ratio<99, 100>, Ratio<1, 10>>;
+  for (const bool clip : {false, true}) {
+    INFO("clip = " << clip);
+    std::deque<Param<S>> params = make_params<S>(lengths, 110, [](i64 n, std::size_t k) { return cuda_test::pattern(n, 120 + k, 0.05f); });
+    const std::vector<cuda::ParamRef> list = refs(params);
+    const auto [clip_norm, scale] = clip_at_quarter(params, clip);
+    Buffer<float> partials(cuda::reduction_slots);
+    Buffer<cuda::UpdateControl> control(1);
+    for (int step = 1; step <= 2; ++step) {
+      const math::LionStep<float> st = O::step<float>(1e-3, step);
+      cuda::UpdateControl c{};
+      c.grad_scale = 1.0f;
+      c.set_step_constants(st);
+      control.upload({c});
+      cuda::squared_norm<S>(list, partials.get(), control.get(), static_cast<float>(clip_norm), nullptr);
+      O::update<S>(list, control.get(), nullptr, clip, nullptr, 0);
+      for (Param<S>& p : params) host_pass<O>(p, st, scale);
+    }
+    for (const Param<S>& p : params) {
+      INFO("n = " << p.n);
+      check_weights(p);
+      check_state(p);
     }
   }
 }
@@ -359,7 +408,6 @@ TEMPLATE_TEST_CASE("finish_loss: the step's loss, and a non-finite loss skips ev
     std::deque<Param<S>> params = make_params<S>(lengths, 80, [](i64 n, std::size_t k) { return adamw_state(n, 90 + k); });
     const std::vector<cuda::ParamRef> list = refs(params);
     cuda::UpdateControl c = control_for(math::adamw_step(math::AdamWHyper<float>{}, 1));
-    c.sgd.lr = 0.1f;
     cuda_test::Buffer<cuda::UpdateControl> control(std::vector<cuda::UpdateControl>{c});
     cuda_test::Buffer<float> loss(std::vector<float>{summed});
     cuda::finish_loss(loss.get(), 0.25f, control.get(), nullptr);
@@ -368,8 +416,7 @@ TEMPLATE_TEST_CASE("finish_loss: the step's loss, and a non-finite loss skips ev
     const bool finite = std::isfinite(summed);
     CHECK((got.skip != 0.0f) == !finite);
     if (finite) CHECK(got.loss == 6.0f);
-    cuda::adamw_update<S>(list, control.get(), false, nullptr);
-    cuda::sgd_update<S>(list, control.get(), false, nullptr);
+    AdamW::update<S>(list, control.get(), nullptr, false, nullptr, 0);
     for (const Param<S>& p : params) {  // p.p: the initial weights (the host side did not step)
       if (finite) CHECK(p.got_master() != p.p);
       else CHECK(p.got_master() == p.p);

@@ -1,20 +1,19 @@
 #pragma once
 // The CUDA engine's optimizer step, the counterpart of host/kernels/optimizer.hpp:
-// the global gradient norm with its clip scale, and AdamW, AdamW8bit and SGD,
-// each one multi-tensor pass over a list of parameters (separate buffers of
-// one arena) per call. Element math: math/optim.hpp, in f32.
+// the global gradient norm with its clip scale, the finiteness check, and
+// the machinery an optimizer's kernel is written with (optim/adamw.hpp,
+// optim/lion.hpp, ...): one multi-tensor pass over a list of parameters
+// (separate buffers of one arena) per call. Element math: math/optim.hpp,
+// in f32.
 //
 // A parameter is a ParamRef: its weight and gradient in the storage type S,
 // its f32 master weights (null when S = float: the weight is then its own
 // master, or when the run keeps no master copy: the weight is updated through
-// f32), and its optimizer state (layouts as on the host):
-//   AdamW      [m f32 x n][v f32 x n]
-//   AdamW8bit  [m absmax f32 x blocks][v absmax f32 x blocks][m codes u8 x n][v codes u8 x n], blocks of 256
-//   SGD        [momentum buffer f32 x n] (null without momentum)
-// The launchers pack up to 72 parameters into a TensorList passed by value
-// as a kernel parameter (under 4 KB, safe with any driver); a block finds its
-// parameter by binary search over the entries' first chunk. Longer lists take
-// several launches.
+// f32), and its optimizer state, laid out as the optimizer's desc says
+// (state_offset, core/optim_state.hpp). The launchers pack up to 72
+// parameters into a TensorList passed by value as a kernel parameter (under
+// 4 KB, safe with any driver); a block finds its parameter by binary search
+// over the entries' first chunk. Longer lists take several launches.
 //
 // Non-finite values never enter the weights or the optimizer state: every
 // parameter of a list has a position (its index in the step's update order),
@@ -26,6 +25,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -58,19 +58,15 @@ static_assert(reduction_slots == CudaWorkspace::reduction_slots, "optimizer.cuh:
 // first update position whose gradient is not finite (see above).
 // It lives in the plan's reductions buffer, after the partial sums.
 inline constexpr std::int32_t no_bad_gradient = 0x7fffffff;
-struct SgdControl {
-  float lr, momentum, weight_decay;
-};
+inline constexpr int optimizer_step_bytes = 28;  // an optimizer's Step<float>: up to 7 floats (AdamW's)
 struct UpdateControl {
   float grad_scale;              // the update's gradient factor: the clip scale / the loss scale
   float norm;                    // global gradient norm before clipping (of the unscaled gradients)
   float loss;                    // mean loss of the step, summed over its micro-batches
   float skip;                    // nonzero: a loss was not finite; no update runs
   std::int32_t first_bad = no_bad_gradient;  // updates at this position and later do not run (no_bad_gradient: none)
-  union {
-    math::AdamWStep<float> adamw;  // AdamW / AdamW8bit: lr, betas, eps, weight decay, bias corrections
-    SgdControl sgd;                // SGD: lr, momentum, weight decay
-  };
+  // the optimizer's constants of this step (its Step<float>: lr, betas, bias corrections, ...)
+  alignas(float) unsigned char optimizer_step[optimizer_step_bytes] = {};
   std::int32_t step = 0;         // the step in progress (dropout masks: kernels/dropout.cuh); 0: evaluation
   float loss_scale = 1.0f;       // the loss's gradient is multiplied by it (train/loss_scaling.hpp); 1: off
   // LLM.int8 (kernels/llm_int8.cuh): the step's first projection whose input
@@ -78,6 +74,17 @@ struct UpdateControl {
   // columns it found (0: none) and its schedule step.
   std::int32_t outliers_found = 0;
   std::int32_t outlier_step = -1;
+
+  template <class Step>
+  HEADROOM_HOST_DEVICE const Step& step_constants() const {
+    static_assert(sizeof(Step) <= optimizer_step_bytes, "UpdateControl: an optimizer's Step<float> fits optimizer_step");
+    return *reinterpret_cast<const Step*>(optimizer_step);
+  }
+  template <class Step>
+  void set_step_constants(const Step& s) {
+    static_assert(sizeof(Step) <= optimizer_step_bytes, "UpdateControl: an optimizer's Step<float> fits optimizer_step");
+    std::memcpy(optimizer_step, &s, sizeof(Step));
+  }
 };
 static_assert(sizeof(UpdateControl) <= CudaWorkspace::control_floats * sizeof(float),
               "optimizer.cuh: UpdateControl must fit the plan's control block");
@@ -343,158 +350,6 @@ float squared_norm_on_host(std::span<const ParamRef> params, std::span<const S* 
   return optimizer_detail::host_block_sum(s);
 }
 
-// ---- AdamW ---------------------------------------------------------------------------------------------------------
-
-// One block per chunk of 2048 elements.
-template <class S>
-__global__ __launch_bounds__(optimizer_threads) void adamw_kernel(const ParamList list, const UpdateControl* __restrict__ control,
-                                                                  bool clip) {
-  const TensorEntry& e = list.find(blockIdx.x);
-  if (optimizer_detail::update_stopped(control, e)) return;
-  const math::AdamWStep<float> step = control->adamw;
-  const float scale = clip ? control->grad_scale : 1.0f;
-  S* weight = static_cast<S*>(e.weight);
-  const S* grad = static_cast<const S*>(e.grad);
-  float* m = reinterpret_cast<float*>(e.state);
-  float* v = m + e.n;
-  const std::int64_t begin = (blockIdx.x - e.first_chunk) * optimizer_chunk;
-  const std::int64_t end = begin + optimizer_chunk < e.n ? begin + optimizer_chunk : e.n;
-  const bool vectorized = packs::all_aligned(weight, e.master, grad, m, v);
-  optimizer_detail::chunk_elements(begin, end, vectorized, [&](std::int64_t i, auto width) {
-    constexpr int K = decltype(width)::value;
-    float p[K], g[K], mi[K], vi[K];
-    if (e.master != nullptr) packs::load(e.master + i, p);
-    else packs::load(weight + i, p);
-    packs::load(grad + i, g);
-    packs::load(m + i, mi);
-    packs::load(v + i, vi);
-#pragma unroll
-    for (int k = 0; k < K; ++k) math::adamw_update(p[k], mi[k], vi[k], g[k] * scale, step);
-    if (e.master != nullptr) packs::store(e.master + i, p);
-    packs::store(weight + i, p);
-    packs::store(m + i, mi);
-    packs::store(v + i, vi);
-  });
-}
-
-// One AdamW step over params (state [m f32 x n][v f32 x n]): the master (or
-// f32 weight) updated in f32, the weight = master rounded to S. The step's
-// hyperparameters are control->adamw; clip: scale the gradients by
-// control->grad_scale (squared_norm's). Nothing happens when control->skip is
-// set; params[i] (position first_position + i) stays as it is when
-// control->first_bad <= its position.
-template <class S>
-void adamw_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream,
-                  int first_position = 0) {
-  optimizer_detail::for_each_list(params, optimizer_chunk, first_position, [&](const ParamList& list, int) {
-    launch(adamw_kernel<S>, "adamw_kernel", dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
-  });
-}
-
-// ---- AdamW8bit -----------------------------------------------------------------------------------------------------
-
-// One block of 256 threads per quantization block of 256 elements (thread i:
-// element i), the per-element math of math::adamw8bit_update_block: the
-// new moments' absmaxes by block_max (a max is exact in any order), then the
-// update and the requantization with dynamic_quantize_value.
-template <class S>
-__global__ __launch_bounds__(math::adam8bit_block) void adamw8bit_kernel(const ParamList list, const float* __restrict__ maps,
-                                                                         const UpdateControl* __restrict__ control, bool clip) {
-  static_assert(math::adam8bit_block == 256 && math::dynamic_map_size == 256,
-                "adamw8bit_kernel: a thread per element and per map entry");
-  const TensorEntry& e = list.find(blockIdx.x);
-  if (optimizer_detail::update_stopped(control, e)) return;  // the whole block: before any barrier
-  const math::AdamWStep<float> step = control->adamw;
-  __shared__ float map_m[math::dynamic_map_size], map_v[math::dynamic_map_size], reduce[warp_size];
-  map_m[threadIdx.x] = maps[threadIdx.x];
-  map_v[threadIdx.x] = maps[math::dynamic_map_size + threadIdx.x];
-  __syncthreads();
-
-  const std::int64_t block = blockIdx.x - e.first_chunk, blocks = ceil_div(e.n, math::adam8bit_block);
-  float* m_absmax = reinterpret_cast<float*>(e.state);
-  float* v_absmax = m_absmax + blocks;
-  std::uint8_t* m_codes = reinterpret_cast<std::uint8_t*>(v_absmax + blocks);
-  std::uint8_t* v_codes = m_codes + e.n;
-  S* weight = static_cast<S*>(e.weight);
-  const std::int64_t i = block * math::adam8bit_block + threadIdx.x;
-  const bool active = i < e.n;
-
-  float m = 0.0f, v = 0.0f, g = 0.0f;
-  if (active) {
-    m = map_m[m_codes[i]] * m_absmax[block];
-    v = map_v[v_codes[i]] * v_absmax[block];
-    g = to_float(static_cast<const S*>(e.grad)[i]) * (clip ? control->grad_scale : 1.0f);
-    math::adam_moments(m, v, g, step);
-  }
-  const float m_amax = block_max<math::adam8bit_block>(m < 0.0f ? -m : m, reduce);
-  const float v_amax = block_max<math::adam8bit_block>(v, reduce);
-  if (active) {
-    const float m_inv = m_amax > 0.0f ? 1.0f / m_amax : 0.0f;
-    const float v_inv = v_amax > 0.0f ? 1.0f / v_amax : 0.0f;
-    const float p = math::adamw_param(e.master != nullptr ? e.master[i] : to_float(weight[i]), m, v, step);
-    if (e.master != nullptr) e.master[i] = p;
-    weight[i] = from_float<S>(p);
-    m_codes[i] = math::dynamic_quantize_value(m * m_inv, map_m);
-    v_codes[i] = math::dynamic_quantize_value(v * v_inv, map_v);
-  }
-  if (threadIdx.x == 0) {
-    m_absmax[block] = m_amax;
-    v_absmax[block] = v_amax;
-  }
-}
-
-// One AdamW8bit step over params. maps: (512) the signed map (for m) then the
-// unsigned map (for v). Produces what math::adamw8bit_update_block produces
-// for each block (bit for bit where the compiler contracts no differently).
-template <class S>
-void adamw8bit_update(std::span<const ParamRef> params, const float* maps, const UpdateControl* control, bool clip,
-                      cudaStream_t stream, int first_position = 0) {
-  optimizer_detail::for_each_list(params, math::adam8bit_block, first_position, [&](const ParamList& list, int) {
-    launch(adamw8bit_kernel<S>, "adamw8bit_kernel", dim3(static_cast<unsigned>(list.chunks)), dim3(math::adam8bit_block), stream, list, maps, control,
-           clip);
-  });
-}
-
-// ---- SGD -----------------------------------------------------------------------------------------------------------
-
-template <class S>
-__global__ __launch_bounds__(optimizer_threads) void sgd_kernel(const ParamList list, const UpdateControl* __restrict__ control,
-                                                                bool clip) {
-  const TensorEntry& e = list.find(blockIdx.x);
-  if (optimizer_detail::update_stopped(control, e)) return;
-  const float lr = control->sgd.lr, momentum = control->sgd.momentum, weight_decay = control->sgd.weight_decay;
-  const float scale = clip ? control->grad_scale : 1.0f;
-  S* weight = static_cast<S*>(e.weight);
-  const S* grad = static_cast<const S*>(e.grad);
-  float* buf = momentum != 0.0f ? reinterpret_cast<float*>(e.state) : nullptr;
-  const std::int64_t begin = (blockIdx.x - e.first_chunk) * optimizer_chunk;
-  const std::int64_t end = begin + optimizer_chunk < e.n ? begin + optimizer_chunk : e.n;
-  const bool vectorized = packs::all_aligned(weight, e.master, grad, buf);
-  optimizer_detail::chunk_elements(begin, end, vectorized, [&](std::int64_t i, auto width) {
-    constexpr int K = decltype(width)::value;
-    float p[K], g[K], b[K];
-    if (e.master != nullptr) packs::load(e.master + i, p);
-    else packs::load(weight + i, p);
-    packs::load(grad + i, g);
-    if (buf != nullptr) packs::load(buf + i, b);
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      math::sgd_update(p[k], buf != nullptr ? &b[k] : nullptr, g[k] * scale, lr, momentum, weight_decay);
-    if (e.master != nullptr) packs::store(e.master + i, p);
-    packs::store(weight + i, p);
-    if (buf != nullptr) packs::store(buf + i, b);
-  });
-}
-
-// One SGD step over params (control->sgd_*): state = the momentum buffer f32
-// (null and unused when momentum == 0).
-template <class S>
-void sgd_update(std::span<const ParamRef> params, const UpdateControl* control, bool clip, cudaStream_t stream,
-                int first_position = 0) {
-  optimizer_detail::for_each_list(params, optimizer_chunk, first_position, [&](const ParamList& list, int) {
-    launch(sgd_kernel<S>, "sgd_kernel", dim3(static_cast<unsigned>(list.chunks)), dim3(optimizer_threads), stream, list, control, clip);
-  });
-}
 
 // ---- finiteness of gradients ---------------------------------------------------------------------------------------
 

@@ -1,24 +1,21 @@
 #pragma once
-// The optimizer pass over one parameter's flat buffer (AdamW, AdamW8bit,
-// SGD), and the gradient's squared norm for clipping and for the finiteness
-// check (a NaN or an infinity anywhere makes it non-finite; first_non_finite
-// then finds where). Element math in math/optim.hpp. `grad_scale` multiplies
-// every gradient (clipping).
+// The host side of an optimizer step: the gradient's squared norm for
+// clipping and for the finiteness check (a NaN or an infinity anywhere
+// makes it non-finite; first_non_finite then finds where), and
+// optimizer_pass, which runs an optimizer type's range update
+// (optim/optimizer.hpp) over one parameter on the workers. The element
+// math is in math/optim.hpp; the built-in optimizers' serial ranges are
+// here (AdamW with its AVX2 loop, AdamW8bit's blocks, SGD). `grad_scale`
+// multiplies every gradient (clipping).
 //
 // A 16-bit parameter (Precision<BF16>) is updated through its f32 master
 // weights: the pass runs on the masters with the gradient widened, and the
-// stored weights become the new masters rounded to bf16 (the *_pass
-// overloads taking `master`).
-//
-// State layouts (OptimDesc::state_bytes):
-//   AdamW      [m f32 x n][v f32 x n]
-//   AdamW8bit  [m absmax f32 x blocks][v absmax f32 x blocks][m codes u8 x n][v codes u8 x n]
-//              blocks of 256; maps: the model's table [signed 256][unsigned 256]
-//   SGD        [momentum buffer f32 x n] (none without momentum)
+// stored weights become the new masters rounded to bf16 (through_masters).
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 #include "../../math/optim.hpp"
+#include "../../core/optim_state.hpp"
 #include "../cpu.hpp"
 #include "../for_this_cpu.hpp"
 #include "../parallel.hpp"
@@ -78,8 +75,9 @@ inline std::int64_t adamw(float* p, const float* g, float* m, float* v, std::int
     const __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, gi));
     const __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
     const __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
-    const __m256 step = _mm256_div_ps(_mm256_div_ps(mi, bc1), _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(vi, bc2)), eps));
-    _mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_mul_ps(lr, step)));
+    // lr * (m / bc1) / (sqrt(v / bc2) + eps), left to right as math::adamw_param
+    const __m256 step = _mm256_div_ps(_mm256_mul_ps(lr, _mm256_div_ps(mi, bc1)), _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(vi, bc2)), eps));
+    _mm256_storeu_ps(p + i, _mm256_sub_ps(pi, step));
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
   }
@@ -106,15 +104,56 @@ void adamw_range(T* p, const T* g, float* m, float* v, std::int64_t begin, std::
   }
 }
 
+// AdamW8bit over n elements from a block boundary, block by block, in f32:
+// each block's absmaxes, codes, and the two maps (signed for m, unsigned
+// for v).
+template <class C>
+void adamw8bit_range(C* p, const C* g, float* m_absmax, float* v_absmax, std::uint8_t* m_codes, std::uint8_t* v_codes,
+                     std::int64_t n, const float* maps, const math::AdamWStep<float>& s, C grad_scale) {
+  for (std::int64_t start = 0, b = 0; start < n; start += math::adam8bit_block, ++b) {
+    const int len = static_cast<int>(start + math::adam8bit_block < n ? math::adam8bit_block : n - start);
+    float pf[math::adam8bit_block], gf[math::adam8bit_block];
+    for (int i = 0; i < len; ++i) {
+      pf[i] = static_cast<float>(p[start + i]);
+      gf[i] = static_cast<float>(g[start + i] * grad_scale);
+    }
+    math::adamw8bit_update_block(pf, gf, len, m_codes + start, v_codes + start, m_absmax + b, v_absmax + b, maps,
+                                 maps + math::dynamic_map_size, s);
+    for (int i = 0; i < len; ++i) p[start + i] = static_cast<C>(pf[i]);
+  }
+}
+
+// SGD with momentum over elements [begin, end) (momentum_buf null: none).
+template <class T>
+void sgd_range(T* p, const T* g, float* momentum_buf, std::int64_t begin, std::int64_t end, const math::SgdStep<T>& s,
+               T grad_scale) {
+  for (std::int64_t i = begin; i < end; ++i) {
+    if (momentum_buf == nullptr) {
+      math::sgd_update(p[i], static_cast<T*>(nullptr), g[i] * grad_scale, s.lr, s.momentum, s.weight_decay);
+    } else {
+      T b = momentum_buf[i];
+      math::sgd_update(p[i], &b, g[i] * grad_scale, s.lr, s.momentum, s.weight_decay);
+      momentum_buf[i] = static_cast<float>(b);
+    }
+  }
+}
+
+// Worker w's share of n elements in whole groups of `align` (the last may be short).
+inline Range aligned_share(std::int64_t n, std::int64_t align, int workers, int w) {
+  const Range r = share(ceil_div(n, align), workers, w);
+  return Range{r.begin * align < n ? r.begin * align : n, r.end * align < n ? r.end * align : n};
+}
+
 // A 16-bit parameter's n elements through their masters: each worker's
-// range, chunk by chunk, gradient widened onto the stack, then
-// serial(master + i, g_chunk, i, count) updates the masters of [i, i +
-// count), which are then stored rounded as the weights.
+// share (whole groups of `align`), chunk by chunk, gradient widened onto
+// the stack, then serial(master + i, g_chunk, i, count) updates the masters
+// of [i, i + count), which are then stored rounded as the weights. (The
+// gradient chunk is read before the weights are stored: w may be g.)
 template <class H, class Serial>
-void through_masters(H* w, float* master, const H* g, std::int64_t n, int workers, Serial&& serial) {
+void through_masters(H* w, float* master, const H* g, std::int64_t n, std::int64_t align, int workers, Serial&& serial) {
   constexpr std::int64_t chunk = 1024;
   team_for_this_cpu(workers, [&](int wk, int c) {
-    const Range r = share(n, c, wk);
+    const Range r = aligned_share(n, align, c, wk);
     float gf[chunk];
     for (std::int64_t i = r.begin; i < r.end; i += chunk) {
       const std::int64_t m = r.end - i < chunk ? r.end - i : chunk;
@@ -126,109 +165,23 @@ void through_masters(H* w, float* master, const H* g, std::int64_t n, int worker
 }
 }  // namespace detail
 
-// m, v: the moments of these n elements (AdamW's state is [m x n][v x n]
-// of the whole parameter; a range of it passes m + i, v + i).
-template <class T>
-void adamw_pass(T* p, const T* g, float* m, float* v, std::int64_t n, const math::AdamWStep<T>& s, T grad_scale, int workers) {
-  team_for_this_cpu(workers, [&](int w, int c) {
-    const Range r = share(n, c, w);
-    detail::adamw_range(p, g, m, v, r.begin, r.end, s, grad_scale);
-  });
-}
-// through the f32 masters (above)
-template <class H>
-  requires half_storage<H>
-void adamw_pass(H* w, float* master, const H* g, float* m, float* v, std::int64_t n, const math::AdamWStep<float>& s,
-                float grad_scale, int workers) {
-  detail::through_masters(w, master, g, n, workers, [&](float* p, const float* gc, std::int64_t i, std::int64_t count) {
-    detail::adamw_range(p, gc, m + i, v + i, 0, count, s, grad_scale);
-  });
-}
-
-template <class T>
-void adamw_pass(T* p, const T* g, float* state, std::int64_t n, const math::AdamWStep<T>& s, T grad_scale, int workers) {
-  adamw_pass(p, g, state, state + n, n, s, grad_scale, workers);
-}
-
-inline std::int64_t adam8bit_blocks(std::int64_t n) { return (n + math::adam8bit_block - 1) / math::adam8bit_block; }
-
-// AdamW8bit's state of an n-element parameter, seen from element `from`
-// (a multiple of the 256-element block): its blocks' absmaxes and its codes.
-struct Adam8bitState {
-  float* m_absmax;
-  float* v_absmax;
-  std::uint8_t* m_codes;
-  std::uint8_t* v_codes;
-  static Adam8bitState of(std::uint8_t* state, std::int64_t n, std::int64_t from = 0) {
-    const std::int64_t blocks = adam8bit_blocks(n), b = from / math::adam8bit_block;
-    float* m_absmax = reinterpret_cast<float*>(state);
-    float* v_absmax = m_absmax + blocks;
-    std::uint8_t* m_codes = reinterpret_cast<std::uint8_t*>(v_absmax + blocks);
-    return Adam8bitState{m_absmax + b, v_absmax + b, m_codes + from, m_codes + n + from};
+// Optimizer O's update of one parameter's n elements on `workers` workers:
+// w its stored values, g its gradients (storage type T), master its f32
+// master weights (a 16-bit T; null otherwise), state where its state lies
+// (from a multiple of O::desc.align), table the model's shared tables.
+template <Optimizer O, class T>
+void optimizer_pass(T* w, float* master, const T* g, const StateAt& state, std::int64_t n,
+                    const typename O::template Step<compute_t<T>>& s, compute_t<T> grad_scale, const float* table, int workers) {
+  if constexpr (half_storage<T>) {
+    detail::through_masters(w, master, g, n, O::desc.align, workers, [&](float* p, const float* gc, std::int64_t i, std::int64_t count) {
+      O::update(p, gc, state.at(i), count, s, grad_scale, table);
+    });
+  } else {
+    team_for_this_cpu(workers, [&](int wk, int c) {
+      const Range r = detail::aligned_share(n, O::desc.align, c, wk);
+      if (r.end > r.begin) O::update(w + r.begin, g + r.begin, state.at(r.begin), r.end - r.begin, s, grad_scale, table);
+    });
   }
-};
-
-// n elements from a block boundary, their state as Adam8bitState::of gives it.
-// (master: a 16-bit parameter's f32 masters, which the blocks update; null otherwise)
-template <class T>
-void adamw8bit_pass(T* p, const T* g, Adam8bitState st, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
-                    compute_t<T> grad_scale, int workers, float* master = nullptr) {
-  parallel_for_this_cpu(adam8bit_blocks(n), workers, [&](std::int64_t b, int) {
-    const std::int64_t start = b * math::adam8bit_block;
-    const int len = static_cast<int>(start + math::adam8bit_block < n ? math::adam8bit_block : n - start);
-    float pf[math::adam8bit_block], gf[math::adam8bit_block];
-    for (int i = 0; i < len; ++i) {
-      pf[i] = master != nullptr ? master[start + i] : static_cast<float>(p[start + i]);
-      gf[i] = static_cast<float>(widen(g[start + i]) * grad_scale);
-    }
-    math::adamw8bit_update_block(pf, gf, len, st.m_codes + start, st.v_codes + start, st.m_absmax + b, st.v_absmax + b, maps,
-                                 maps + 256, s);
-    for (int i = 0; i < len; ++i) {
-      if (master != nullptr) master[start + i] = pf[i];
-      p[start + i] = narrow<T>(pf[i]);
-    }
-  });
-}
-
-// The whole parameter: its state as one buffer (the layout above).
-template <class T>
-void adamw8bit_pass(T* p, const T* g, std::uint8_t* state, std::int64_t n, const float* maps, const math::AdamWStep<float>& s,
-                    compute_t<T> grad_scale, int workers) {
-  adamw8bit_pass(p, g, Adam8bitState::of(state, n), n, maps, s, grad_scale, workers);
-}
-
-namespace detail {
-template <class T>
-void sgd_range(T* p, const T* g, float* momentum_buf, std::int64_t begin, std::int64_t end, T lr, T momentum, T weight_decay,
-               T grad_scale) {
-  for (std::int64_t i = begin; i < end; ++i) {
-    if (momentum_buf == nullptr) {
-      math::sgd_update(p[i], static_cast<T*>(nullptr), g[i] * grad_scale, lr, momentum, weight_decay);
-    } else {
-      T b = momentum_buf[i];
-      math::sgd_update(p[i], &b, g[i] * grad_scale, lr, momentum, weight_decay);
-      momentum_buf[i] = static_cast<float>(b);
-    }
-  }
-}
-}  // namespace detail
-
-template <class T>
-void sgd_pass(T* p, const T* g, float* momentum_buf, std::int64_t n, T lr, T momentum, T weight_decay, T grad_scale, int workers) {
-  team_for_this_cpu(workers, [&](int w, int c) {
-    const Range r = share(n, c, w);
-    detail::sgd_range(p, g, momentum_buf, r.begin, r.end, lr, momentum, weight_decay, grad_scale);
-  });
-}
-// through the f32 masters (above)
-template <class H>
-  requires half_storage<H>
-void sgd_pass(H* w, float* master, const H* g, float* momentum_buf, std::int64_t n, float lr, float momentum,
-              float weight_decay, float grad_scale, int workers) {
-  detail::through_masters(w, master, g, n, workers, [&](float* p, const float* gc, std::int64_t i, std::int64_t count) {
-    detail::sgd_range(p, gc, momentum_buf != nullptr ? momentum_buf + i : nullptr, 0, count, lr, momentum, weight_decay,
-                      grad_scale);
-  });
 }
 
 }  // namespace headroom::host
