@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <headroom/headroom.hpp>
-#include <headroom/train/common.hpp>
+#include <headroom/train/initial_values.hpp>
 
 using namespace headroom;
 using trainers::InitialValues;

@@ -131,6 +131,9 @@
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
 #include "../train/common.hpp"
+#include "../train/driver.hpp"
+#include "../train/gradient_check.hpp"
+#include "../train/initial_values.hpp"
 #include "../train/op_table.hpp"
 #include "../train/with_pipeline_stage.hpp"
 #include "blas.cuh"
@@ -202,12 +205,19 @@ constexpr bool quant_blocks_fit(const Sched& sched) {
 }  // namespace detail
 
 template <TrainingRun R>
-class Trainer {
+class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   static_assert(R::config().stage >= 0,
                 "cuda::Trainer<Run>: a PipelineParallel<S> run trains stage by stage: cuda::Trainer<pipeline_stage<Run, s>> "
                 "(cuda::with_pipeline_stage chooses this process's stage)");
+  using Base = trainers::Driver<Trainer<R>, R, Communicator>;
+  friend Base;
+  using Base::check_batch, Base::evaluating_, Base::groups_, Base::micro_, Base::micro_batch, Base::micro_batches,
+      Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_;
 
  public:
+  static constexpr const char* engine_name = "cuda::Trainer";
+  using Base::lr_at, Base::path_of, Base::rank, Base::shard_of, Base::tensor_rank, Base::tokens_per_micro_batch,
+      Base::tokens_per_step, Base::vocab_size;
   using run = R;
   static constexpr auto plan = headroom::plan<R>();
   static constexpr auto sched = headroom::schedule<R>();
@@ -230,8 +240,6 @@ class Trainer {
                 "ZeRO<3>, where each rank stores, fetches and updates its own shards");
   using S = storage_t<config.dtype>;
   static constexpr bool half = is_half(config.dtype);
-  static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
-  static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
   static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
                 "cuda::Trainer: the schedule and the plan must pack the same arena");
   static_assert(!config.update_in_backward || sched.params.size() <= static_cast<std::size_t>(reduction_slots),
@@ -282,17 +290,10 @@ class Trainer {
 
  private:
   Trainer(TrainOptions o, Communicator* comm)
-      : opt_(o),
-        scaler_(o.loss_scaling, config.dtype),
-        comm_(comm),
+      : Base(o, comm),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload)),
         blas_(sched.gemm_panels.bound() ? device_.at<std::byte>(sched.gemm_panels.offset) : nullptr, sched.gemm_panels.bytes) {
-    if (config.update_in_backward && o.clip_norm > 0)
-      throw std::invalid_argument(
-          "cuda::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
-          "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
-    if (config.update_in_backward && scaler_.enabled()) throw std::invalid_argument(trainers::loss_scaling_in_backward("cuda::Trainer"));
     if (offloaded && o.cuda_graph)
       throw std::invalid_argument(
           "cuda::Trainer: with OffloadOptimizer the update runs on the CPU between the step's device work and the copies of "
@@ -318,34 +319,7 @@ class Trainer {
         fetched_ahead_[static_cast<std::size_t>(g)] = 1;
       }
     }
-    if (comm_ != nullptr) {
-      if constexpr (config.tp == 1 && config.pp == 1)
-        comm_->check_size(config.dp, "data-parallel ranks");
-      else if constexpr (config.pp == 1)
-        comm_->check_size(config.world(), "ranks (" + std::to_string(config.dp) + " data-parallel x " + std::to_string(config.tp) +
-                                              " tensor-parallel)");
-      else
-        comm_->check_size(config.world(), "ranks (" + std::to_string(config.pp) + " pipeline stages x " + std::to_string(config.dp) +
-                                              " data-parallel x " + std::to_string(config.tp) + " tensor-parallel)");
-      if constexpr (config.pp > 1) {
-        // every process: the same run type; each stage's processes: the same schedule (below)
-        comm_->agree(headroom::fingerprint_of_run(config), "the hash of the pipelined run type");
-        const int stage = comm_->rank() / (config.dp * config.tp);
-        if (stage != config.stage)
-          throw std::invalid_argument("cuda::Trainer: " + comm_->who() + " is pipeline stage " + std::to_string(stage) +
-                                      " (process w is stage w / " + std::to_string(config.dp * config.tp) +
-                                      "), but this trainer's run type is stage " + std::to_string(config.stage) +
-                                      "; choose the stage with cuda::with_pipeline_stage");
-      } else {
-        comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
-      }
-      comm_->agree(o.seed, "the seed");
-      if constexpr (config.tp > 1 || config.pp > 1) split_world();
-      if constexpr (config.pp > 1) {  // a stage's processes are its tensor- and data-parallel groups together
-        if (tensor_comm_ != nullptr) tensor_comm_->agree(headroom::fingerprint(sched), "the hash of the stage's schedule");
-        if (comm_ != nullptr) comm_->agree(headroom::fingerprint(sched), "the hash of the stage's schedule");
-      }
-    }
+    if constexpr (config.pp > 1) pipe_ = PipeExchange(groups_.pipe);
     if constexpr (offloaded) prepare_offload();
     collect_params();
     fill_tables();
@@ -378,138 +352,18 @@ class Trainer {
     cudaStreamDestroy(compute_);
   }
 
-  // ---- training -------------------------------------------------------------------------------------
-  // One optimizer step: `accumulate` micro-batches of (batch, seq) token ids
-  // and next-token targets, then the update. The host waits for the device
-  // once, at the end, to read the loss and the gradient norm.
-  StepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
-    check_batch(tokens, targets, tokens_per_step);
-    const int step_no = step_ + 1;
-    stage(tokens, targets, step_no, true);
-    if constexpr (offloaded) return offloaded_step(step_no);
-    if (!opt_.cuda_graph || step_ == 0) {
-      enqueue_step();  // the first step also describes every GEMM (Blas) before a capture
-    } else {
-      if (graph_exec_ == nullptr) capture_step();
-      check(cudaGraphLaunch(graph_exec_, compute_), "cudaGraphLaunch");
-    }
-    const UpdateControl r = results();
-    check_outliers(r);
-    if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);
-    // loss scaling: a non-finite norm (clip_scale_kernel's first_bad = 0) means the update kernels skipped the step
-    const bool overflow = r.first_bad != no_bad_gradient && scaler_.enabled();
-    if (r.first_bad != no_bad_gradient && !overflow) throw_non_finite_gradient(step_no, r);
-    StepStats s;
-    s.step = step_no;
-    s.loss = r.loss;
-    s.lr = lr_at(step_no);
-    s.grad_norm = config.update_in_backward ? 0.0 : r.norm;
-    return finish_step(s, overflow);
-  }
-
-  // Forward and backward of one micro-batch, without the update: the
-  // gradients stay in the arena (read them with download_grad()).
-  double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
-    static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
-    static_assert(config.pp == 1, "forward_backward: a pipeline stage runs its micro-batches with the others; use step()");
-    check_batch(tokens, targets, tokens_per_micro_batch);
-    stage(tokens, targets, step_ + 1);
-    upload_control();
-    if (config.accumulate > 1) zero_grads();
-    micro_batch(0, config.accumulate - 1);  // as the last micro-batch: a data-parallel run averages the gradients
-    mean_over_ranks();
-    if constexpr (offloaded) offload_summed_gradients();  // (not summed: as without OffloadOptimizer)
-    const UpdateControl r = results();
-    if constexpr (offloaded) settle_offload();  // the gradients are in the offload tier (download_grad)
-    check_outliers(r);
-    return r.loss * config.accumulate;
-  }
-
-  // Mean loss of one micro-batch; no gradient, no update. (A pipeline
-  // stage: every stage its forward, the last stage's loss to all.)
-  double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
-    check_batch(tokens, targets, tokens_per_micro_batch);
-    evaluating_ = true;  // no dropout
-    struct Done {
-      bool& flag;
-      ~Done() { flag = false; }
-    } done{evaluating_};
-    stage(tokens, targets, step_ + 1);
-    upload_control();
-    load_batch(0);
-    if constexpr (config.pp > 1) {
-      for (int g = 1; g < sched.backward_step; ++g) {
-        wait_for_copies(g);
-        issue_hoisted(g, sched.backward_step);
-        const Step& st = sched.steps[g];
-        if (st.kind == EventKind::loss) loss_step(st, false);
-        else run_step(g);
-      }
-      pipe_.flush(compute_);
-      for (int g = sched.backward_step; g <= micro_batch_end; ++g) wait_for_copies(g, sched.backward_step);
-      loss_over_stages();
-      mean_over_ranks();
-      return evaluated_loss();
-    } else {
-      for (int g = 1; g < sched.loss_step; ++g) {
-        wait_for_copies(g);
-        issue_hoisted(g, sched.loss_step);
-        run_step(g);
-      }
-      wait_for_copies(sched.loss_step);
-      loss_step(sched.steps[sched.loss_step], false);
-      // the forward's offload copies are joined before the next step reuses
-      // their bytes; only those: the backward's copy events were not recorded
-      // here (after a captured step they were last recorded inside the capture,
-      // where they are graph nodes that cannot be waited for)
-      for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g, sched.loss_step);
-      mean_over_ranks();
-      return evaluated_loss();
-    }
-  }
-
+  // ---- training (step, forward_backward, evaluate: trainers::Driver) -----------------------------------
   // Whether steps replay one captured CUDA graph (TrainOptions::cuda_graph; from the second step).
   bool graph_captured() const { return graph_exec_ != nullptr; }
 
-  double lr_at(int step) const { return trainers::lr_at(opt_, step); }
-
   // ---- the arena ------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
-  int steps_done() const { return step_; }
-  // Loss scaling (train/loss_scaling.hpp): the scaler's state.
-  bool scales_loss() const { return scaler_.enabled(); }
-  const LossScaleState& loss_scale_state() const { return scaler_.state(); }
-  void set_loss_scale_state(const LossScaleState& s) { scaler_.set_state(s); }
-  const TrainOptions& options() const { return opt_; }
   cudaStream_t stream() const { return compute_; }
   const Blas& blas() const { return blas_; }
-  // Data parallelism: this process's rank (0 without a communicator), the
-  // communicator (null without one), and the elements of parameter p this
-  // rank holds of what its ZeRO stage shards: [begin, begin + count) of the
-  // parameter's row-major elements (all of them for what is not sharded).
-  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
-  Communicator* communicator() const { return comm_; }
-  // Tensor parallelism: this process's rank in its tensor-parallel group
-  // (0 without one) and the group (null without one).
-  int tensor_rank() const { return tensor_comm_ != nullptr ? tensor_comm_->rank() : 0; }
-  Communicator* tensor_communicator() const { return tensor_comm_; }
-  // Pipeline parallelism: this process's stage (0 without) and its stages' communicator (null without).
-  static constexpr int stage() { return config.stage; }
-  Communicator* pipe_communicator() const { return pipe_comm_; }
-  struct Shard {
-    std::int64_t begin = 0, count = 0;
-  };
-  Shard shard_of(const ParamSlot& p) const {
-    const trainers::Owned own = trainers::owned(config, p, rank());
-    return Shard{own.begin, own.count};
-  }
+  // (The process's ranks and groups, and shard_of(p): trainers::Driver.)
 
   // ---- parameters -------------------------------------------------------------------------------------
   static constexpr std::size_t param_count = sched.params.size();
-  static constexpr std::int64_t vocab_size() { return trainers::vocab_size(sched); }
-  static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
-  static std::string path_of(const ParamSlot& p) { return trainers::path_of(plan, p); }
-  static const ParamSlot* find(std::string_view path) { return trainers::find_param(plan, sched, path); }
   // A dense parameter's values as f32 (the master copy of a 16-bit run):
   // all of them, or with ZeRO<3> this rank's shard (shard_of(p)).
   std::vector<float> download_weight(const ParamSlot& p) const {
@@ -575,7 +429,7 @@ class Trainer {
     if (static_cast<std::int64_t>(x.size()) != p.elements())
       throw std::invalid_argument("cuda::Trainer::upload_weight: " + path_of(p) + " has " + std::to_string(p.elements()) + " elements");
     // data parallelism: the master copy holds the elements this rank updates, a ZeRO 3 weight its shard
-    const trainers::Owned own = trainers::owned(config, p, rank());
+    const trainers::Owned own = owned(p);
     const std::span<const float> held = config.sharded(3) ? x.subspan(own.begin, own.count) : x;
     if constexpr (offloaded) {
       if (p.master >= 0) {  // in the offload tier (no copy of it reads or writes it between steps)
@@ -664,8 +518,6 @@ class Trainer {
     if (sched.optim_table >= 0) put(sched.optim_table, im.optim_table_, offloaded, "restore the optimizer's tables");
     wait(compute_, "restore a checkpoint");
   }
-  void set_steps_done(int s) { step_ = s; }
-
   // Zeroes every optimizer state and restarts the step count.
   void reset_optimizer() {
     if constexpr (offloaded) {  // in the offload tier
@@ -682,16 +534,8 @@ class Trainer {
   }
 
  private:
-  TrainOptions opt_;
-  LossScaler scaler_;
-  Communicator* comm_ = nullptr;  // data parallelism: the ranks (null for one process)
-  Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
-  Communicator* pipe_comm_ = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (null without)
-  std::unique_ptr<Communicator> data_group_, tensor_group_, pipe_group_;  // split from the world's communicator
+  static constexpr bool tied_stages = trainers::tied_stages<R>;
   mutable PipeExchange pipe_;     // pipeline parallelism: the sends and receives of pipe_recv / pipe_send
-  int micro_ = 0;                 // the micro-batch being enqueued, 0 .. accumulate - 1
-  bool evaluating_ = false;       // in evaluate(): the kernels drop nothing (step 0)
-  int micro_copy_ = 0;            // pipeline parallelism: the copy of the per-micro-batch buffers in use (Slot::stride)
   DeviceArena device_;
   PinnedArena offload_;
   Blas blas_;
@@ -719,40 +563,12 @@ class Trainer {
   };
   Counted counted_, counted_split_, counted_whole_;
   std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
-  int step_ = 0;
   std::array<float, 16 + 256> host_tables_{};  // NF4 codes + the dynamic map, for quantizing on the host
   cudaGraph_t graph_{};
   cudaGraphExec_t graph_exec_{};
 
-  // The world's processes as groups: process w = (stage D + d) M + t is
-  // tensor-parallel rank t of data-parallel rank d of pipeline stage
-  // `stage` (D data-parallel, M tensor-parallel ranks); comm_ becomes the
-  // data-parallel group (null with one data-parallel rank).
-  void split_world() {
-    Communicator& world = *comm_;
-    const int w = world.rank(), t = w % config.tp, d = (w / config.tp) % config.dp, stage = w / (config.tp * config.dp);
-    comm_ = nullptr;
-    if constexpr (config.tp > 1) {
-      tensor_group_ = world.split(w / config.tp, t);
-      tensor_comm_ = tensor_group_.get();
-    }
-    if constexpr (config.dp > 1) {
-      data_group_ = world.split(stage * config.tp + t, d);
-      comm_ = data_group_.get();
-    }
-    if constexpr (config.pp > 1) {
-      pipe_group_ = world.split(d * config.tp + t, stage);
-      pipe_comm_ = pipe_group_.get();
-      pipe_ = PipeExchange(pipe_comm_);
-    }
-    if constexpr (tied_stages && config.pp > 2) shared_group_ = world.split(trainers::tied_stages_color(config, w), stage);
-    if constexpr (tied_stages) shared_comm_ = config.pp > 2 ? shared_group_.get() : pipe_comm_;
-  }
-  static constexpr bool tied_stages = trainers::tied_stages<R>;
-  Communicator* shared_comm_ = nullptr;  // the first and the last stage, with a tied LM head (null without)
-  std::unique_ptr<Communicator> shared_group_;
   // What the host's waits go through: a communicator's bounded wait where there is one.
-  Communicator* waiter() const { return comm_ != nullptr ? comm_ : tensor_comm_ != nullptr ? tensor_comm_ : pipe_comm_; }
+  Communicator* waiter() const { return groups_.data != nullptr ? groups_.data : groups_.tensor != nullptr ? groups_.tensor : groups_.pipe; }
 
   // A buffer of the step (copy micro_copy_ of one kept per micro-batch in flight).
   template <class U = S>
@@ -809,10 +625,6 @@ class Trainer {
     return v;
   }
 
-  static void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::int64_t n) {
-    trainers::check_batch("cuda::Trainer", config, vocab_size(), tokens, targets, n);
-  }
-
   // ---- the step's staging (pinned host memory of the plan's offload tier) ------------------------------
   //   [tokens i32 x accumulate N][targets i32 x accumulate N][UpdateControl in][UpdateControl out]
   std::int32_t* staged_tokens() const { return offload_.at<std::int32_t>(sched.staging.offset); }
@@ -828,7 +640,7 @@ class Trainer {
   // The host's part of a step: the batch and the step's hyperparameters into
   // the pinned staging, from where the (possibly captured) step copies them.
   // `training`: step()'s (its loss is scaled; forward_backward's gradients are true ones).
-  void stage(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no, bool training = false) {
+  void stage_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no, bool training = false) {
     std::memcpy(staged_tokens(), tokens.data(), tokens.size_bytes());
     std::memcpy(staged_targets(), targets.data(), targets.size_bytes());
     UpdateControl c{};
@@ -842,19 +654,6 @@ class Trainer {
   }
   void upload_control() {
     check(cudaMemcpyAsync(control(), staged_control_in(), sizeof(UpdateControl), cudaMemcpyHostToDevice, compute_), "upload control");
-  }
-  // The end of a step: the scaler learns whether it overflowed (then nothing
-  // was updated and the step count stays).
-  StepStats finish_step(StepStats s, bool overflow) {
-    s.loss_scale = step_control_.loss_scale;
-    scaler_.update(overflow);
-    if (overflow) {
-      s.step = step_;
-      s.skipped = true;
-      return s;
-    }
-    step_ = s.step;
-    return s;
   }
   // Waits for the step and reads its results (loss, norm, skip).
   UpdateControl results() {
@@ -899,12 +698,8 @@ class Trainer {
     if constexpr (config.update_in_backward)  // the step's finiteness flags, one per update position
       check(cudaMemsetAsync(reductions(), 0, sched.params.size() * sizeof(float), compute_), "clear gradient flags");
     if (config.accumulate > 1) zero_grads();  // OffloadOptimizer: most start from Step::grad_load
-    if constexpr (config.pp > 1) {
-      pipeline_micro_batches();
-      loss_over_stages();
-    } else {
-      for (int k = 0; k < config.accumulate; ++k) micro_batch(k);
-    }
+    micro_batches();
+    if constexpr (config.pp > 1) loss_over_stages();
     mean_over_ranks();
     if constexpr (offloaded) {
       sum_partial_gradients();
@@ -926,7 +721,7 @@ class Trainer {
           if (p.trainable) {
             const std::int64_t block = p.shard * static_cast<std::int64_t>(sizeof(S));
             std::byte* whole = device_.at<std::byte>(p.weight);
-            comm_->all_gather(whole + rank() * block, whole, block, s);
+            groups_.data->all_gather(whole + rank() * block, whole, block, s);
           }
       });
   }
@@ -946,9 +741,9 @@ class Trainer {
       float* total = reductions() + (reduction_slots - 2);
       sum_of_squares(counted_whole_, total + 1);
       sum_of_squares(counted_split_, total);
-      tensor_comm_->all_reduce_sum(total, 1, DType::F32, compute_);
-      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 2, DType::F32, s); });
-      if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 2, DType::F32, compute_);  // each stage its parameters
+      groups_.tensor->all_reduce_sum(total, 1, DType::F32, compute_);
+      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { groups_.data->all_reduce_sum(total, 2, DType::F32, s); });
+      if constexpr (config.pp > 1) groups_.pipe->all_reduce_sum(total, 2, DType::F32, compute_);  // each stage its parameters
       clip_scale(total, 2, control(), clip, compute_);
     } else if constexpr (!config.sharded(1) && config.pp == 1) {
       if constexpr (offloaded) {
@@ -960,8 +755,8 @@ class Trainer {
     } else {
       float* total = reductions() + (reduction_slots - 1);
       sum_of_squares(counted_, total);
-      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(total, 1, DType::F32, s); });
-      if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(total, 1, DType::F32, compute_);  // each stage its parameters
+      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { groups_.data->all_reduce_sum(total, 1, DType::F32, s); });
+      if constexpr (config.pp > 1) groups_.pipe->all_reduce_sum(total, 1, DType::F32, compute_);  // each stage its parameters
       clip_scale(total, 1, control(), clip, compute_);
     }
   }
@@ -975,9 +770,9 @@ class Trainer {
       if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
       const auto [g, n] = trainers::gradient_to_sum<S>(config, device_, p);
       if constexpr (tied_stages)
-        if (p.stage_shared) shared_comm_->all_reduce_sum(g, n, config.dtype, compute_);
+        if (p.stage_shared) groups_.shared->all_reduce_sum(g, n, config.dtype, compute_);
       if constexpr (config.tp > 1)
-        if (p.tensor_partial) tensor_comm_->all_reduce_sum(g, n, config.dtype, compute_);
+        if (p.tensor_partial) groups_.tensor->all_reduce_sum(g, n, config.dtype, compute_);
     }
   }
 
@@ -1006,58 +801,16 @@ class Trainer {
   // 0 on the others) summed over the stages, so that every stage has it and
   // a loss that is not finite stops the update on every stage.
   void loss_over_stages() {
-    pipe_comm_->all_reduce_sum(&control()->loss, 1, DType::F32, compute_);
+    groups_.pipe->all_reduce_sum(&control()->loss, 1, DType::F32, compute_);
     mean_loss(control(), 1.0f, compute_);
-  }
-
-  // Pipeline parallelism: the step's micro-batches under 1F1B (Narayanan
-  // et al. 2021), as host::Trainer runs them: as many forwards as the
-  // stages after this one (at most K), then a forward and a backward in
-  // turn, then the backwards left. Micro-batch m uses copy m % in_flight of
-  // what its forward keeps for its backward. A send waiting in pipe_ goes
-  // with the next receive, or alone where the next work starts with none.
-  void pipeline_micro_batches() {
-    constexpr int K = config.accumulate, copies = config.in_flight();
-    constexpr int forward_end = sched.backward_step;
-    auto forward_one = [&](int m) {
-      micro_ = m;
-      micro_copy_ = m % copies;
-      if constexpr (config.first_stage()) pipe_.flush(compute_);
-      load_batch(m);
-      for (int g = 1; g < forward_end; ++g) {
-        const Step& st = sched.steps[g];
-        wait_for_copies(g);
-        issue_hoisted(g);
-        if constexpr (offloaded && config.accumulate > 1) load_gradients(st, m);
-        if (st.kind == EventKind::loss) loss_step(st, true);
-        else run_step(g);
-        if constexpr (offloaded) stream_gradients(g);  // a fused loss completes the LM head's
-      }
-    };
-    auto backward_one = [&](int m) {
-      micro_ = m;
-      micro_copy_ = m % copies;
-      if constexpr (config.last_stage()) pipe_.flush(compute_);
-      for (int g = forward_end; g < micro_batch_end; ++g) {
-        wait_for_copies(g);
-        issue_hoisted(g);
-        if constexpr (offloaded && config.accumulate > 1) load_gradients(sched.steps[g], m);
-        run_step(g);
-        if constexpr (offloaded) stream_gradients(g);
-      }
-      wait_for_copies(micro_batch_end);
-    };
-    trainers::one_forward_one_backward(config.pp, config.stage, K, forward_one, backward_one);
-    pipe_.flush(compute_);
-    micro_copy_ = 0;
   }
 
   // Data parallelism: the loss in the control block becomes the mean over
   // the ranks (and a loss not finite on any rank stops the update on all).
   void mean_over_ranks() {
-    if (comm_ == nullptr) return;
-    on_communication_stream([&](cudaStream_t s) { comm_->all_reduce_sum(&control()->loss, 1, DType::F32, s); });
-    mean_loss(control(), 1.0f / static_cast<float>(comm_->size()), compute_);
+    if (groups_.data == nullptr) return;
+    on_communication_stream([&](cudaStream_t s) { groups_.data->all_reduce_sum(&control()->loss, 1, DType::F32, s); });
+    mean_loss(control(), 1.0f / static_cast<float>(groups_.data->size()), compute_);
   }
 
   // Stream s's next work waits for the compute stream's work so far.
@@ -1093,39 +846,122 @@ class Trainer {
     check(cudaGraphInstantiate(&graph_exec_, graph_, 0), "cudaGraphInstantiate");
   }
 
-  // Every event of micro-batch k up to the update (the loss adds its share
-  // to the control block); the kernels see it as micro-batch `as_micro`.
-  void micro_batch(int k, int as_micro = -1) {
-    load_batch(k);
-    micro_ = as_micro >= 0 ? as_micro : k;
-    for (int g = 1; g < micro_batch_end; ++g) {
-      const Step& st = sched.steps[g];
-      wait_for_copies(g);
-      issue_hoisted(g);
-      if constexpr (offloaded && config.accumulate > 1) load_gradients(st, k);
-      if (st.kind == EventKind::loss) {
-        loss_step(st, true);
-        if constexpr (offloaded) {
-          if (offload_updating_ && micro_ == config.accumulate - 1 && updates_in_flight()) stage_loss_flags();
-          stream_gradients(g);
-        }
-        continue;
-      }
-      run_step(g);
-      if constexpr (offloaded) stream_gradients(g);
-      if (config.update_in_backward && st.update_end > st.update_begin) {
-        // gradients an op on the communication lane writes are complete
-        for (int j = 1; j <= g; ++j)
-          if (lane_join[j] >= 0) check(cudaStreamWaitEvent(compute_, copy_done_[j], 0), "cudaStreamWaitEvent");
-        // each parameter's update checks its own gradient: from the first
-        // non-finite one on, no update of this step runs
-        const std::span<const ParamRef> ready(in_backward_.data() + st.update_begin, st.update_end - st.update_begin);
-        check_gradients<S>(ready, control(), reductions(), compute_, st.update_begin);
-        apply_update(ready, false, st.update_begin);
-      }
+  // ---- the step (trainers::Driver calls these) -------------------------------------------------------------
+  // One step, enqueued whole (or replayed as a captured graph); the host waits
+  // once, at the end, to read the loss and the gradient norm. True when a
+  // scaled gradient overflowed (the update kernels skipped the step).
+  bool train(StepStats& s, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    const int step_no = step_ + 1;
+    stage_batch(tokens, targets, step_no, true);
+    if constexpr (offloaded) return offloaded_step(s, step_no);
+    if (!opt_.cuda_graph || step_ == 0) {
+      enqueue_step();  // the first step also describes every GEMM (Blas) before a capture
+    } else {
+      if (graph_exec_ == nullptr) capture_step();
+      check(cudaGraphLaunch(graph_exec_, compute_), "cudaGraphLaunch");
     }
-    wait_for_copies(micro_batch_end);
+    const UpdateControl r = results();
+    check_outliers(r);
+    if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);
+    // loss scaling: a non-finite norm (clip_scale_kernel's first_bad = 0) means the update kernels skipped the step
+    const bool overflow = r.first_bad != no_bad_gradient && scaler_.enabled();
+    if (r.first_bad != no_bad_gradient && !overflow) throw_non_finite_gradient(step_no, r);
+    s.loss = r.loss;
+    s.grad_norm = config.update_in_backward ? 0.0 : r.norm;
+    return overflow;
   }
+  // forward_backward(): one micro-batch, as the step's last (a data-parallel
+  // run averages the gradients); they stay in the arena (download_grad()).
+  double gradients(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    stage_batch(tokens, targets, step_ + 1);
+    upload_control();
+    if (config.accumulate > 1) zero_grads();
+    micro_batch(0, config.accumulate - 1);
+    mean_over_ranks();
+    if constexpr (offloaded) offload_summed_gradients();  // (not summed: as without OffloadOptimizer)
+    const UpdateControl r = results();
+    if constexpr (offloaded) settle_offload();  // the gradients are in the offload tier (download_grad)
+    check_outliers(r);
+    return r.loss * config.accumulate;
+  }
+  // evaluate(): the forward and the loss.
+  double forward_only(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    stage_batch(tokens, targets, step_ + 1);
+    upload_control();
+    load_batch(0);
+    if constexpr (config.pp > 1) {
+      for (int g = 1; g < sched.backward_step; ++g) {
+        wait_for_copies(g);
+        issue_hoisted(g, sched.backward_step);
+        const Step& st = sched.steps[g];
+        if (st.kind == EventKind::loss) loss_step(st, false);
+        else run_step(g);
+      }
+      pipe_.flush(compute_);
+      for (int g = sched.backward_step; g <= micro_batch_end; ++g) wait_for_copies(g, sched.backward_step);
+      loss_over_stages();
+      mean_over_ranks();
+      return evaluated_loss();
+    } else {
+      for (int g = 1; g < sched.loss_step; ++g) {
+        wait_for_copies(g);
+        issue_hoisted(g, sched.loss_step);
+        run_step(g);
+      }
+      wait_for_copies(sched.loss_step);
+      loss_step(sched.steps[sched.loss_step], false);
+      // the forward's offload copies are joined before the next step reuses
+      // their bytes; only those: the backward's copy events were not recorded
+      // here (after a captured step they were last recorded inside the capture,
+      // where they are graph nodes that cannot be waited for)
+      for (int g = sched.loss_step + 1; g <= micro_batch_end; ++g) wait_for_copies(g, sched.loss_step);
+      mean_over_ranks();
+      return evaluated_loss();
+    }
+  }
+
+  int batch_ = 0;  // the micro-batch of the step's tokens in progress (Accumulate<K>: gradients start from zero in 0)
+  void begin_forward(int batch) {
+    batch_ = batch;
+    if constexpr (config.pp > 1 && config.first_stage()) pipe_.flush(compute_);  // a send waiting in pipe_ goes alone
+    load_batch(batch);
+  }
+  void begin_backward() {
+    batch_ = micro_;
+    if constexpr (config.pp > 1 && config.last_stage()) pipe_.flush(compute_);
+  }
+  void before_event(int g) {
+    wait_for_copies(g);
+    issue_hoisted(g);
+    if constexpr (offloaded && config.accumulate > 1) load_gradients(sched.steps[g], batch_);
+  }
+  // (The loss adds its share to the control block.)
+  void event(int g) {
+    const Step& st = sched.steps[g];
+    if (st.kind != EventKind::loss) {
+      run_step(g);
+      return;
+    }
+    loss_step(st, true);
+    if constexpr (offloaded)
+      if (offload_updating_ && micro_ == config.accumulate - 1 && updates_in_flight()) stage_loss_flags();
+  }
+  void after_event(int g) {
+    const Step& st = sched.steps[g];
+    if constexpr (offloaded) stream_gradients(g);  // a fused loss completes the LM head's
+    if (config.update_in_backward && st.kind != EventKind::loss && st.update_end > st.update_begin) {
+      // gradients an op on the communication lane writes are complete
+      for (int j = 1; j <= g; ++j)
+        if (lane_join[j] >= 0) check(cudaStreamWaitEvent(compute_, copy_done_[j], 0), "cudaStreamWaitEvent");
+      // each parameter's update checks its own gradient: from the first
+      // non-finite one on, no update of this step runs
+      const std::span<const ParamRef> ready(in_backward_.data() + st.update_begin, st.update_end - st.update_begin);
+      check_gradients<S>(ready, control(), reductions(), compute_, st.update_begin);
+      apply_update(ready, false, st.update_begin);
+    }
+  }
+  void end_backward() { wait_for_copies(micro_batch_end); }
+  void end_pipeline() { pipe_.flush(compute_); }
 
   // ZeRO 3's prefetch: the gathers the schedule lets start before step h
   // (Step::issue_before); OffloadParameters: the fetches issued before step h
@@ -1305,9 +1141,9 @@ class Trainer {
     k.cublas = const_cast<Blas*>(&blas_);
     k.control_block = control();
     k.loss_sum = ptr<float>(sched.loss);
-    k.comm = comm_;
-    k.tensor_comm = tensor_comm_;
-    k.pipe = pipe_comm_ != nullptr ? &pipe_ : nullptr;
+    k.comm = groups_.data;
+    k.tensor_comm = groups_.tensor;
+    k.pipe = groups_.pipe != nullptr ? &pipe_ : nullptr;
     k.schedule_step = static_cast<int>(&st - sched.steps.data());
     k.micro = micro_;
     k.seed = opt_.seed;
@@ -1465,26 +1301,18 @@ class Trainer {
   // nothing: the next step's fetches bring them. A parameter's last fetch
   // in a step precedes the copy of its gradient on the copy stream, so the
   // update thread never writes values a pending fetch still reads.
-  struct OffloadCheck {
-    int first = -1;                // sched.params index of the parameter the error names; -1: none failed
-    std::int64_t element = -1;     // its first NaN or infinite element; -1: all finite, the squares overflow f32
-    double value = 0;              // that element, or the sum of squares that overflows
-    bool own = true;               // the sum is this parameter's own (else the step's)
-    int first_in_backward = -1;    // clip_norm = 0: the first that failed, in update order
-    int updated = 0, skipped = 0;  // clip_norm = 0: updates run and not run
-  };
   struct OffloadTask {
     Trainer* trainer = nullptr;
     int step = -1;  // the schedule step whose gradients were copied
   };
-  static constexpr double max_squares = std::numeric_limits<float>::max();
+  static constexpr double max_squares = trainers::GradientCheck::max_squares;
   static constexpr std::int64_t update_range_elements = 65536;  // a multiple of AdamW8bit's 256-element blocks
 
   std::unique_ptr<host::LaneWorker<OffloadTask>> updater_;
   std::vector<OffloadTask> host_calls_;  // per schedule step: cudaLaunchHostFunc's user data
   std::vector<double> squares_;          // per parameter: its gradient's squares (clip_norm = 0)
   std::vector<char> updated_;            // per parameter: updated on the CPU this step (its weights go back)
-  OffloadCheck checked_{};
+  trainers::GradientCheck checked_{};  // clip_norm = 0: the updates' checks as the gradients complete
   UpdateControl step_control_{};         // the step's hyperparameters (stage())
   bool offload_updating_ = false;        // in step(): the last micro-batch hands its gradients to the update thread
   int update_threads_ = 1;
@@ -1592,19 +1420,18 @@ class Trainer {
       const ParamSlot& p = sched.params[static_cast<std::size_t>(k)];
       const double sq = offloaded_squares(p);
       squares_[static_cast<std::size_t>(k)] = sq;
-      if (!stopped && checked_.first < 0 && sq <= max_squares) {
-        update_on_host(p, 1.0f, update_threads_);
-        updated_[static_cast<std::size_t>(k)] = 1;
-        ++checked_.updated;
-        continue;
-      }
-      if (!stopped && flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
-      ++checked_.skipped;
+      checked_.complete(
+          k, sq,
+          [&] {
+            update_on_host(p, 1.0f, update_threads_);
+            updated_[static_cast<std::size_t>(k)] = 1;
+          },
+          [&](int j) { return bad_element(j); }, stopped);
     }
   }
 
-  StepStats offloaded_step(int step_no) {
-    checked_ = OffloadCheck{};
+  bool offloaded_step(StepStats& s, int step_no) {
+    checked_ = trainers::GradientCheck{};
     std::fill(squares_.begin(), squares_.end(), 0.0);
     std::fill(updated_.begin(), updated_.end(), char{0});
     offload_updating_ = true;
@@ -1622,10 +1449,7 @@ class Trainer {
     updater_->wait_all();
     check_outliers(r);  // the update thread saw the skip flag too: nothing was updated
     if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);  // the update thread saw the flag: nothing was updated
-    StepStats s;
-    s.step = step_no;
     s.loss = r.loss;
-    s.lr = lr_at(step_no);
     if (config.world() > 1 || scaler_.enabled()) {
       // several processes (or a scaled loss): the norm over all of them on the device, then each one's
       // update of what it holds; an overflow of a scaled gradient skips the step
@@ -1633,7 +1457,7 @@ class Trainer {
       const bool finite = n.norm - n.norm == 0.0f;
       if (!finite && scaler_.enabled()) {
         s.grad_norm = n.norm;
-        return finish_step(s, true);
+        return true;
       }
       if (!finite) stop_before_update(step_no, n.norm);
       for (std::size_t k = 0; k < sched.params.size(); ++k)
@@ -1649,7 +1473,7 @@ class Trainer {
       for (std::size_t k = 0; k < sched.params.size(); ++k)
         if (sched.params[k].trainable) sq += squares_[k];
       weights_to_device();
-      if (checked_.first >= 0) throw_skipped_updates(step_no);
+      if (checked_.first >= 0) checked_.throw_skipped_updates(plan, sched, step_no, "OffloadOptimizer without clipping");
       s.grad_norm = std::sqrt(sq);
     } else {
       // the device's norm and clip scale (clip_scale_kernel), from the offloaded gradients
@@ -1667,7 +1491,7 @@ class Trainer {
       weights_to_device();
       s.grad_norm = norm;
     }
-    return finish_step(s, false);
+    return false;
   }
 
   // Several processes: the gradient norm and clip scale of the run without
@@ -1711,7 +1535,7 @@ class Trainer {
       for (std::size_t k = 0; k < sched.params.size(); ++k) {
         if (updated_[k] == 0) continue;
         const ParamSlot& p = sched.params[k];
-        const trainers::Owned own = trainers::owned(config, p, rank());
+        const trainers::Owned own = owned(p);
         if (own.count == 0) continue;
         const void* from = half ? static_cast<const void*>(offload_.at<S>(p.host_grad) + own.grad_at)
                                 : static_cast<const void*>(offload_.at<float>(p.master));
@@ -1726,7 +1550,7 @@ class Trainer {
 
   // p's update on the CPU, in ranges of update_range_elements on `threads` threads.
   void update_on_host(const ParamSlot& p, float grad_scale, int threads) {
-    const std::int64_t n = trainers::owned(config, p, rank()).count, ranges = ceil_div(n, update_range_elements);
+    const std::int64_t n = owned(p).count, ranges = ceil_div(n, update_range_elements);
     host::parallel_for(ranges, std::min<std::int64_t>(threads, ranges) > 1 ? threads : 1, [&](std::int64_t r, int) {
       const std::int64_t from = r * update_range_elements;
       update_range(p, from, std::min(update_range_elements, n - from), grad_scale);
@@ -1742,7 +1566,7 @@ class Trainer {
   // (any precision) into the parameter's stored values.
   void update_range(const ParamSlot& p, std::int64_t from, std::int64_t count, float grad_scale) {
     using O = typename R::optimizer;
-    const trainers::Owned own = trainers::owned(config, p, rank());
+    const trainers::Owned own = owned(p);
     const S* g = offload_.at<S>(p.host_grad) + own.grad_at;
     float* w = offload_.at<float>(p.master);
     // the new weights in the storage type: with OffloadParameters into the
@@ -1767,12 +1591,12 @@ class Trainer {
   }
 
   // p's offloaded gradient from the first element this rank updates.
-  S* offloaded_gradient(const ParamSlot& p) const { return offload_.at<S>(p.host_grad) + trainers::owned(config, p, rank()).grad_at; }
+  S* offloaded_gradient(const ParamSlot& p) const { return offload_.at<S>(p.host_grad) + owned(p).grad_at; }
   // The squares of p's offloaded gradient (the elements this rank updates), in double (a fixed order).
   double offloaded_squares(const ParamSlot& p) const {
     const S* g = offloaded_gradient(p);
     double lane[8] = {};
-    const std::int64_t n = trainers::owned(config, p, rank()).count;
+    const std::int64_t n = owned(p).count;
     std::int64_t i = 0;
     for (; i + 8 <= n; i += 8)
       for (int l = 0; l < 8; ++l) {
@@ -1787,59 +1611,20 @@ class Trainer {
     for (double x : lane) s += x;
     return s;
   }
-  std::int64_t first_non_finite_offloaded(const ParamSlot& p) const {
-    const S* g = offloaded_gradient(p);
-    for (std::int64_t i = 0; i < trainers::owned(config, p, rank()).count; ++i)
-      if (!std::isfinite(to_float(g[i]))) return i;
-    return -1;
-  }
-
-  // Whether parameter k's gradient (squares summing to sq) stops the step;
-  // the one the error names is kept in checked_: a NaN or an infinity before
-  // an overflow, then the lower schedule index (as host::Trainer).
-  bool flag(int k, double sq) {
-    if (sq <= max_squares) return false;
+  // Parameter k's first NaN or infinite offloaded gradient element (of those this process updates).
+  trainers::BadElement bad_element(int k) const {
     const ParamSlot& p = sched.params[static_cast<std::size_t>(k)];
-    const std::int64_t at = first_non_finite_offloaded(p);
-    const bool non_finite = at >= 0, named_non_finite = checked_.element >= 0;
-    if (checked_.first < 0 || (non_finite && !named_non_finite) || (non_finite == named_non_finite && k < checked_.first)) {
-      checked_.first = k;
-      checked_.element = at;
-      checked_.value = non_finite ? static_cast<double>(to_float(offloaded_gradient(p)[at])) : sq;
-      checked_.own = true;
-    }
-    return true;
+    const S* g = offloaded_gradient(p);
+    const trainers::Owned own = owned(p);
+    for (std::int64_t i = 0; i < own.count; ++i)
+      if (!std::isfinite(to_float(g[i]))) return {own.begin + i, static_cast<double>(to_float(g[i]))};
+    return {};
   }
-  static std::string describe(const OffloadCheck& c) {
-    return trainers::describe_bad_gradient(sched.params[static_cast<std::size_t>(c.first)], c.element, c.value, c.own, max_squares);
-  }
-  // clip_norm = 0: a gradient failed during the backward.
-  [[noreturn]] void throw_skipped_updates(int step_no) const {
-    const OffloadCheck& c = checked_;
-    throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(c.first)]),
-                              describe(c) + trainers::skipped_updates("OffloadOptimizer without clipping", c.updated,
-                                                                      path_of(sched.params[static_cast<std::size_t>(c.first_in_backward)]),
-                                                                      c.skipped, step_no));
-  }
-  // clip_norm > 0: the norm is not finite; names the first parameter in
-  // schedule order with a NaN or an infinity, else the first whose own
-  // squares leave f32's range, else the largest; nothing was updated.
+  // The norm is not finite (trainers::GradientCheck::stop_before_update); nothing was updated.
   [[noreturn]] void stop_before_update(int step_no, float norm) {
-    checked_ = OffloadCheck{};
-    int largest = -1;
-    double largest_sq = -1;
-    for (std::size_t k = 0; k < sched.params.size(); ++k) {
-      const ParamSlot& p = sched.params[k];
-      if (!p.trainable) continue;
-      const double sq = offloaded_squares(p);
-      flag(static_cast<int>(k), sq);
-      if (sq > largest_sq) largest = static_cast<int>(k), largest_sq = sq;
-    }
-    if (checked_.first < 0) checked_ = OffloadCheck{.first = largest, .element = -1, .value = static_cast<double>(norm) * norm, .own = false};
-    throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(checked_.first)]),
-                              describe(checked_) + " (the global gradient norm is " + std::to_string(norm) +
-                                  "); nothing was updated: the weights and optimizer state are those of step " +
-                                  std::to_string(step_no - 1) + " and the step count stays " + std::to_string(step_no - 1));
+    checked_.stop_before_update(
+        plan, sched, step_no, static_cast<double>(norm) * norm, [&](int k) { return offloaded_squares(sched.params[static_cast<std::size_t>(k)]); },
+        [&](int k) { return bad_element(k); });
   }
 
   // ---- a non-finite gradient (the failure path: after the step, never in it) -----------------------------------
@@ -1850,8 +1635,6 @@ class Trainer {
   // that overflowed f32 with every element finite names the parameter whose
   // own norm overflows (or else is the largest).
   [[noreturn]] void throw_non_finite_gradient(int step_no, const UpdateControl& r) {
-    const std::string kept = "the weights and optimizer state are those of step " + std::to_string(step_no - 1) +
-                             " and the step count stays " + std::to_string(step_no - 1);
     if constexpr (config.update_in_backward) {
       const int positions = static_cast<int>(sched.params.size());
       const std::vector<float> flags = download<float>(reductions(), positions);
@@ -1877,7 +1660,7 @@ class Trainer {
         for (std::size_t i = 0; i < count; ++i)
           if (flags[i] != 0.0f)
             throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(order[w + i])]),
-                                      "it holds NaN or infinite values (" + norm + "); nothing was updated: " + kept);
+                                      "it holds NaN or infinite values (" + norm + "); " + trainers::nothing_updated(step_no));
       }
       // every element finite: the sum of squares overflowed f32
       int largest = -1;
@@ -1889,13 +1672,13 @@ class Trainer {
         if (!(own - own == 0.0f))
           throw non_finite_gradient(step_no, path,
                                     "every gradient element is finite, but the sum of squares of this one overflows f32 (" +
-                                        norm + "); nothing was updated: " + kept);
+                                        norm + "); " + trainers::nothing_updated(step_no));
         if (own > largest_norm) largest_norm = own, largest = static_cast<int>(i);
       }
       throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(order[static_cast<std::size_t>(largest)])]),
                                 "every gradient element is finite, but the global gradient norm overflows f32 (" + norm +
                                     "); this parameter's gradient norm, " + std::to_string(largest_norm) +
-                                    ", is the largest; nothing was updated: " + kept);
+                                    ", is the largest; " + trainers::nothing_updated(step_no));
     }
   }
 
@@ -1903,7 +1686,7 @@ class Trainer {
   // What the update of p reads and writes: with ZeRO 1-3 the elements this
   // rank owns (trainers::owned), of the averaged gradient (ZeRO 2 and 3: its shard).
   ParamRef ref(const ParamSlot& p) const {
-    const trainers::Owned own = trainers::owned(config, p, rank());
+    const trainers::Owned own = owned(p);
     // OffloadOptimizer: master and state are in the offload tier, updated on the CPU (no kernel reads them);
     // OffloadParameters: so are the weights
     return ParamRef{params_offloaded ? nullptr : device_.at<S>(p.weight) + own.weight_at,

@@ -52,6 +52,9 @@
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
 #include "../train/common.hpp"
+#include "../train/driver.hpp"
+#include "../train/gradient_check.hpp"
+#include "../train/initial_values.hpp"
 #include "../train/op_table.hpp"
 #include "../train/with_pipeline_stage.hpp"
 #include "arena.hpp"
@@ -111,16 +114,22 @@ constexpr bool check_lanes(type_list<Es...>) {
 }  // namespace detail
 
 template <TrainingRun R>
-class Trainer {
+class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
+  using Base = trainers::Driver<Trainer<R>, R, Communicator>;
+  friend Base;
+  using Base::check_batch, Base::evaluating_, Base::groups_, Base::micro_, Base::micro_batch, Base::micro_batches,
+      Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_;
+
  public:
+  static constexpr const char* engine_name = "host::Trainer";
+  using Base::lr_at, Base::node_path, Base::path_of, Base::rank, Base::tensor_rank, Base::tokens_per_micro_batch,
+      Base::tokens_per_step, Base::vocab_size;
   using T = typename detail::host_scalar<R::dtype>::type;  // storage: float, double or bf16
   using C = compute_t<T>;                                   // what the kernels compute in: float or double
   using run = R;
   static constexpr auto plan = headroom::plan<R>();
   static constexpr auto sched = headroom::schedule<R>();
   static constexpr RunConfig config = R::config();
-  static constexpr std::int64_t tokens_per_micro_batch = config.batch * config.seq;
-  static constexpr std::int64_t tokens_per_step = tokens_per_micro_batch * config.accumulate;
   static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
                 "host::Trainer: the schedule and the plan must pack the same arena");
   static_assert(config.engine == Engine::host,
@@ -163,21 +172,13 @@ class Trainer {
 
  private:
   Trainer(TrainOptions o, Communicator* comm)
-      : opt_(o),
-        scaler_(o.loss_scaling, config.dtype),
-        comm_(comm),
-        world_(comm),
+      : Base(o, comm),
         device_(plan.peak_bytes(Tier::device)),
         offload_(plan.peak_bytes(Tier::offload), o.offload_dir.empty() ? default_offload_dir() : o.offload_dir) {
     workers_ = o.threads <= 0 ? config.workers : o.threads;
     if (workers_ > config.workers)
       throw std::invalid_argument("host::Trainer: " + std::to_string(workers_) + " threads asked, but the plan holds scratch for " +
                                   std::to_string(config.workers) + " workers (Workers<W> in the run type)");
-    if (config.update_in_backward && o.clip_norm > 0)
-      throw std::invalid_argument(
-          "host::Trainer: UpdateInBackward updates each parameter as soon as its gradient is complete, so global-norm "
-          "clipping (which needs every gradient first) is unavailable; set clip_norm = 0");
-    if (config.update_in_backward && scaler_.enabled()) throw std::invalid_argument(trainers::loss_scaling_in_backward("host::Trainer"));
     if ((config.tp > 1 || config.pp > 1) && o.overlap_communication)
       throw std::invalid_argument(
           "host::Trainer: overlap_communication runs data-parallel collectives on a second thread, while a tensor- or "
@@ -185,29 +186,6 @@ class Trainer {
           "thread at a time, so set overlap_communication = false with TensorParallel or PipelineParallel");
     panels_ = GemmPanels<C>{sched.gemm_panels.bound() ? device_.at<C>(sched.gemm_panels.offset) : nullptr,
                             sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(C)) / config.workers};
-    if (comm_ != nullptr) {
-      if constexpr (config.tp == 1 && config.pp == 1)
-        comm_->check_size(config.dp, "data-parallel ranks");
-      else
-        comm_->check_size(config.world(), "ranks (" + std::to_string(config.pp) + " pipeline stages x " +
-                                              std::to_string(config.dp) + " data-parallel x " + std::to_string(config.tp) +
-                                              " tensor-parallel)");
-      if constexpr (config.pp > 1) {
-        // every process: the same run type; each stage's processes: the same schedule
-        comm_->agree(headroom::fingerprint_of_run(config), "the hash of the pipelined run type");
-        const int stage = comm_->rank() / (config.dp * config.tp);
-        if (stage != config.stage)
-          throw std::invalid_argument("host::Trainer: " + comm_->who() + " is pipeline stage " + std::to_string(stage) +
-                                      " (process w is stage w / " + std::to_string(config.dp * config.tp) +
-                                      "), but this trainer's run type is stage " + std::to_string(config.stage) +
-                                      "; choose the stage with host::with_pipeline_stage");
-        comm_->split(stage, comm_->rank())->agree(headroom::fingerprint(sched), "the hash of the stage's schedule");
-      } else {
-        comm_->agree(headroom::fingerprint(sched), "the hash of the run type's schedule");
-      }
-      comm_->agree(o.seed, "the seed");
-      if constexpr (config.tp > 1 || config.pp > 1) split_world();
-    }
     fill_tables();
     initialize(o.seed);
     if constexpr (config.offload_params)  // the parameters written to the file need not stay in RAM
@@ -225,109 +203,6 @@ class Trainer {
   }
 
  public:
-
-  // ---- training -------------------------------------------------------------------------------------
-  // One optimizer step: `accumulate` micro-batches of (batch, seq) token ids
-  // and next-token targets, then the update.
-  StepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
-    check_batch(tokens, targets, tokens_per_step);
-    const int step_no = step_ + 1;
-    if (config.accumulate > 1 && !config.offload_optimizer) zero_grads();  // offloaded: Step::grad_load
-    checked_ = GradientCheck{};
-    updating_ = true;
-    skipped_ = false;
-    step_scale_ = scaler_.scale();
-    traffic_ = TierTraffic{};
-    traced_ = 0;
-    step_began_ = std::chrono::steady_clock::now();
-    struct Done {  // on every way out of the step
-      Trainer& t;
-      ~Done() {
-        t.updating_ = false;
-        t.step_scale_ = 1.0f;
-        if (t.updater_) t.updater_->settle();  // no update thread runs past the step
-      }
-    } done{*this};
-    double loss = 0;
-    if constexpr (config.pp > 1) {
-      loss = pipeline_micro_batches(tokens, targets, step_no);
-    } else {
-      for (int k = 0; k < config.accumulate; ++k) {
-        micro_ = k;
-        const double l = micro_batch(tokens.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch),
-                                     targets.subspan(k * tokens_per_micro_batch, tokens_per_micro_batch), step_no);
-        loss += l / config.accumulate;
-      }
-    }
-    StepStats s;
-    s.step = step_no;
-    s.loss = loss;
-    s.lr = lr_at(step_no);
-    s.loss_scale = step_scale_;
-    if constexpr (config.update_in_backward) {
-      if (checked_.first >= 0) throw_skipped_updates(step_no);
-      s.grad_norm = std::sqrt(checked_.squares);
-    } else if constexpr (config.offload_optimizer) {
-      s.grad_norm = offloaded_update(step_no);
-    } else {
-      s.grad_norm = update(step_no);
-    }
-    scaler_.update(skipped_);
-    if (skipped_) {  // nothing was updated: the step count stays
-      s.step = step_;
-      s.skipped = true;
-      return s;
-    }
-    step_ = step_no;
-    return s;
-  }
-
-  // Forward and backward of one micro-batch, without the update: the
-  // gradients stay in the arena (read them with grad()). For gradient checks.
-  double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
-    static_assert(!config.update_in_backward, "forward_backward: a run with UpdateInBackward updates during backward");
-    static_assert(config.pp == 1, "forward_backward: a pipeline stage runs its micro-batches with the others; use step()");
-    check_batch(tokens, targets, tokens_per_micro_batch);
-    if (config.accumulate > 1) zero_grads();
-    micro_ = config.accumulate - 1;  // a data-parallel run averages the gradients
-    return micro_batch(tokens, targets, step_ + 1);
-  }
-
-  // Mean loss of one micro-batch; no gradient, no update.
-  double evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
-    check_batch(tokens, targets, tokens_per_micro_batch);
-    load_batch(tokens, targets);
-    evaluating_ = true;  // no dropout
-    struct Done {
-      bool& flag;
-      ~Done() { flag = false; }
-    } done{evaluating_};
-    if constexpr (config.pp > 1) {  // every stage its forward; the last stage's loss to all
-      double loss = 0;
-      for (int g = 1; g < sched.backward_step; ++g) {
-        join_before(g);
-        issue_hoisted(g);
-        const Step& st = sched.steps[g];
-        if (st.kind == EventKind::loss) loss = loss_step(st, false) / tokens_per_micro_batch;
-        else run_step(st);
-      }
-      join_all();
-      if constexpr (!config.last_stage()) pipe_comm_->finish_send(pipe_comm_->rank() + 1, ops::pipe_detail::activation_tag);
-      pipe_comm_->all_reduce_sum(&loss, 1, DType::F64);
-      return mean_over_ranks(loss);
-    }
-    for (int g = 1; g < sched.loss_step; ++g) {
-      join_before(g);
-      issue_hoisted(g);
-      run_step(sched.steps[g]);
-    }
-    join_before(sched.loss_step);
-    const double loss = mean_over_ranks(loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch);
-    join_all();
-    return loss;
-  }
-
-  double lr_at(int step) const { return trainers::lr_at(opt_, step); }
 
   // ---- event by event (for tools that check kernels: testing/layer_test.hpp) -----------------------------
   // Loads one micro-batch; then run_event(g) runs step g of the schedule
@@ -354,33 +229,10 @@ class Trainer {
   // ---- the arena ---------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
   const Arena& arena(Tier t = Tier::device) const { return t == Tier::device ? device_ : offload_; }
-  // Data parallelism: this process's rank (0 without a communicator), the
-  // communicator (null without one), and the elements of parameter p this
-  // rank holds of what its ZeRO stage shards: [begin, begin + count) of the
-  // parameter's row-major elements (all of them for what is not sharded).
-  // With ZeRO<3>, weight(p) and quant(p) hold this rank's shard alone (dense:
+  // (The process's ranks and groups, and shard_of(p): trainers::Driver. With
+  // ZeRO<3>, weight(p) and quant(p) hold this rank's shard alone (dense:
   // `count` values; quantized: its byte shards of the codes and scales),
-  // state(p) with ZeRO 1-3 the state of the `count` elements it updates.
-  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
-  Communicator* communicator() const { return comm_; }
-  // Tensor parallelism: this process's rank in its tensor-parallel group
-  // (0 without one) and that group's communicator (null without one).
-  int tensor_rank() const { return tensor_comm_ != nullptr ? tensor_comm_->rank() : 0; }
-  Communicator* tensor_communicator() const { return tensor_comm_; }
-  // Pipeline parallelism: this process's stage (0 without) and its stages' communicator (null without).
-  static constexpr int stage() { return config.stage; }
-  Communicator* pipe_communicator() const { return pipe_comm_; }
-  // The communicator of every process of the run (null for one process), and this process's rank in it.
-  Communicator* world() const { return world_; }
-  int world_rank() const { return world_ != nullptr ? world_->rank() : 0; }
-  struct Shard {
-    std::int64_t begin = 0, count = 0;
-  };
-  Shard shard_of(const ParamSlot& p) const {
-    if (!config.sharded(1)) return Shard{0, p.elements()};
-    const std::int64_t begin = rank() * p.shard;
-    return Shard{begin, std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard)};
-  }
+  // state(p) with ZeRO 1-3 the state of the `count` elements it updates.)
   // OffloadOptimizer: bytes copied between the tiers in the last step
   // (gradients to the offload tier, and with Accumulate<K> their sums back;
   // with OffloadParameters the parameters fetched to the device too).
@@ -416,22 +268,11 @@ class Trainer {
   };
   void trace_into(std::span<Span> spans) { trace_ = spans; }
   std::size_t traced() const { return std::min(traced_.load(), trace_.size()); }
-  int steps_done() const { return step_; }
-  void set_steps_done(int s) { step_ = s; }
-  // Loss scaling (train/loss_scaling.hpp): the scaler's state (what checkpoints keep).
-  bool scales_loss() const { return scaler_.enabled(); }
-  const LossScaleState& loss_scale_state() const { return scaler_.state(); }
-  void set_loss_scale_state(const LossScaleState& s) { scaler_.set_state(s); }
   int threads() const { return workers_; }
   const GemmPanels<C>& gemm_panels() const { return panels_; }
-  const TrainOptions& options() const { return opt_; }
 
   // ---- parameters ----------------------------------------------------------------------------------------
   static constexpr std::size_t param_count = sched.params.size();
-  // The model's vocabulary (the LM head's rows).
-  static constexpr std::int64_t vocab_size() { return trainers::vocab_size(sched); }
-
-  static constexpr const ParamSlot& param(std::size_t i) { return sched.params[i]; }
   // A dense parameter's values (row-major rows x cols), or null for a quantized one.
   // Where the parameters are stored: the offload tier with OffloadParameters
   // (each event that reads them reads its fetched device copy), else the device tier.
@@ -460,11 +301,6 @@ class Trainer {
     return QuantView{p.quant, params_arena().template at<std::uint8_t>(p.weight), params_arena().template at<std::uint8_t>(p.scales),
                      sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
   }
-  // The parameter's dotted path in the model: "layers.3.self_attn.q_proj.lora_A".
-  static std::string path_of(const ParamSlot& p) { return trainers::path_of(plan, p); }
-  static std::string node_path(int node, int instance) { return trainers::node_path(plan, node, instance); }
-  // The parameter at a dotted path ("layers.0.self_attn.q_proj.lora_B"), or null.
-  static const ParamSlot* find(std::string_view path) { return trainers::find_param(plan, sched, path); }
   // Sets a dense parameter's values (rows x cols, as weight() lays them
   // out): stored in T (a bf16 run: rounded), and its f32 master weights
   // exactly where it has them. What loaders write a bf16 run through.
@@ -495,60 +331,16 @@ class Trainer {
   }
 
  private:
-  TrainOptions opt_;
-  LossScaler scaler_;
   float step_scale_ = 1.0f;  // the loss scale of the step in progress (1 outside step(): forward_backward's gradients are true)
   bool skipped_ = false;     // the step's scaled gradients overflowed: update() updated nothing
-  Communicator* comm_ = nullptr;         // data parallelism: the ranks (null for one process)
-  Communicator* tensor_comm_ = nullptr;  // tensor parallelism: this rank's group (null without one)
-  Communicator* pipe_comm_ = nullptr;    // pipeline parallelism: this rank's stages, ranked by stage (null without)
-  Communicator* world_ = nullptr;        // every process of the run
-  std::unique_ptr<Communicator> data_group_, tensor_group_, pipe_group_;  // split from the world
-  int copy_ = 0;  // pipeline parallelism: the copy of the per-micro-batch buffers in use (Slot::stride)
-  // The world's processes as groups (see the constructor): process
-  // w = (stage D + d) M + t is tensor-parallel rank t of data-parallel rank
-  // d of pipeline stage `stage` (D data-parallel, M tensor-parallel ranks).
-  void split_world() {
-    const int w = world_->rank(), t = w % config.tp, d = (w / config.tp) % config.dp, stage = w / (config.tp * config.dp);
-    if constexpr (config.tp > 1) {
-      tensor_group_ = world_->split(w / config.tp, t);
-      tensor_comm_ = tensor_group_.get();
-    }
-    comm_ = nullptr;
-    if constexpr (config.dp > 1) {
-      data_group_ = world_->split(stage * config.tp + t, d);
-      comm_ = data_group_.get();
-    }
-    if constexpr (config.pp > 1) {
-      pipe_group_ = world_->split(d * config.tp + t, stage);
-      pipe_comm_ = pipe_group_.get();
-    }
-    if constexpr (tied_stages && config.pp > 2) shared_group_ = world_->split(trainers::tied_stages_color(config, w), stage);
-    if constexpr (tied_stages) shared_comm_ = config.pp > 2 ? shared_group_.get() : pipe_comm_;
-  }
   static constexpr bool tied_stages = trainers::tied_stages<R>;
-  Communicator* shared_comm_ = nullptr;  // the first and the last stage, with a tied LM head (null without)
-  std::unique_ptr<Communicator> shared_group_;
-  int micro_ = 0;                 // the micro-batch running, 0 .. accumulate - 1
   bool updating_ = false;         // in step(): the last micro-batch's gradients go on to the update
-  bool evaluating_ = false;       // in evaluate(): the kernels drop nothing (OpContext::step 0)
   Arena device_, offload_;
   GemmPanels<C> panels_{};
   int workers_ = 1;
-  int step_ = 0;
-
-  // What the step's gradient check has found (UpdateInBackward fills it
-  // parameter by parameter during the backward).
-  struct GradientCheck {
-    double squares = 0;            // UpdateInBackward: the squares of the gradients checked and used
-    int first = -1;                // sched.params index of the parameter the error names; -1: none failed
-    std::int64_t element = -1;     // its first NaN or infinite element; -1: all finite, the squares overflow f32
-    double value = 0;              // that element, or the sum of squares that overflows
-    bool own = true;               // the sum is this parameter's own (else the step's)
-    int first_in_backward = -1;    // UpdateInBackward: the first that failed, in update order
-    int updated = 0, skipped = 0;  // UpdateInBackward: updates run and skipped
-  };
-  GradientCheck checked_{};
+  // What the step's gradient check has found (UpdateInBackward and the
+  // updates in flight of OffloadOptimizer fill it parameter by parameter).
+  trainers::GradientCheck checked_{};
 
   // ---- the host-threads lane ----------------------------------------------------------------------------
   // Ops on ops::Lane::host_threads run on a LaneWorker thread beside the
@@ -621,11 +413,11 @@ class Trainer {
   // for its own micro-batch (the loss), on every rank. The communication
   // lane is idle first: MPI is called from one thread at a time.
   double mean_over_ranks(double x) {
-    if (comm_ == nullptr) return x;
+    if (groups_.data == nullptr) return x;
     if constexpr (has_lane<ops::Lane::communication>)
       if (comm_lane_) comm_lane_->wait_all();
-    comm_->all_reduce_sum(&x, 1, DType::F64);
-    return x / comm_->size();
+    groups_.data->all_reduce_sum(&x, 1, DType::F64);
+    return x / groups_.data->size();
   }
   template <class O>
   static void lane_forward(const OpContext<T>& k) {
@@ -638,11 +430,7 @@ class Trainer {
 
   template <class U = T>
   U* ptr(const Slot& s) const {
-    return s.bound() ? device_.at<U>(s.offset + copy_ * s.stride) : nullptr;
-  }
-
-  static void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::int64_t n) {
-    trainers::check_batch("host::Trainer", config, vocab_size(), tokens, targets, n);
+    return s.bound() ? device_.at<U>(s.offset + micro_copy_ * s.stride) : nullptr;
   }
 
   void load_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
@@ -650,91 +438,134 @@ class Trainer {
     std::memcpy(ptr<std::int32_t>(sched.targets), targets.data(), targets.size_bytes());
   }
 
-  // Runs every event of one micro-batch up to the update; returns its mean loss.
-  double micro_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
+  // ---- the step (trainers::Driver calls these) -------------------------------------------------------------
+  // One step: the micro-batches, then the update; true when a scaled gradient overflowed (nothing was updated).
+  bool train(StepStats& s, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    const int step_no = step_ + 1;
+    if (config.accumulate > 1 && !config.offload_optimizer) zero_grads();  // offloaded: Step::grad_load
+    checked_ = trainers::GradientCheck{};
+    updating_ = true;
+    skipped_ = false;
+    step_scale_ = scaler_.scale();
+    traffic_ = TierTraffic{};
+    traced_ = 0;
+    step_began_ = std::chrono::steady_clock::now();
+    struct Done {  // on every way out of the step
+      Trainer& t;
+      ~Done() {
+        t.updating_ = false;
+        t.step_scale_ = 1.0f;
+        if (t.updater_) t.updater_->settle();  // no update thread runs past the step
+      }
+    } done{*this};
+    tokens_ = tokens;
+    targets_ = targets;
+    step_loss_ = 0;
+    micro_batches();
+    if constexpr (config.pp > 1) {
+      // the last stage's loss on every stage, then its mean over the data-parallel ranks; a
+      // non-finite one stops the step on every stage after the backward, before any update
+      if (!config.last_stage()) step_loss_ = 0;
+      groups_.pipe->all_reduce_sum(&step_loss_, 1, DType::F64);
+      step_loss_ = mean_over_ranks(step_loss_);
+      if (!std::isfinite(step_loss_)) throw non_finite_loss(step_no, step_loss_);
+    }
+    s.loss = step_loss_;
+    if constexpr (config.update_in_backward) {
+      if (checked_.first >= 0) checked_.throw_skipped_updates(plan, sched, step_no, "UpdateInBackward");
+      s.grad_norm = std::sqrt(checked_.squares);
+    } else if constexpr (config.offload_optimizer) {
+      s.grad_norm = offloaded_update(step_no);
+    } else {
+      s.grad_norm = update(step_no);
+    }
+    return skipped_;
+  }
+  // forward_backward(): one micro-batch, as the step's last (a data-parallel run averages the gradients).
+  double gradients(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    if (config.accumulate > 1) zero_grads();
+    tokens_ = tokens;
+    targets_ = targets;
+    micro_batch(0, config.accumulate - 1);
+    return micro_loss_;
+  }
+  // evaluate(): the forward and the loss.
+  double forward_only(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
     load_batch(tokens, targets);
-    double loss = 0;
-    for (int g = 1; g < micro_batch_end; ++g) {
-      const Step& st = sched.steps[g];
+    if constexpr (config.pp > 1) {  // every stage its forward; the last stage's loss to all
+      double loss = 0;
+      for (int g = 1; g < sched.backward_step; ++g) {
+        join_before(g);
+        issue_hoisted(g);
+        const Step& st = sched.steps[g];
+        if (st.kind == EventKind::loss) loss = loss_step(st, false) / tokens_per_micro_batch;
+        else run_step(st);
+      }
+      join_all();
+      if constexpr (!config.last_stage()) groups_.pipe->finish_send(groups_.pipe->rank() + 1, ops::pipe_detail::activation_tag);
+      groups_.pipe->all_reduce_sum(&loss, 1, DType::F64);
+      return mean_over_ranks(loss);
+    }
+    for (int g = 1; g < sched.loss_step; ++g) {
       join_before(g);
       issue_hoisted(g);
-      if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
-      const double began = trace_.empty() ? 0 : since_step_began();
-      if (st.kind == EventKind::loss) {
-        loss = mean_over_ranks(loss_step(st, true) / tokens_per_micro_batch);
-        if (!std::isfinite(loss)) {
-          join_all();
-          throw non_finite_loss(step_no, loss);
-        }
-        *ptr<C>(sched.loss) = static_cast<C>(loss);
-      } else {
-        run_step(st);
-      }
-      // the loss event completes the gradient of an untied LM head
-      if constexpr (config.update_in_backward) {
-        if (st.update_end > st.update_begin) join_all();  // gradients a lane op writes are complete
-        update_in_backward(st, step_no);
-      }
-      if constexpr (config.offload_optimizer) offload_completed(st, step_no);
-      record(Span::step, g, began);
+      run_step(sched.steps[g]);
     }
+    join_before(sched.loss_step);
+    const double loss = mean_over_ranks(loss_step(sched.steps[sched.loss_step], false) / tokens_per_micro_batch);
     join_all();
     return loss;
   }
 
-  // Pipeline parallelism: the step's micro-batches under 1F1B (Narayanan
-  // et al. 2021): as many forwards as the stages after this one (at most
-  // K), then a forward and a backward in turn, then the backwards left. A
-  // micro-batch m uses copy m % in_flight of what its forward keeps for its
-  // backward. The loss (the last stage's) reaches every stage; a
-  // non-finite one stops the step on every stage after the backward, before
-  // any update.
-  double pipeline_micro_batches(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no) {
-    constexpr int K = config.accumulate, copies = config.in_flight();
-    const int forward_end = sched.backward_step;
-    double loss = 0;
-    auto forward_one = [&](int m) {
-      micro_ = m;
-      copy_ = m % copies;
-      load_batch(tokens.subspan(m * tokens_per_micro_batch, tokens_per_micro_batch),
-                 targets.subspan(m * tokens_per_micro_batch, tokens_per_micro_batch));
-      for (int g = 1; g < forward_end; ++g) {
-        const Step& st = sched.steps[g];
-        join_before(g);
-        issue_hoisted(g);
-        if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
-        if (st.kind == EventKind::loss) {
-          const double l = loss_step(st, true) / tokens_per_micro_batch;
-          *ptr<C>(sched.loss) = static_cast<C>(l);
-          loss += l / K;
-        } else {
-          run_step(st);
-        }
-        if constexpr (config.offload_optimizer) offload_completed(st, step_no);
-      }
-    };
-    auto backward_one = [&](int m) {
-      micro_ = m;
-      copy_ = m % copies;
-      for (int g = forward_end; g < micro_batch_end; ++g) {
-        const Step& st = sched.steps[g];
-        join_before(g);
-        issue_hoisted(g);
-        if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(st);
-        run_step(st);
-        if constexpr (config.offload_optimizer) offload_completed(st, step_no);
-      }
-      join_all();
-    };
-    trainers::one_forward_one_backward(config.pp, config.stage, K, forward_one, backward_one);
-    copy_ = 0;
-    // the last stage's loss on every stage, then its mean over the data-parallel ranks
-    if (!config.last_stage()) loss = 0;
-    pipe_comm_->all_reduce_sum(&loss, 1, DType::F64);
-    loss = mean_over_ranks(loss);
-    if (!std::isfinite(loss)) throw non_finite_loss(step_no, loss);
-    return loss;
+  std::span<const std::int32_t> tokens_, targets_;  // the step's (or forward_backward's) token ids and targets
+  double step_loss_ = 0;   // the step's mean loss so far
+  double micro_loss_ = 0;  // the last micro-batch's mean loss
+  double event_began_ = 0;  // trace_into: when the event in progress began
+
+  void begin_forward(int batch) {
+    load_batch(tokens_.subspan(batch * tokens_per_micro_batch, tokens_per_micro_batch),
+               targets_.subspan(batch * tokens_per_micro_batch, tokens_per_micro_batch));
   }
+  void begin_backward() {}
+  void before_event(int g) {
+    join_before(g);
+    issue_hoisted(g);
+    if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(sched.steps[g]);
+    event_began_ = trace_.empty() ? 0 : since_step_began();
+  }
+  // A pipeline stage's loss is summed over the stages after the step (train());
+  // otherwise a micro-batch's loss, averaged over the ranks, must be finite.
+  void event(int g) {
+    const Step& st = sched.steps[g];
+    if (st.kind != EventKind::loss) {
+      run_step(st);
+      return;
+    }
+    double loss = loss_step(st, true) / tokens_per_micro_batch;
+    if constexpr (config.pp == 1) {
+      loss = mean_over_ranks(loss);
+      if (!std::isfinite(loss)) {
+        join_all();
+        throw non_finite_loss(step_ + 1, loss);
+      }
+    }
+    *ptr<C>(sched.loss) = static_cast<C>(loss);
+    micro_loss_ = loss;
+    step_loss_ += loss / config.accumulate;
+  }
+  // The updates and copies the event made possible (the loss event
+  // completes the gradient of an untied LM head).
+  void after_event(int g) {
+    const Step& st = sched.steps[g];
+    if constexpr (config.update_in_backward) {
+      if (st.update_end > st.update_begin) join_all();  // gradients a lane op writes are complete
+      update_in_backward(st, step_ + 1);
+    }
+    if constexpr (config.offload_optimizer) offload_completed(st, step_ + 1);
+    record(Span::step, g, event_began_);
+  }
+  void end_backward() { join_all(); }
+  void end_pipeline() {}
 
   // Accumulate<K>: the gradients that live the whole step start at zero
   // (ZeRO 2 and 3: this rank's gradient shards; the buckets are written first by backward).
@@ -756,14 +587,14 @@ class Trainer {
       case EventKind::offload:
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
-          const std::int64_t to = cp.to + cp.host_at(copy_);
+          const std::int64_t to = cp.to + cp.host_at(micro_copy_);
           offload_.write(to, device_.at<std::byte>(cp.from), cp.bytes);
         }
         break;
       case EventKind::prefetch:
         for (int c = st.copy_begin; c < st.copy_end; ++c) {
           const CopyStep& cp = sched.copies[c];
-          offload_.read(cp.from + cp.host_at(copy_), device_.at<std::byte>(cp.to), cp.bytes);
+          offload_.read(cp.from + cp.host_at(micro_copy_), device_.at<std::byte>(cp.to), cp.bytes);
         }
         break;
       case EventKind::update: break;  // run by step() after the micro-batches
@@ -790,12 +621,12 @@ class Trainer {
   // The kernels' view of a step: every operand resolved to its pointer.
   OpContext<T> context(const Step& st) const {
     OpContext<T> k{};
-    trainers::bind_step(k, sched, st, device_.at<std::byte>(0), copy_);
+    trainers::bind_step(k, sched, st, device_.at<std::byte>(0), micro_copy_);
     k.n_workers = workers_;
     k.gemm_panels = panels_;
-    k.comm = comm_;
-    k.tensor_comm = tensor_comm_;
-    k.pipe_comm = pipe_comm_;
+    k.comm = groups_.data;
+    k.tensor_comm = groups_.tensor;
+    k.pipe_comm = groups_.pipe;
     k.micro = micro_;
     k.seed = opt_.seed;
     k.step = evaluating_ ? 0 : step_ + 1;  // the step in progress
@@ -837,7 +668,7 @@ class Trainer {
         tickets_[g] = lane_->submit(&lane_forward<O>, k);
       } else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
         k.next_ = nullptr;
-        if (opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_forward<O>, k);
+        if (this->opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_forward<O>, k);
         else O::forward(k);  // in order; tickets_[g] stays 0, which every wait has passed
       } else {
         O::forward(k);
@@ -865,7 +696,7 @@ class Trainer {
       if constexpr (!requires { O::backward(k); }) unsupported(st);
       else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) tickets_[g] = lane_->submit(&lane_backward<O>, k);
       else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
-        if (opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_backward<O>, k);
+        if (this->opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_backward<O>, k);
         else O::backward(k);
       }
       else O::backward(k);
@@ -878,11 +709,10 @@ class Trainer {
   }
 
   // ---- the update ------------------------------------------------------------------------------------------
-  // A gradient stops the step when its squares do not sum to a finite number
-  // within f32's range: a NaN or an infinity in it, or values so large
-  // (|g| > 1.8e19) that AdamW's f32 second moment would overflow. The CUDA
-  // engine computes the norm in f32 and stops on the same condition.
-  static constexpr double max_squares = std::numeric_limits<float>::max();
+  // A gradient stops the step when its squares leave f32's range
+  // (train/gradient_check.hpp); the CUDA engine computes the norm in f32 and
+  // stops on the same condition.
+  static constexpr double max_squares = trainers::GradientCheck::max_squares;
 
   // Returns the global gradient norm before clipping. The norm's pass is the
   // check: only when its sum is out of range are the gradients searched, and
@@ -895,10 +725,10 @@ class Trainer {
       if (p.trainable && !(p.stage_shared && !config.first_stage()))  // a table both end stages hold: counted on the first
         (p.split.split() ? split_sq : sq) += squares_of(k);
     }
-    if constexpr (config.tp > 1) tensor_comm_->all_reduce_sum(&split_sq, 1, DType::F64);
+    if constexpr (config.tp > 1) groups_.tensor->all_reduce_sum(&split_sq, 1, DType::F64);
     sq += split_sq;
-    if constexpr (config.sharded(1)) comm_->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
-    if constexpr (config.pp > 1) pipe_comm_->all_reduce_sum(&sq, 1, DType::F64);  // each stage its parameters
+    if constexpr (config.sharded(1)) groups_.data->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
+    if constexpr (config.pp > 1) groups_.pipe->all_reduce_sum(&sq, 1, DType::F64);  // each stage its parameters
     // Loss scaling: a scaled gradient with a NaN or an infinity, or whose
     // squares sum beyond f32's range (the CUDA engine's f32 norm overflows
     // there too), skips the step. Below that bound the update's factor,
@@ -926,7 +756,7 @@ class Trainer {
     if constexpr (config.sharded(1) && !config.sharded(3))
       for (const ParamSlot& p : sched.params)
         if (p.trainable) {
-          comm_->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
+          groups_.data->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
           // OffloadParameters: gathered through the mapping; the file keeps the values, not RAM
           if constexpr (config.offload_params) offload_.release(p.weight, p.shard * config.dp * static_cast<std::int64_t>(sizeof(T)));
         }
@@ -946,40 +776,28 @@ class Trainer {
       const auto [g, n] = config.offload_optimizer ? std::pair<T*, std::int64_t>{offload_.at<T>(p.host_grad), streamed_gradient(p).second}
                                                    : trainers::gradient_to_sum<T>(config, device_, p);
       if constexpr (tied_stages)
-        if (p.stage_shared) shared_comm_->all_reduce_sum(g, n, dtype_of<T>);
+        if (p.stage_shared) groups_.shared->all_reduce_sum(g, n, dtype_of<T>);
       if constexpr (config.tp > 1)
-        if (p.tensor_partial) tensor_comm_->all_reduce_sum(g, n, dtype_of<T>);
+        if (p.tensor_partial) groups_.tensor->all_reduce_sum(g, n, dtype_of<T>);
     }
   }
 
   // ZeRO 1-3: the elements of parameter p this rank updates and where they
   // start in its weight and gradient buffers (trainers::owned, as the CUDA engine's).
   using Owned = trainers::Owned;
-  Owned owned(const ParamSlot& p) const { return trainers::owned(config, p, rank()); }
   // The averaged gradient the update reads: from its first owned element.
   T* update_grad(const ParamSlot& p) const {
     if constexpr (config.offload_optimizer) return offload_.at<T>(p.host_grad) + owned(p).grad_at;
     return device_.at<T>(config.sharded(2) ? p.grad_shard : p.grad) + owned(p).grad_at;
   }
 
-  // The failure path of update(): names the first parameter in schedule order
-  // with a NaN or an infinity; if every element is finite, the first whose own
-  // squares leave f32's range, or else the largest.
+  // The failure path of update() (trainers::GradientCheck::stop_before_update).
   [[noreturn]] void stop_before_update(int step_no, double total) {
-    int largest = -1;
-    double largest_sq = -1;
-    for (std::size_t k = 0; k < sched.params.size(); ++k) {
-      const ParamSlot& p = sched.params[k];
-      if (!p.trainable) continue;
-      const double sq = squared_norm(update_grad(p), owned(p).count) / (static_cast<double>(step_scale_) * step_scale_);
-      flag(static_cast<int>(k), sq);
-      if (sq > largest_sq) largest = static_cast<int>(k), largest_sq = sq;
-    }
-    if (checked_.first < 0) checked_ = GradientCheck{.first = largest, .element = -1, .value = total, .own = false};
-    throw non_finite_gradient(step_no, path_of(sched.params[checked_.first]),
-                              describe(checked_) + "; the step was stopped before any update (the weights and the optimizer "
-                                                   "state are those of step " +
-                                  std::to_string(step_no - 1) + ")");
+    const double scale = static_cast<double>(step_scale_) * step_scale_;
+    checked_.stop_before_update(
+        plan, sched, step_no, total,
+        [&](int k) { return squared_norm(update_grad(sched.params[k]), owned(sched.params[k]).count) / scale; },
+        [&](int k) { return bad_element(k); });
   }
 
   // UpdateInBackward: the updates of the parameters whose gradients `st`
@@ -993,14 +811,7 @@ class Trainer {
       const int k = sched.updates[u];
       const ParamSlot& p = sched.params[k];
       const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
-      if (checked_.first < 0 && sq <= max_squares) {
-        checked_.squares += sq;
-        update_param(p, step_no, C(1));
-        ++checked_.updated;
-        continue;
-      }
-      if (flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
-      ++checked_.skipped;
+      checked_.complete(k, sq, [&] { update_param(p, step_no, C(1)); }, [&](int j) { return bad_element(j); });
     }
   }
 
@@ -1090,16 +901,13 @@ class Trainer {
     const ParamSlot& p = sched.params[k];
     const double sq = offloaded_squares(p);
     squares_[static_cast<std::size_t>(k)] = sq;
-    if (updates_in_flight()) {
-      if (checked_.first < 0 && sq <= max_squares) {
-        for (std::int64_t from = 0; from < owned(p).count; from += staged_range)
-          update_offloaded_range(p, from, 0, step_no, C(1));
-        ++checked_.updated;
-        return;
-      }
-      if (flag(k, sq) && checked_.first_in_backward < 0) checked_.first_in_backward = k;
-      ++checked_.skipped;
-    }
+    if (updates_in_flight())
+      checked_.complete(
+          k, sq,
+          [&] {
+            for (std::int64_t from = 0; from < owned(p).count; from += staged_range) update_offloaded_range(p, from, 0, step_no, C(1));
+          },
+          [&](int j) { return bad_element(j); });
   }
   // squared_norm of p's offloaded gradient, read range by range into the
   // staging buffer (the same sum: the ranges are multiples of 8 elements).
@@ -1122,7 +930,7 @@ class Trainer {
   // them), and the gradients that several processes hold parts of are
   // summed first; a scaled run waits too, since an overflow anywhere skips
   // the whole step.
-  bool updates_in_flight() const { return opt_.clip_norm <= 0 && world_ == nullptr && !scaler_.enabled(); }
+  bool updates_in_flight() const { return opt_.clip_norm <= 0 && groups_.world == nullptr && !scaler_.enabled(); }
 
   // After the micro-batches: the updates ran during the backward, or
   // update() runs them now (reading the offload tier's gradients, with the
@@ -1133,7 +941,7 @@ class Trainer {
     double sq = 0;
     for (std::size_t k = 0; k < sched.params.size(); ++k)
       if (sched.params[k].trainable) sq += squares_[k];
-    if (checked_.first >= 0) throw_skipped_updates(step_no);
+    if (checked_.first >= 0) checked_.throw_skipped_updates(plan, sched, step_no, "OffloadOptimizer without clipping");
     return std::sqrt(sq);
   }
   // Parameter k's gradient's squares, over the elements this process updates.
@@ -1213,37 +1021,13 @@ class Trainer {
     return pieces;
   }
 
-  // Whether parameter k's gradient (squares summing to sq) stops the step.
-  // The one the error will name is kept in checked_ (its gradient buffer may
-  // be reused later in the backward): a NaN or an infinity before an
-  // overflow, then the lower schedule index.
-  bool flag(int k, double sq) {
-    if (sq <= max_squares) return false;
+  // Parameter k's first NaN or infinite gradient element, as the update reads the gradient.
+  trainers::BadElement bad_element(int k) const {
     const T* g = update_grad(sched.params[k]);
     const Owned own = owned(sched.params[k]);
     const std::int64_t at = first_non_finite(g, own.count);
-    const std::int64_t i = at >= 0 ? own.begin + at : -1;
-    const bool non_finite = i >= 0, named_non_finite = checked_.element >= 0;
-    if (checked_.first < 0 || (non_finite && !named_non_finite) || (non_finite == named_non_finite && k < checked_.first)) {
-      checked_.first = k;
-      checked_.element = i;
-      checked_.value = non_finite ? static_cast<double>(widen(g[at])) : sq;
-      checked_.own = true;
-    }
-    return true;
-  }
-
-  static std::string describe(const GradientCheck& c) {
-    return trainers::describe_bad_gradient(sched.params[c.first], c.element, c.value, c.own, max_squares);
-  }
-
-  [[noreturn]] void throw_skipped_updates(int step_no) const {
-    const GradientCheck& c = checked_;
-    throw non_finite_gradient(step_no, path_of(sched.params[c.first]),
-                              describe(c) + trainers::skipped_updates(config.offload_optimizer ? "OffloadOptimizer without clipping"
-                                                                                               : "UpdateInBackward",
-                                                                      c.updated, path_of(sched.params[c.first_in_backward]),
-                                                                      c.skipped, step_no));
+    if (at < 0) return {};
+    return {own.begin + at, static_cast<double>(widen(g[at]))};
   }
 
   void update_param(const ParamSlot& p, int step_no, C grad_scale) {

@@ -261,7 +261,7 @@ template <class Slots, class Base, class... Mods>
 struct projection {
   using type = project_t<Slots, Base, Mods...>;
   static constexpr std::int64_t block = detail::quant_block<type>();
-  HEADROOM_REQUIRE(block == 0 || Base::in_features % block == 0,
+  HEADROOM_REQUIRE(block == 0 || Base::in_features % (block == 0 ? 1 : block) == 0,  // (nvcc warns of "% 0" otherwise)
                    "Quantized<{}> on {}: the quantization block size ({}) must divide the row length (in_features) of {} ({})",
                    detail::quant_name<typename quant_format_of<type>::type>(), detail::slot_name<Slots>::value, block,
                    detail::slot_name<Slots>::value, Base::in_features);

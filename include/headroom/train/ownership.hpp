@@ -1,0 +1,40 @@
+#pragma once
+// Which elements of a parameter a process holds and updates, for both
+// engines' trainers: with ZeRO 1-3 each data-parallel rank updates its
+// shard of every parameter (RunConfig::sharded; ParamSlot::shard elements,
+// the last rank's cut at the parameter's end).
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "../plan/graph.hpp"
+
+namespace headroom::trainers {
+
+// Data parallelism (ZeRO 1-3): the elements of parameter p that rank `rank`
+// updates (its shard, cut at the parameter's end: none past it) and where
+// they start in its weight and gradient buffers (ZeRO 3 stores the weight's
+// shard alone, ZeRO 2 and 3 the gradient's); without sharding, all of them.
+struct Owned {
+  std::int64_t begin = 0, count = 0, weight_at = 0, grad_at = 0;  // begin: the first element's index in the parameter
+};
+template <class Param>
+constexpr Owned owned(const RunConfig& config, const Param& p, int rank) {
+  if (!config.sharded(1)) return Owned{0, p.elements(), 0, 0};
+  const std::int64_t begin = rank * p.shard;
+  const std::int64_t count = std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard);
+  return Owned{begin, count, config.sharded(3) ? 0 : begin, config.sharded(2) ? 0 : begin};
+}
+
+// The elements of a gradient that several processes sum before the update
+// (a table both end stages hold; a LoRA matrix every tensor-parallel rank
+// holds whole, ParamSlot::tensor_partial), and where they start: the
+// whole gradient, or with ZeRO 2 and 3 this rank's shard (the same
+// elements on each of those processes).
+template <class T, class Arena, class Param>
+std::pair<T*, std::int64_t> gradient_to_sum(const RunConfig& c, const Arena& arena, const Param& p) {
+  return c.sharded(2) ? std::pair<T*, std::int64_t>{arena.template at<T>(p.grad_shard), p.shard}
+                      : std::pair<T*, std::int64_t>{arena.template at<T>(p.grad), p.elements()};
+}
+
+}  // namespace headroom::trainers
