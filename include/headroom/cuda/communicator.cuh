@@ -27,7 +27,9 @@
 // enqueued.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -95,6 +97,22 @@ class Communicator {
     for (std::size_t r = 0; r < all.size(); ++r)
       msg += host::comm_detail::cat({r == 0 ? " rank " : ", rank ", std::to_string(r), " has ", std::to_string(all[r])});
     throw communication_error(msg + " (were all ranks built from the same program and given the same options?)");
+  }
+
+  // Every rank's block_bytes bytes of host memory, by rank: `data` holds
+  // size() blocks and this rank's own is block rank() (a collective; waits
+  // for it, bounded). For what the host exchanges outside a step (a
+  // checkpoint's file names, sizes and errors): eight bytes a round.
+  void all_gather_on_host(void* data, std::int64_t block_bytes) {
+    auto* bytes = static_cast<unsigned char*>(data);
+    const std::size_t block = static_cast<std::size_t>(block_bytes);
+    for (std::size_t at = 0; at < block; at += sizeof(std::uint64_t)) {
+      const std::size_t n = std::min(sizeof(std::uint64_t), block - at);
+      std::uint64_t mine = 0;
+      std::memcpy(&mine, bytes + static_cast<std::size_t>(rank()) * block + at, n);
+      const std::vector<std::uint64_t> all = gather_values(mine);
+      for (std::size_t r = 0; r < all.size(); ++r) std::memcpy(bytes + r * block + at, &all[r], n);
+    }
   }
 
   // Throws communication_error unless the job has `expected` ranks.

@@ -134,6 +134,7 @@
 #include "../train/driver.hpp"
 #include "../train/gradient_check.hpp"
 #include "../train/initial_values.hpp"
+#include "../train/offload_update.hpp"
 #include "../train/op_table.hpp"
 #include "../train/with_pipeline_stage.hpp"
 #include "blas.cuh"
@@ -144,6 +145,7 @@
 #include "kernels/pointwise.cuh"
 #include "kernels/quant_linear.cuh"
 #include "communicator.cuh"
+#include "copy_waits.cuh"
 #include "op_context.cuh"
 #include "runtime.cuh"
 
@@ -305,7 +307,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     check(cudaEventCreateWithFlags(&communicated_, cudaEventDisableTiming), "cudaEventCreate");
     copy_done_.resize(sched.steps.size());
     for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    plan_copy_waits();
     for (std::size_t g = 0; g < sched.steps.size(); ++g)
       if (sched.steps[g].issue_before >= 0) hoisted_[static_cast<std::size_t>(sched.steps[g].issue_before)].push_back(static_cast<int>(g));
     fetched_ahead_.assign(sched.steps.size(), 0);
@@ -314,7 +315,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       if (st.kind != EventKind::fetch) continue;
       if (st.issue_before >= 0) {  // hoisted by the schedule (above)
         fetched_ahead_[static_cast<std::size_t>(g)] = 1;
-      } else if (const int h = fetch_issue_step(g); h < g) {
+      } else if (const int h = fetch_issue_step(sched, g); h < g) {
         hoisted_[static_cast<std::size_t>(h)].push_back(g);
         fetched_ahead_[static_cast<std::size_t>(g)] = 1;
       }
@@ -448,7 +449,9 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // parameter's stored values (or quantized codes and scales), its f32
   // master copy where the plan keeps one, its optimizer state, and the
   // model's shared tables, laid out as host::Trainer keeps them, so either
-  // engine's checkpoint loads into the other. One process.
+  // engine's checkpoint loads into the other. Of this process: with ZeRO<3>
+  // its shards, with ZeRO 1-3 the master weights and state of the elements
+  // it updates (io/sharded_checkpoint.hpp).
   class CheckpointImage {
    public:
     const void* weight(const ParamSlot& p) const { return part(weight_, p); }
@@ -468,9 +471,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     std::vector<std::byte> quant_table_, optim_table_;
   };
   CheckpointImage checkpoint_image() const {
-    static_assert(config.world() == 1,
-                  "cuda::Trainer: checkpoints of one process only, for now (a run over several ranks saves and loads with "
-                  "host::Trainer)");
     if constexpr (offloaded) settle_offload();
     CheckpointImage im;
     im.weight_.resize(param_count);
@@ -484,14 +484,14 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     for (std::size_t k = 0; k < param_count; ++k) {
       const ParamSlot& p = sched.params[k];
       if (p.quant.kind == QuantKind::none) {
-        im.weight_[k] = bytes(read_stored<S>(p.weight, p.elements()));
+        im.weight_[k] = bytes(read_stored<S>(p.weight, config.sharded(3) ? owned(p).count : p.elements()));
       } else {
-        im.weight_[k] = read_stored<std::byte>(p.weight, p.quant.code_bytes(p.elements()));
-        im.scales_[k] = read_stored<std::byte>(p.scales, p.quant.scale_bytes(p.elements()));
+        im.weight_[k] = read_stored<std::byte>(p.weight, held_bytes(p.quant.code_bytes(p.elements())));
+        im.scales_[k] = read_stored<std::byte>(p.scales, held_bytes(p.quant.scale_bytes(p.elements())));
       }
-      if (p.master >= 0)
-        im.master_[k] = offloaded ? from_offload_tier<std::byte>(p.master, 4 * p.elements())
-                                  : download<std::byte>(device_.at<std::byte>(p.master), 4 * p.elements());
+      if (p.master >= 0)  // of the elements this rank updates
+        im.master_[k] = offloaded ? from_offload_tier<std::byte>(p.master, 4 * owned(p).count)
+                                  : download<std::byte>(device_.at<std::byte>(p.master), 4 * owned(p).count);
       im.state_[k] = download_state(p);
     }
     if (sched.quant_table >= 0) im.quant_table_ = download<std::byte>(device_.at<std::byte>(sched.quant_table), sched.quant_table_bytes());
@@ -499,6 +499,13 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       im.optim_table_ = offloaded ? from_offload_tier<std::byte>(sched.optim_table, config.optim.table_bytes())
                                   : download<std::byte>(device_.at<std::byte>(sched.optim_table), config.optim.table_bytes());
     return im;
+  }
+  // The bytes of a byte-stored tensor of `bytes` bytes (quantized codes or
+  // scales) this rank holds: all, or with ZeRO<3> its byte shard (RunConfig::shard_bytes).
+  std::int64_t held_bytes(std::int64_t bytes) const {
+    if (!config.sharded(3)) return bytes;
+    const std::int64_t block = config.shard_bytes(bytes);
+    return std::clamp<std::int64_t>(bytes - rank() * block, 0, block);
   }
   // Writes an image back (after io::load_checkpoint filled it).
   void restore_checkpoint_image(const CheckpointImage& im) {
@@ -546,8 +553,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   std::vector<std::vector<int>> hoisted_ = std::vector<std::vector<int>>(sched.steps.size());  // per step: gathers and fetches issued before it
   std::vector<char> fetched_ahead_;     // per step: a fetch issued before an earlier step (hoisted_)
   std::vector<cudaEvent_t> copy_done_;  // per copy step, and per step of an op on the communication lane: its work is done
-  std::vector<int> waits_;              // per step g: copy steps the compute stream waits for before g (flattened)
-  std::vector<int> wait_begin_;         // waits_ of step g: [wait_begin_[g], wait_begin_[g + 1])
+  const CopyWaits waits_ = CopyWaits::plan(sched, lane_join, micro_batch_end, offloaded, sizeof(S));  // copy_waits.cuh
   std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
   // the gradient norm's: every trainable parameter but the last stage's copy
   // of a table the first stage holds too (counted there), all of them
@@ -965,7 +971,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
 
   // ZeRO 3's prefetch: the gathers the schedule lets start before step h
   // (Step::issue_before); OffloadParameters: the fetches issued before step h
-  // (fetch_issue_step); those of steps before `end` (evaluate: the loss step).
+  // (copy_waits.cuh); those of steps before `end` (evaluate: the loss step).
   void issue_hoisted(int h, int end = micro_batch_end) {
     for (const int g : hoisted_[static_cast<std::size_t>(h)]) {
       if (g >= end) continue;
@@ -990,107 +996,11 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   }
 
   // ---- copies between tiers -----------------------------------------------------------------------------
-  static bool overlaps(const Slot& s, std::int64_t from, std::int64_t bytes) {
-    return s.bound() && s.offset < from + bytes && from < s.offset + s.bytes;
-  }
-  static bool touches(const Step& st, std::int64_t from, std::int64_t bytes) {
-    auto any = [&](const Slot* slots, int n) {
-      for (int i = 0; i < n; ++i)
-        if (overlaps(slots[i], from, bytes)) return true;
-      return false;
-    };
-    if (st.kind == EventKind::fetch) return false;  // its copies keep their order on the copy stream (its `in`: the offload tier)
-    if (any(st.in, graph::max_in) || any(st.out, graph::max_out) || any(st.saved, graph::max_saved) ||
-        any(st.d_out, graph::max_out) || any(st.d_in, graph::max_in))
-      return true;
-    for (int q = 0; q < graph::max_weights; ++q)  // parameters as gathered or fetched for this event, gradients it writes
-      if (overlaps(st.weight[q], from, bytes) || overlaps(st.scales[q], from, bytes) || overlaps(st.param_grad[q], from, bytes))
-        return true;
-    return overlaps(st.inout, from, bytes) || overlaps(st.d_inout, from, bytes) || overlaps(st.scratch, from, bytes);
-  }
-  // For each copy step (and each op on the communication lane:
-  // trainers::join_steps), the first later step that reads or writes any device
-  // bytes it copies (an offload's source may be reused; a prefetch's
-  // destination is read by a backward, a fetch's by the event it fetches
-  // for): the compute stream waits there, or at the end of the micro-batch
-  // when no step does. Copies keep their order on the copy stream, so they
-  // need no waits among themselves.
-  void plan_copy_waits() {
-    constexpr int end = micro_batch_end;
-    std::vector<std::vector<int>> at(static_cast<std::size_t>(end) + 1);
-    for (int g = 0; g < end; ++g) {
-      const Step& st = sched.steps[g];
-      if (lane_join[g] >= 0) {  // an op on the communication lane: like a copy, joined where a later step needs its bytes
-        at[static_cast<std::size_t>(lane_join[g])].push_back(g);
-        continue;
-      }
-      if (offloaded && st.update_end > st.update_begin) {  // the gradients it completes go to the offload tier
-        auto grads_touched_at = [&](int h) {
-          const Step& later = sched.steps[h];
-          for (int u = st.update_begin; u < st.update_end; ++u) {
-            const ParamSlot& p = sched.params[sched.updates[u]];
-            const std::int64_t bytes = p.elements() * static_cast<std::int64_t>(sizeof(S));
-            if (touches(later, p.grad, bytes)) return true;
-            for (int q = 0; q < graph::max_weights; ++q)
-              if (overlaps(later.param_grad[q], p.grad, bytes)) return true;
-          }
-          return false;
-        };
-        int first = g + 1;
-        while (first < end && !grads_touched_at(first)) ++first;
-        at[static_cast<std::size_t>(first)].push_back(g);
-      }
-      if (st.kind != EventKind::offload && st.kind != EventKind::prefetch && st.kind != EventKind::fetch) continue;
-      auto touched_at = [&](int h) {
-        for (int c = st.copy_begin; c < st.copy_end; ++c) {
-          const CopyStep& cp = sched.copies[c];
-          if (touches(sched.steps[h], st.kind == EventKind::offload ? cp.from : cp.to, cp.bytes)) return true;
-        }
-        return false;
-      };
-      int first = g + 1;
-      while (first < end && !touched_at(first)) ++first;
-      at[static_cast<std::size_t>(first)].push_back(g);
-    }
-    wait_begin_.assign(static_cast<std::size_t>(end) + 2, 0);
-    for (int g = 0; g <= end; ++g) {
-      wait_begin_[g] = static_cast<int>(waits_.size());
-      for (int c : at[static_cast<std::size_t>(g)]) waits_.push_back(c);
-    }
-    wait_begin_[end + 1] = static_cast<int>(waits_.size());
-  }
   // The compute stream waits for the copy steps due before step g (those
   // before step `ran_before` only: the ones this pass recorded).
   void wait_for_copies(int g, int ran_before = std::numeric_limits<int>::max()) {
-    for (int i = wait_begin_[g]; i < wait_begin_[g + 1]; ++i)
-      if (waits_[i] < ran_before) check(cudaStreamWaitEvent(compute_, copy_done_[waits_[i]], 0), "cudaStreamWaitEvent");
-  }
-  // OffloadParameters: the step before which fetch g is issued on the copy
-  // stream. The plan has the fetched copies alive from the compute event
-  // before the fetch where that event is of the op's group (graph.hpp,
-  // fetch_params), so the copy may run beside that event (the op before):
-  // issued before it, the copy waits only for the compute stream's work up
-  // to the step before it, whose buffers died there. Checked here: the
-  // copies share no byte with what that event reads or writes, nor with the
-  // copies of a fetch between them (only fetches lie between). Else g.
-  static int fetch_issue_step(int g) {
-    const Step& f = sched.steps[static_cast<std::size_t>(g)];
-    int h = g - 1;
-    while (h >= 1 && sched.steps[static_cast<std::size_t>(h)].kind == EventKind::fetch) --h;
-    if (h < 1) return g;
-    const Step& a = sched.steps[static_cast<std::size_t>(h)];
-    if (a.kind != EventKind::forward && a.kind != EventKind::recompute && a.kind != EventKind::backward && a.kind != EventKind::loss)
-      return g;
-    for (int c = f.copy_begin; c < f.copy_end; ++c) {
-      const CopyStep& cp = sched.copies[static_cast<std::size_t>(c)];
-      if (touches(a, cp.to, cp.bytes)) return g;
-      for (int x = h + 1; x < g; ++x)
-        for (int d = sched.steps[static_cast<std::size_t>(x)].copy_begin; d < sched.steps[static_cast<std::size_t>(x)].copy_end; ++d) {
-          const CopyStep& other = sched.copies[static_cast<std::size_t>(d)];
-          if (other.to < cp.to + cp.bytes && cp.to < other.to + other.bytes) return g;
-        }
-    }
-    return h;
+    for (const int c : waits_.before(g))
+      if (c < ran_before) check(cudaStreamWaitEvent(compute_, copy_done_[c], 0), "cudaStreamWaitEvent");
   }
   void copy_step(int g) {
     const Step& st = sched.steps[g];
@@ -1207,7 +1117,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
 
   // Step g's op on the communication stream: after everything the compute
   // stream has enqueued, and recorded, so that the compute stream waits for
-  // it before the first later step that needs its bytes (plan_copy_waits).
+  // it before the first later step that needs its bytes (copy_waits.cuh).
   template <class Run>
   void on_communication_lane(std::size_t g, OpContext<S> k, Run run) {
     wait_for_compute(communication_);
@@ -1242,7 +1152,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // step (Step::update_begin .. update_end) the copy stream, after an event
   // of the compute stream, copies the gradient to host_grad; the compute
   // stream waits for the copy only before the first later step that reuses
-  // its bytes (plan_copy_waits). In step()'s last micro-batch a host function
+  // its bytes (copy_waits.cuh). In step()'s last micro-batch a host function
   // on the copy stream (cudaLaunchHostFunc: it calls no CUDA) then hands the
   // parameters to the update thread (a host::LaneWorker):
   //   - clip_norm = 0: the thread sums each gradient's squares (in double; the
@@ -1293,9 +1203,9 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // A fetch is issued on the copy stream after an event of the compute
   // stream, so it overwrites its device buffers only once their previous
   // readers are done; where the plan has the buffers alive from the compute
-  // event before the fetch (fetch_issue_step) it is issued before that
+  // event before the fetch (copy_waits.cuh) it is issued before that
   // event and overlaps it. The compute stream waits for it before the event
-  // that reads it (plan_copy_waits). The update (both paths above) writes
+  // that reads it (copy_waits.cuh). The update (both paths above) writes
   // the new values into the stored tensor in place of the gradient's bytes
   // (an f32 run's too, beside its master), and weights_to_device copies
   // nothing: the next step's fetches bring them. A parameter's last fetch
@@ -1310,9 +1220,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
 
   std::unique_ptr<host::LaneWorker<OffloadTask>> updater_;
   std::vector<OffloadTask> host_calls_;  // per schedule step: cudaLaunchHostFunc's user data
-  std::vector<double> squares_;          // per parameter: its gradient's squares (clip_norm = 0)
+  trainers::UpdatesInFlight inflight_{sched.params.size()};  // clip_norm = 0: the updates during the backward
   std::vector<char> updated_;            // per parameter: updated on the CPU this step (its weights go back)
-  trainers::GradientCheck checked_{};  // clip_norm = 0: the updates' checks as the gradients complete
   UpdateControl step_control_{};         // the step's hyperparameters (stage())
   bool offload_updating_ = false;        // in step(): the last micro-batch hands its gradients to the update thread
   int update_threads_ = 1;
@@ -1323,7 +1232,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     updater_ = std::make_unique<host::LaneWorker<OffloadTask>>();
     host_calls_.assign(sched.steps.size(), OffloadTask{});
     for (std::size_t g = 0; g < sched.steps.size(); ++g) host_calls_[g] = OffloadTask{this, static_cast<int>(g)};
-    squares_.assign(sched.params.size(), 0.0);
     updated_.assign(sched.params.size(), 0);
     check(cudaEventCreateWithFlags(&weights_back_, cudaEventDisableTiming), "cudaEventCreate");
     zero_offloaded_states();
@@ -1373,7 +1281,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // the updates wait for the backward, so that they agree on the norm (the
   // sum of their gradients' squares) and on whether every gradient is
   // finite before any update.
-  bool updates_in_flight() const { return opt_.clip_norm <= 0 && config.world() == 1 && !scaler_.enabled(); }
+  bool updates_in_flight() const { return trainers::UpdatesInFlight::possible(opt_, config.world() == 1, scaler_.enabled()); }
 
   // The loss flags of the step (UpdateControl::skip, set by a non-finite loss
   // of any micro-batch) for the update thread: after the last micro-batch's
@@ -1418,10 +1326,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     for (int u = st.update_begin; u < st.update_end; ++u) {
       const int k = sched.updates[u];
       const ParamSlot& p = sched.params[static_cast<std::size_t>(k)];
-      const double sq = offloaded_squares(p);
-      squares_[static_cast<std::size_t>(k)] = sq;
-      checked_.complete(
-          k, sq,
+      inflight_.offloaded(
+          k, offloaded_squares(p), true,
           [&] {
             update_on_host(p, 1.0f, update_threads_);
             updated_[static_cast<std::size_t>(k)] = 1;
@@ -1431,8 +1337,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   }
 
   bool offloaded_step(StepStats& s, int step_no) {
-    checked_ = trainers::GradientCheck{};
-    std::fill(squares_.begin(), squares_.end(), 0.0);
+    inflight_.begin_step();
     std::fill(updated_.begin(), updated_.end(), char{0});
     offload_updating_ = true;
     struct Done {  // on every way out of the step: no host function or update runs past it
@@ -1469,12 +1374,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       gather_weights();
       s.grad_norm = n.norm;
     } else if (opt_.clip_norm <= 0) {
-      double sq = 0;
-      for (std::size_t k = 0; k < sched.params.size(); ++k)
-        if (sched.params[k].trainable) sq += squares_[k];
-      weights_to_device();
-      if (checked_.first >= 0) checked_.throw_skipped_updates(plan, sched, step_no, "OffloadOptimizer without clipping");
-      s.grad_norm = std::sqrt(sq);
+      weights_to_device();  // (those updated before a gradient failed keep their update)
+      s.grad_norm = inflight_.norm(plan, sched, step_no);
     } else {
       // the device's norm and clip scale (clip_scale_kernel), from the offloaded gradients
       const float total = squared_norm_on_host<S>(counted_.on_device, counted_.offloaded, [&](int blocks, auto&& f) {
@@ -1622,7 +1523,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   }
   // The norm is not finite (trainers::GradientCheck::stop_before_update); nothing was updated.
   [[noreturn]] void stop_before_update(int step_no, float norm) {
-    checked_.stop_before_update(
+    trainers::GradientCheck().stop_before_update(
         plan, sched, step_no, static_cast<double>(norm) * norm, [&](int k) { return offloaded_squares(sched.params[static_cast<std::size_t>(k)]); },
         [&](int k) { return bad_element(k); });
   }

@@ -55,6 +55,7 @@
 #include "../train/driver.hpp"
 #include "../train/gradient_check.hpp"
 #include "../train/initial_values.hpp"
+#include "../train/offload_update.hpp"
 #include "../train/op_table.hpp"
 #include "../train/with_pipeline_stage.hpp"
 #include "arena.hpp"
@@ -444,6 +445,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     const int step_no = step_ + 1;
     if (config.accumulate > 1 && !config.offload_optimizer) zero_grads();  // offloaded: Step::grad_load
     checked_ = trainers::GradientCheck{};
+    if constexpr (config.offload_optimizer) inflight_.begin_step();
     updating_ = true;
     skipped_ = false;
     step_scale_ = scaler_.scale();
@@ -835,7 +837,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   static void run_update_task(const UpdateTask& u) { u.trainer->gradient_offloaded(u.param, u.step_no); }
   std::unique_ptr<LaneWorker<UpdateTask>> updater_ =
       config.offload_optimizer ? std::make_unique<LaneWorker<UpdateTask>>() : nullptr;
-  std::array<double, param_count> squares_{};  // per parameter: its gradient's squares, summed in schedule order
+  trainers::UpdatesInFlight inflight_{param_count};  // the updates during the backward and their squares
   TierTraffic traffic_{};
   std::span<Span> trace_{};
   std::atomic<std::size_t> traced_{0};
@@ -899,15 +901,12 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       ~Record() { t.record(Span::update_in_flight, k, began); }
     } rec{*this, k, began};
     const ParamSlot& p = sched.params[k];
-    const double sq = offloaded_squares(p);
-    squares_[static_cast<std::size_t>(k)] = sq;
-    if (updates_in_flight())
-      checked_.complete(
-          k, sq,
-          [&] {
-            for (std::int64_t from = 0; from < owned(p).count; from += staged_range) update_offloaded_range(p, from, 0, step_no, C(1));
-          },
-          [&](int j) { return bad_element(j); });
+    inflight_.offloaded(
+        k, offloaded_squares(p), updates_in_flight(),
+        [&] {
+          for (std::int64_t from = 0; from < owned(p).count; from += staged_range) update_offloaded_range(p, from, 0, step_no, C(1));
+        },
+        [&](int j) { return bad_element(j); });
   }
   // squared_norm of p's offloaded gradient, read range by range into the
   // staging buffer (the same sum: the ranges are multiples of 8 elements).
@@ -923,14 +922,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     return squared_norm_total(lane);
   }
 
-  // Whether each update runs as soon as its gradient is offloaded: without
-  // clipping or loss scaling, on one process. With several processes the
-  // updates wait for the backward, so that every process knows whether
-  // every gradient was finite before any updates (the check is over all of
-  // them), and the gradients that several processes hold parts of are
-  // summed first; a scaled run waits too, since an overflow anywhere skips
-  // the whole step.
-  bool updates_in_flight() const { return opt_.clip_norm <= 0 && groups_.world == nullptr && !scaler_.enabled(); }
+  // Whether each update runs as soon as its gradient is offloaded (train/offload_update.hpp).
+  bool updates_in_flight() const { return trainers::UpdatesInFlight::possible(opt_, groups_.world == nullptr, scaler_.enabled()); }
 
   // After the micro-batches: the updates ran during the backward, or
   // update() runs them now (reading the offload tier's gradients, with the
@@ -938,17 +931,13 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   double offloaded_update(int step_no) {
     updater_->wait_all();
     if (!updates_in_flight()) return update(step_no);
-    double sq = 0;
-    for (std::size_t k = 0; k < sched.params.size(); ++k)
-      if (sched.params[k].trainable) sq += squares_[k];
-    if (checked_.first >= 0) checked_.throw_skipped_updates(plan, sched, step_no, "OffloadOptimizer without clipping");
-    return std::sqrt(sq);
+    return inflight_.norm(plan, sched, step_no);
   }
   // Parameter k's gradient's squares, over the elements this process updates.
   double squares_of(std::size_t k) const {
     const ParamSlot& p = sched.params[k];
     if constexpr (config.offload_optimizer)
-      if (!(p.stage_shared || p.tensor_partial)) return squares_[k];  // summed on the update thread
+      if (!(p.stage_shared || p.tensor_partial)) return inflight_.squares[k];  // summed on the update thread
     return squared_norm(update_grad(p), owned(p).count);
   }
 

@@ -451,8 +451,9 @@ void restore_image(Trainer& t, const Image& image) {
 
 // The tensors of model.safetensors and optimizer.safetensors, pointing into
 // the trainer's image (above).
+// `masters`: with the f32 master weights, whole (ZeRO 1-3 shard them: optimizer_tensors).
 template <class Trainer, class Image>
-std::vector<TensorView> model_tensors(const Image& t) {
+std::vector<TensorView> model_tensors(const Image& t, bool masters = true) {
   constexpr DType dt = Trainer::config.dtype;
   std::vector<TensorView> v;
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
@@ -464,22 +465,24 @@ std::vector<TensorView> model_tensors(const Image& t) {
       v.push_back(TensorView{path, DType::U8, {p.quant.code_bytes(p.elements())}, t.codes(p)});
       v.push_back(TensorView{path + ".scales", DType::U8, {p.quant.scale_bytes(p.elements())}, t.scales(p)});
     }
-    if (p.master >= 0) v.push_back(TensorView{path + ".master", DType::F32, {p.rows, p.cols}, t.master(p)});
+    if (masters && p.master >= 0) v.push_back(TensorView{path + ".master", DType::F32, {p.rows, p.cols}, t.master(p)});
   }
   return v;
 }
 
 // Each trainable parameter's optimizer state over elements(p) of its
 // elements (all of them; or a data-parallel rank's shard, none where it
-// holds none), then the model's shared code tables.
+// holds none) and with `masters` its master weights of those elements
+// ("<path>.master", F32, 1-D), then the model's shared code tables.
 template <class Trainer, class Image, class Elements>
-std::vector<TensorView> optimizer_tensors(const Image& t, Elements elements) {
+std::vector<TensorView> optimizer_tensors(const Image& t, Elements elements, bool masters = false) {
   std::vector<TensorView> v;
   for (std::size_t k = 0; k < Trainer::param_count; ++k) {
     const ParamSlot& p = Trainer::param(k);
     const std::int64_t n = elements(p);
-    if (p.state < 0 || n == 0) continue;
-    v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(n)}, t.state(p)});
+    if (n == 0) continue;
+    if (p.state >= 0) v.push_back(TensorView{Trainer::path_of(p), DType::U8, {Trainer::config.optim.state_bytes(n)}, t.state(p)});
+    if (masters && p.master >= 0) v.push_back(TensorView{Trainer::path_of(p) + ".master", DType::F32, {n}, t.master(p)});
   }
   if (Trainer::sched.quant_table >= 0)
     v.push_back(TensorView{"__quant_table__", DType::U8, {Trainer::sched.quant_table_bytes()}, t.quant_table()});

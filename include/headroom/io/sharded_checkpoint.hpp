@@ -1,19 +1,22 @@
 #pragma once
-// Checkpoints of a parallel run (DataParallel<N>, ZeRO<S>, TensorParallel<M>):
-// one directory for the whole job, each process writing its own part. Every
-// process calls io::save_checkpoint / io::load_checkpoint (checkpoint.hpp)
-// with the same directory, which must be on a file system every one sees.
-// Files are numbered by the process's rank r in the run (host::Trainer::
-// world()); "data-parallel rank" is host::Trainer::rank(). With tensor
-// parallelism each process holds its block of the split parameters
-// (ParamSlot::split), which its files hold as they are.
+// Checkpoints of a parallel run (DataParallel<N>, ZeRO<S>, TensorParallel<M>,
+// PipelineParallel<P>), of either engine's trainer: one directory for the
+// whole job, each process writing its own part. Every process calls
+// io::save_checkpoint / io::load_checkpoint (checkpoint.hpp) with the same
+// directory, which must be on a file system every one sees. Files are
+// numbered by the process's rank r in the run (Trainer::world());
+// "data-parallel rank" is Trainer::rank(). The processes exchange what the
+// host agrees on (names, sizes, errors) through the trainer's communicator
+// (gather_on_host). With tensor parallelism each process holds its block
+// of the split parameters (ParamSlot::split), which its files hold as they
+// are.
 //
 // The directory (format version 4; version 3 is read as well: the same
 // without trainer.json's checksum):
 //   model.rank-<r>.safetensors      process r's part of the parameters. ZeRO
 //                                   3: its shard of each, "<path>" as a 1-D
 //                                   tensor of the elements it holds
-//                                   (host::Trainer::shard_of; quantized:
+//                                   (Trainer::shard_of; quantized:
 //                                   "<path>" and "<path>.scales", U8 byte
 //                                   shards). Below ZeRO 3 the data-parallel
 //                                   ranks hold the same parameters:
@@ -22,9 +25,13 @@
 //                                   no tensor.
 //   optimizer.rank-<r>.safetensors  process r's optimizer state: ZeRO 1-3 the
 //                                   state of the elements it updates ("<path>",
-//                                   U8), ZeRO 0 data-parallel rank 0's whole
-//                                   state; every file also holds the shared
-//                                   code tables.
+//                                   U8) and, where the run keeps f32 master
+//                                   weights (a 16-bit cuda::Trainer), their
+//                                   master weights ("<path>.master", F32,
+//                                   1-D); ZeRO 0 data-parallel rank 0's whole
+//                                   state (its masters whole are in its model
+//                                   file, as one process keeps them); every
+//                                   file also holds the shared code tables.
 //   trainer.json                    as for one process, with "layout":
 //                                   {"data_parallel": N, "zero": S,
 //                                   "tensor_parallel": M, "pipeline_parallel":
@@ -59,53 +66,65 @@
 #include <utility>
 #include <vector>
 
-#include "../host/communicator.hpp"
 #include "checkpoint.hpp"
 
 namespace headroom::io::detail::checkpoint {
 
 inline std::string rank_file(const char* kind, int r) { return std::string(kind) + ".rank-" + std::to_string(r) + ".safetensors"; }
 
+// The ranks exchange on the host: block_bytes bytes of host memory from
+// every rank, by rank, into `data` (size() blocks; this rank's own is block
+// rank()). host::Communicator's all_gather; cuda::Communicator's
+// all_gather_on_host (its collectives take device memory).
+template <class Comm>
+void gather_on_host(Comm& c, void* data, std::int64_t block_bytes) {
+  if constexpr (requires { c.all_gather_on_host(data, block_bytes); }) c.all_gather_on_host(data, block_bytes);
+  else c.all_gather(data, block_bytes);
+}
+
+// Rank `from`'s string `s` (what the other ranks pass is not read), on every rank.
+template <class Comm>
+std::string from_rank(Comm& c, int from, const std::string& s) {
+  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(c.size()), 0);
+  sizes[static_cast<std::size_t>(c.rank())] = s.size();
+  gather_on_host(c, sizes.data(), sizeof(std::uint64_t));
+  const std::size_t n = static_cast<std::size_t>(sizes[static_cast<std::size_t>(from)]);
+  if (n == 0) return {};
+  std::vector<char> all(n * static_cast<std::size_t>(c.size()), '\0');
+  if (c.rank() == from) std::memcpy(all.data() + n * static_cast<std::size_t>(from), s.data(), n);
+  gather_on_host(c, all.data(), static_cast<std::int64_t>(n));
+  return std::string(all.data() + n * static_cast<std::size_t>(from), n);
+}
+
 // Every rank reports whether its part succeeded; when one failed, every rank
 // throws: the failed ones their own error, the others one naming the failed
 // ranks and quoting the first one's error.
-inline void settle(host::Communicator& c, std::exception_ptr error, const std::filesystem::path& d, const std::string& what) {
-  std::vector<double> failed(static_cast<std::size_t>(c.size()), 0.0);
-  failed[static_cast<std::size_t>(c.rank())] = error ? 1.0 : 0.0;
-  c.all_reduce_sum(failed.data(), c.size(), DType::F64);
+template <class Comm>
+void settle(Comm& c, std::exception_ptr error, const std::filesystem::path& d, const std::string& what) {
+  std::vector<std::uint8_t> failed(static_cast<std::size_t>(c.size()), 0);
+  failed[static_cast<std::size_t>(c.rank())] = error ? 1 : 0;
+  gather_on_host(c, failed.data(), 1);
   std::string ranks;
   int first = -1;
   for (int r = 0; r < c.size(); ++r)
-    if (failed[static_cast<std::size_t>(r)] > 0) {
+    if (failed[static_cast<std::size_t>(r)] != 0) {
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
       if (first < 0) first = r;
     }
   if (ranks.empty()) return;
-  // the first failed rank's message, to every rank (at most `block` bytes of it)
-  constexpr std::size_t block = 2048;
-  std::vector<char> messages(block * static_cast<std::size_t>(c.size()), '\0');
+  std::string mine;  // the first failed rank's message, to every rank
   if (c.rank() == first) {
-    std::string m = "an unknown error";
+    mine = "an unknown error";
     try {
       std::rethrow_exception(error);
     } catch (const std::exception& e) {
-      m = e.what();
+      mine = e.what();
     } catch (...) {
     }
-    std::memcpy(messages.data() + block * static_cast<std::size_t>(first), m.data(), std::min(m.size(), block - 1));
   }
-  c.all_gather(messages.data(), static_cast<std::int64_t>(block));
+  const std::string message = from_rank(c, first, mine);
   if (error) std::rethrow_exception(error);
-  fail(d, what + ": rank " + ranks + " of " + std::to_string(c.size()) + " failed; rank " + std::to_string(first) + ": " +
-              std::string(messages.data() + block * static_cast<std::size_t>(first)));
-}
-
-// Rank 0's string `s` (at most `bytes` bytes of it), on every rank.
-inline std::string from_rank_0(host::Communicator& c, const std::string& s, std::size_t bytes) {
-  std::vector<char> all(bytes * static_cast<std::size_t>(c.size()), '\0');
-  if (c.rank() == 0) std::memcpy(all.data(), s.data(), std::min(s.size(), bytes - 1));
-  c.all_gather(all.data(), static_cast<std::int64_t>(bytes));
-  return std::string(all.data());
+  fail(d, what + ": rank " + ranks + " of " + std::to_string(c.size()) + " failed; rank " + std::to_string(first) + ": " + message);
 }
 
 // Rank r's part of one byte-stored tensor of `bytes` bytes (ZeRO 3's shards
@@ -120,7 +139,8 @@ std::pair<std::int64_t, std::int64_t> byte_shard(const Trainer& t, std::int64_t 
 template <class Trainer, class Image>
 std::vector<TensorView> rank_model_tensors(const Trainer& t, const Image& image) {
   if constexpr (!Trainer::config.sharded(3)) {
-    return t.rank() == 0 ? model_tensors<Trainer>(image) : std::vector<TensorView>{};
+    // (with ZeRO 1 and 2 the master weights are sharded: in the optimizer files)
+    return t.rank() == 0 ? model_tensors<Trainer>(image, !Trainer::config.sharded(1)) : std::vector<TensorView>{};
   } else {
     constexpr DType dt = Trainer::config.dtype;
     std::vector<TensorView> v;
@@ -143,8 +163,8 @@ std::vector<TensorView> rank_model_tensors(const Trainer& t, const Image& image)
 
 template <class Trainer, class Image>
 std::vector<TensorView> rank_optimizer_tensors(const Trainer& t, const Image& image) {
-  if constexpr (Trainer::config.sharded(1))
-    return optimizer_tensors<Trainer>(image, [&t](const ParamSlot& p) { return t.shard_of(p).count; });
+  if constexpr (Trainer::config.sharded(1))  // and the master weights of the elements it updates
+    return optimizer_tensors<Trainer>(image, [&t](const ParamSlot& p) { return t.shard_of(p).count; }, true);
   else if (t.rank() == 0) return optimizer_tensors<Trainer>(image);
   else return optimizer_tensors<Trainer>(image, [](const ParamSlot&) { return std::int64_t{0}; });  // the tables alone
 }
@@ -152,7 +172,7 @@ std::vector<TensorView> rank_optimizer_tensors(const Trainer& t, const Image& im
 template <class Trainer>
 void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std::string& extra) {
   namespace fs = std::filesystem;
-  host::Communicator& c = *t.world();
+  auto& c = *t.world();
   const int r = c.rank(), n = c.size();
   const fs::path d = normalized(dir);
   fs::path staging;
@@ -167,6 +187,7 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
     model = rank_model_tensors(t, image);
     optim = rank_optimizer_tensors(t, image);
     check_finite(d, model, t.steps_done());
+    check_finite(d, optim, t.steps_done());  // (ZeRO 1-3: the master weights are there)
   } catch (...) {
     error = std::current_exception();
   }
@@ -184,7 +205,7 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
     }
   }
   settle(c, error, d, not_saved);
-  staging = parent_of(d) / from_rank_0(c, staging.filename().string(), 512);
+  staging = parent_of(d) / from_rank(c, 0, staging.filename().string());
 
   // 3. every rank writes its files (fsync'ed by write_safetensors) and hashes them
   std::vector<FileRecord> mine;
@@ -224,7 +245,7 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
     all[static_cast<std::size_t>(r)].bytes[f] = mine[static_cast<std::size_t>(f)].bytes;
     std::memcpy(all[static_cast<std::size_t>(r)].hash[f], mine[static_cast<std::size_t>(f)].hash.data(), 16);
   }
-  c.all_gather(all.data(), sizeof(Packed));
+  gather_on_host(c, all.data(), sizeof(Packed));
 
   // 5. rank 0 sees every rank's files, of the sizes written, in its staging
   // directory (ranks that see other file systems under one path wrote
@@ -242,7 +263,7 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
         unseen = "rank 0 sees " + p.string() + " of " + std::to_string(bytes) + " bytes, rank " + std::to_string(q) + " wrote " +
                  std::to_string(wrote);
     }
-  unseen = from_rank_0(c, unseen, 4096);
+  unseen = from_rank(c, 0, unseen);
   if (!unseen.empty()) {
     discard();
     fail(d, "not saved: " + unseen + ": the ranks do not save to one file system (every rank must see the checkpoint's "
@@ -272,7 +293,7 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
 
 template <class Trainer>
 std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
-  host::Communicator& c = *t.world();
+  auto& c = *t.world();
   const int r = c.rank();
   const std::string not_loaded = "not loaded; no rank's trainer was changed";
   std::exception_ptr error;
@@ -291,7 +312,7 @@ std::string load_sharded(Trainer& t, const std::filesystem::path& dir) {
     o = open_checkpoint<Trainer>(dir);
     check_files(o, reads);
     // what this rank restores, from which file
-    model = !Trainer::config.sharded(3) ? model_tensors<Trainer>(image) : rank_model_tensors(t, image);
+    model = !Trainer::config.sharded(3) ? model_tensors<Trainer>(image, !Trainer::config.sharded(1)) : rank_model_tensors(t, image);
     optim = !Trainer::config.sharded(1) ? optimizer_tensors<Trainer>(image) : rank_optimizer_tensors(t, image);
     const SafetensorsFile mf(o.dir / rank_file("model", Trainer::config.sharded(3) ? r : first));
     const SafetensorsFile of(o.dir / rank_file("optimizer", Trainer::config.sharded(1) ? r : first));
