@@ -100,7 +100,7 @@ TEST_CASE("host bf16: the plan's bytes by hand", "[host][bf16]") {
   CHECK(p32.bytes(Role::master_weights) == 0);
 }
 
-TEST_CASE("host bf16: Llama tracks its f32 run; weights are the masters rounded", "[host][bf16]") {
+TEST_CASE("host bf16: Llama tracks its f32 run, weights are the masters rounded", "[host][bf16]") {
   tracks_f32<Llama16, Llama32>(30, 1e-3, 0.03);
 }
 
@@ -141,7 +141,7 @@ TEST_CASE("host bf16: UpdateInBackward tracks its f32 run", "[host][bf16]") {
 // the f32 masters, so the resumed run continues exactly (to the bit); the
 // Hugging Face loader sets the masters with the stored values (else the
 // first update would start from the old masters).
-TEST_CASE("host bf16: a checkpoint resumes the run to the bit; load_pretrained sets the masters", "[host][bf16][io]") {
+TEST_CASE("host bf16: a checkpoint resumes the run to the bit, load_pretrained sets the masters", "[host][bf16][io]") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "headroom-bf16-io";
   fs::remove_all(dir);

@@ -71,7 +71,7 @@ TEST_CASE("decoding with the KV cache reproduces the training forward (GPT-2: po
   decode_matches_training<R, host::Generator<R, Context<24>>>();
 }
 
-TEST_CASE("decoding reproduces the training forward (Qwen3: per-head q / k norms; Mistral: a sliding window)",
+TEST_CASE("decoding reproduces the training forward (Qwen3: per-head q / k norms, Mistral: a sliding window)",
           "[host][generate]") {
   using Q = Train<models::Llama<qwen3_cfg>, Batch<1>, Seq<20>, Precision<DType::F64>>;
   using GQ = host::Generator<Q, Context<20>>;

@@ -276,7 +276,7 @@ TEST_CASE("LLM.int8: a batch beyond the bound of outlier columns is refused, not
   CHECK(snapshot(t) == snapshot(twin));
 }
 
-TEST_CASE("LLM.int8: training with outlier columns; checkpointed blocks recompute it to the bit", "[host][int8]") {
+TEST_CASE("LLM.int8: training with outlier columns, checkpointed blocks recompute it to the bit", "[host][int8]") {
   using Tr = host::Trainer<Run<LlamaQ<LLMInt8<>>>>;
   using Ck = host::Trainer<Run<LlamaQCkpt<LLMInt8<>>>>;
   using NoSplit = host::Trainer<Run<LlamaQ<LLMInt8<Ratio<0>>>>>;  // every column in int8

@@ -148,7 +148,7 @@ TEST_CASE("gradcheck: LoRA dropout on every Llama projection, through the step's
   CHECK(plain.forward_backward(tok, tgt) != t.forward_backward(tok, tgt));
 }
 
-TEST_CASE("LoRA dropout acts in training only; masks follow the seed; a checkpointed block regenerates them", "[host][dropout]") {
+TEST_CASE("LoRA dropout acts in training only, masks follow the seed, a checkpointed block regenerates them", "[host][dropout]") {
   const auto tok = ids(24, 5, 48), tgt = ids(24, 6, 48);
   host::Trainer<Run<LlamaDrop>> drop({.seed = 4, .lr = 1e-2});
   host::Trainer<Run<LlamaNoDrop>> plain({.seed = 4, .lr = 1e-2});

@@ -152,7 +152,7 @@ TEST_CASE("peak resident memory (VmHWM) = plan + a constant: Precision<BF16>", "
   peak_is_plan<Train<Tiny, Batch<8>, Seq<128>, Workers<2>, Precision<BF16>>>("tiny_llama B8 T128 bf16");
 }
 
-TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says; the tier lives in a file mapping", "[host][memory]") {
+TEST_CASE("offloaded blocks: the RAM arena shrinks by what the plan says, the tier lives in a file mapping", "[host][memory]") {
   using Tr = host::Trainer<Offload>;
   using Plain = host::Trainer<Full>;
   const auto dir = std::filesystem::temp_directory_path() / "headroom-offload-test";
@@ -210,10 +210,10 @@ void resident_is_the_device_tier(const char* what) {
                 static_cast<long long>(Tr::plan.peak_bytes(Tier::offload)));
   }
 }
-TEST_CASE("OffloadOptimizer: peak resident memory = the device plan + a constant; the tier stays in its file", "[host][memory]") {
+TEST_CASE("OffloadOptimizer: peak resident memory = the device plan + a constant, the tier stays in its file", "[host][memory]") {
   resident_is_the_device_tier<Train<Tiny, Batch<8>, Seq<128>, Workers<2>, OffloadOptimizer>>("OffloadOptimizer");
 }
-TEST_CASE("OffloadParameters: peak resident memory = the device plan + a constant; the parameters stay in the file",
+TEST_CASE("OffloadParameters: peak resident memory = the device plan + a constant, the parameters stay in the file",
           "[host][memory]") {
   resident_is_the_device_tier<OffloadAll>("OffloadOptimizer, OffloadParameters");
 }

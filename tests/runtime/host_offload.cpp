@@ -157,7 +157,7 @@ TEST_CASE("OffloadParameters trains bit-identically to the device: AdamW, full f
 }
 
 TEST_CASE("OffloadParameters trains bit-identically to the device: AdamW8bit, QLoRA (NF4 codes fetched), checkpointing, "
-          "Accumulate<2>; GPT-2's tied head",
+          "Accumulate<2>, GPT-2's tied head",
           "[host][offload]") {
   const double clip = GENERATE(0.0, 0.5);
   same_as_on_device<QLoRAModel, OffloadParameters, Batch<2>, Seq<32>, Accumulate<2>, AdamW8bit, Workers<2>>(clip);

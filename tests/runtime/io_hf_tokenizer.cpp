@@ -90,7 +90,7 @@ TEST_CASE("tokenizer.json Split: each behaviour cuts 'the-final--countdown' as t
   CHECK(pieces(d.load(), "the-final--countdown") == V{"the", "final", "countdown"});
 }
 
-TEST_CASE("tokenizer.json BPE: merges by rank, leftmost first; ignore_merges; unknown characters",
+TEST_CASE("tokenizer.json BPE: merges by rank, leftmost first, ignore_merges, unknown characters",
           "[io][hf_tokenizer]") {
   //                         0    1    2    3     4     5
   Doc d{vocab_of({"a", "b", "c", "ab", "bc", "abc"})};

@@ -593,7 +593,7 @@ TEST_CASE("safetensors: opening holds at most 5x the header in memory, hostile h
 
 #endif  // HEADROOM_TEST_COUNTS_ALLOCATIONS
 
-TEST_CASE("safetensors: names and metadata are UTF-8 without NUL, within 4096 bytes; errors give the offset",
+TEST_CASE("safetensors: names and metadata are UTF-8 without NUL, within 4096 bytes, errors give the offset",
           "[io][safetensors]") {
   TempDir tmp;
   const std::string file = "bad.safetensors";

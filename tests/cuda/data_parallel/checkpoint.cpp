@@ -150,7 +150,7 @@ using DataParallelRun = Train<M, Batch<batch>, Seq<seq>, Options..., OnCuda, Dat
 
 }  // namespace
 
-TEST_CASE("cuda::Trainer checkpoints, DataParallel<2>: ZeRO 0 and ZeRO 1 bf16 resume bit for bit; another layout is refused",
+TEST_CASE("cuda::Trainer checkpoints, DataParallel<2>: ZeRO 0 and ZeRO 1 bf16 resume bit for bit, another layout is refused",
           "[data_parallel][checkpoint]") {
   using Zero0 = DataParallelRun<0, Model, Precision<BF16>>;
   using Zero1 = DataParallelRun<1, Model, Precision<BF16>>;

@@ -92,7 +92,7 @@ void resumes_bit_for_bit(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("cuda::Trainer checkpoints resume bit for bit: f32 AdamW; bf16 with f32 masters and AdamW8bit's maps",
+TEST_CASE("cuda::Trainer checkpoints resume bit for bit: f32 AdamW, bf16 with f32 masters and AdamW8bit's maps",
           "[trainer][checkpoint]") {
   using M = models::Llama<small_llama>;
   resumes_bit_for_bit<Train<M, Batch<2>, Seq<16>, OnCuda>>("f32");
@@ -111,7 +111,7 @@ TEST_CASE("cuda::Trainer checkpoints resume bit for bit: the optimizer and param
   resumes_bit_for_bit<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OffloadParameters, OnCuda>>("offload");
 }
 
-TEST_CASE("cuda::Trainer and host::Trainer load each other's f32 checkpoints; another run's is refused", "[trainer][checkpoint]") {
+TEST_CASE("cuda::Trainer and host::Trainer load each other's f32 checkpoints, another run's is refused", "[trainer][checkpoint]") {
   using M = models::Llama<small_llama>;
   using H = Train<M, Batch<2>, Seq<16>>;
   using C = Train<M, Batch<2>, Seq<16>, OnCuda>;

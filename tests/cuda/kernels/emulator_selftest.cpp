@@ -499,7 +499,7 @@ __global__ void opted_in_kernel() {}
 // (cudaErrorInvalidConfiguration; cudaErrorInvalidValue for dynamic shared
 // memory above the kernel's limit) waits for cudaGetLastError. cuda::launch
 // checks every launch and throws cuda_error naming the kernel and the shape.
-TEST_CASE("emulator: launches a GPU refuses do nothing; cuda::launch throws naming the kernel; launch_count counts launches",
+TEST_CASE("emulator: launches a GPU refuses do nothing, cuda::launch throws naming the kernel, launch_count counts launches",
           "[emulator][launch]") {
   REQUIRE(cudaGetLastError() == cudaSuccess);
   const std::uint64_t before = emulator::launch_count();

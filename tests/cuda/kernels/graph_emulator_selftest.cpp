@@ -369,7 +369,7 @@ TEST_CASE("graph emulator: allocation, synchronization and pageable copies are r
   CHECK(cudaGraphDestroy(graph) == cudaSuccess);
 }
 
-TEST_CASE("graph emulator: forks must be joined; waits on uncaptured work; streams outside the capture run at once", "[graph]") {
+TEST_CASE("graph emulator: forks must be joined, waits on uncaptured work, streams outside the capture run at once", "[graph]") {
   Stream origin, other, outside;
   Event forked, earlier;
   DeviceArray<float> x(8), y(8);
@@ -459,7 +459,7 @@ TEST_CASE("graph emulator: an event last recorded in a capture cannot be waited 
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
-TEST_CASE("graph emulator: one capture at a time, not on the legacy stream; graph handles are checked; replays check memory",
+TEST_CASE("graph emulator: one capture at a time, not on the legacy stream, graph handles are checked, replays check memory",
           "[graph]") {
   Stream first, second;
   cudaStream_t blocking{};

@@ -216,7 +216,7 @@ void check_pointer_alignments() {
   CHECK(blas.products() == 5);
 }
 
-TEST_CASE("Blas::gemm: the bias and aux pointers' alignment is part of a product; set before its algorithm is chosen",
+TEST_CASE("Blas::gemm: the bias and aux pointers' alignment is part of a product, set before its algorithm is chosen",
           "[runtime][blas]") {
   SECTION("float") { check_pointer_alignments<float>(); }
   SECTION("bf16") { check_pointer_alignments<bf16>(); }
@@ -447,7 +447,7 @@ TEST_CASE("runtime emulator: cudaLaunchHostFunc runs in stream order", "[runtime
   CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
 }
 
-TEST_CASE("runtime emulator: one device; streams and events are tokens that are checked; error names", "[runtime]") {
+TEST_CASE("runtime emulator: one device, streams and events are tokens that are checked, error names", "[runtime]") {
   int devices = 0;
   REQUIRE(cudaGetDeviceCount(&devices) == cudaSuccess);
   CHECK(devices == 1);

@@ -368,7 +368,7 @@ TEST_CASE("cuda::Trainer: evaluate() after steps replayed from a CUDA graph (off
 // An odd vocabulary (GPT-2's 50,257) would give the logits an odd leading
 // dimension; the plan pads it to a multiple of 64 (385 -> 448 here) and the
 // loss ignores the padding columns: loss and every gradient are the host's.
-TEST_CASE("cuda::Trainer: an odd vocabulary's logits have a padded leading dimension; loss and gradients are the host's",
+TEST_CASE("cuda::Trainer: an odd vocabulary's logits have a padded leading dimension, loss and gradients are the host's",
           "[trainer][lm_head]") {
   constexpr models::GPT2Config odd{385, 64, 1, 4, 64};
   using H = Train<models::GPT2<odd>, Batch<2>, Seq<16>, LossChunk<12>>;

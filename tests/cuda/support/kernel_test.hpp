@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,8 +49,14 @@ class Buffer {
     check(cudaMalloc(&p_, n * sizeof(T) + 1), "cudaMalloc");
     check(cudaMemset(p_, 0, n * sizeof(T) + 1), "cudaMemset");
 #else
-    host_.assign(n, T{});
-    p_ = host_.data();
+    // aligned as cudaMalloc aligns (256 bytes), so that what depends on a
+    // pointer's alignment (Blas's choice of algorithm) does not depend on where
+    // the heap put the buffer
+    const std::size_t slack = (256 + sizeof(T) - 1) / sizeof(T);
+    host_.assign(n + slack, T{});
+    void* p = host_.data();
+    std::size_t space = host_.size() * sizeof(T);
+    p_ = static_cast<T*>(std::align(256, n * sizeof(T), p, space));
 #endif
   }
   explicit Buffer(const std::vector<T>& v) : Buffer(v.size()) { upload(v); }
