@@ -17,7 +17,7 @@
 //
 // The work is split over workers by rows of C (or columns, when C is wider
 // than tall); each worker runs the sequential kernel on its block with its
-// own panels (GemmBlocking in plan/graph.hpp sizes them; the plan holds them
+// own panels (GemmBlocking in core/workspace.hpp sizes them; the plan holds them
 // as the "gemm panels" workspace). Each element of C is computed by one
 // worker, in one order: results depend only on the worker count and on
 // whether the kernel is Eigen's or headroom's.
@@ -28,7 +28,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../plan/graph.hpp"
+#include "../core/workspace.hpp"
 #include "cpu.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"

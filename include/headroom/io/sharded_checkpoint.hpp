@@ -66,7 +66,7 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint.hpp"
+#include "checkpoint_files.hpp"
 
 namespace headroom::io::detail::checkpoint {
 

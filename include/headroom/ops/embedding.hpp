@@ -33,6 +33,7 @@ struct Embedding {
     op.set(vocab, v);
     op.set(features, d);
     op.set(ranks, b.cfg.tp);
+    if (b.vocab == 0) b.vocab = v * b.cfg.tp;  // the model's vocabulary, unless its LM head says
     op.input(tokens, ids, false);
     const graph::Ref out = b.activation("x", d);  // (N, D)
     op.output(x, out);

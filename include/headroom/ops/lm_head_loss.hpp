@@ -40,6 +40,7 @@ struct LmHeadLoss {
     op.set(features, d);
     op.set(chunk, c);
     op.set(ranks, b.cfg.tp);
+    b.vocab = v * b.cfg.tp;  // the model's vocabulary: what it predicts
     op.input(h, input);
     op.input(targets, b.targets, false);
     const graph::Ref out = b.produced("loss", b.cfg.compute_bytes());  // f32 scalar

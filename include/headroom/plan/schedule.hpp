@@ -137,6 +137,7 @@ struct Schedule {
   std::array<int, NP> updates{};  // ParamSlot indices, in the order UpdateInBackward runs them
   std::int64_t peak[tier_count]{};
   Slot tokens{}, targets{}, loss{};
+  std::int64_t vocab = 0;  // the model's vocabulary (graph::Builder::vocab): 0 where no op reads or predicts token ids
   Slot gemm_panels{};             // the workers' GEMM packing panels (CUDA: the cuBLASLt workspace)
   Slot update_staging{};          // OffloadOptimizer on the host engine: one update range per worker (RunConfig::update_staging_bytes)
   Slot reductions{};              // CUDA: gradient-norm partials and the update's control block
@@ -425,6 +426,7 @@ constexpr auto schedule() {
 
   // tensors of the model
   s.tokens = index.slot(b.tokens, 0, 0);
+  s.vocab = b.vocab;
   s.targets = index.slot(b.targets, 0, 0);
   s.loss = index.slot(b.loss, 0, s.loss_step);
   s.gemm_panels = index.slot_of_tensor(b.gemm_workspace, 0, -1);

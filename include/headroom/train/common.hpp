@@ -14,9 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "../ops/embedding.hpp"
-#include "../ops/lm_head_loss.hpp"
-#include "../layers/pipeline_stages.hpp"
 #include "../plan/graph.hpp"
 #include "loss_scaling.hpp"
 
@@ -146,19 +143,12 @@ const auto* find_param(const Plan& plan, const Schedule& sched, std::string_view
   return static_cast<decltype(&sched.params[0])>(nullptr);
 }
 
-// The model's vocabulary: the LM head's rows, else the embedding's (a first
-// pipeline stage); 0 without either (-1 for a pipeline stage between: it
-// reads no token id).
+// The model's vocabulary, as its ops declared it (Schedule::vocab: the LM
+// head's rows, else the embedding's, for a first pipeline stage); 0 without
+// either (-1 for a pipeline stage between: it reads no token id).
 template <class Schedule>
 constexpr std::int64_t vocab_size(const Schedule& sched) {
-  // with tensor parallelism, a step holds one rank's block of rows
-  for (const auto& s : sched.steps)
-    if (s.op == ops::LmHeadLoss::name)
-      return s.dim[ops::LmHeadLoss::vocab.index] * std::max<std::int64_t>(1, s.dim[ops::LmHeadLoss::ranks.index]);
-  for (const auto& s : sched.steps)
-    if (s.op == ops::Embedding::name)
-      return s.dim[ops::Embedding::vocab.index] * std::max<std::int64_t>(1, s.dim[ops::Embedding::ranks.index]);
-  return sched.config.pp > 1 ? -1 : 0;
+  return sched.vocab > 0 ? sched.vocab : sched.config.pp > 1 ? -1 : 0;
 }
 
 // Pipeline parallelism's 1F1B order on stage `stage` of `stages`, for K

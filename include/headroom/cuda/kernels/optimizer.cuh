@@ -31,7 +31,7 @@
 
 #include "../../math/dynamic_map.hpp"
 #include "../../math/optim.hpp"
-#include "../../plan/graph.hpp"
+#include "../../core/workspace.hpp"
 #include "../device.cuh"
 #include "pointwise.cuh"
 

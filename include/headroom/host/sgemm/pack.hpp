@@ -23,7 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../../plan/graph.hpp"
+#include "../../core/workspace.hpp"
 #include "../bf16.hpp"
 #include "../f16.hpp"
 #include "../target.hpp"
