@@ -77,11 +77,11 @@ void edit_config(const fs::path& file, const std::string& field, const std::stri
     const bool hit = root.keys[i] == field;
     seen = seen || hit;
     if (hit && value.empty()) continue;
-    out += (first ? "\n  " : ",\n  ") + io::detail::safetensors::json_quote(root.keys[i]) + ": " +
+    out += (first ? "\n  " : ",\n  ") + io::detail::json::quote(root.keys[i]) + ": " +
            (hit ? value : text.substr(root.items[i].begin, root.items[i].end - root.items[i].begin));
     first = false;
   }
-  if (!seen && !value.empty()) out += ",\n  " + io::detail::safetensors::json_quote(field) + ": " + value;
+  if (!seen && !value.empty()) out += ",\n  " + io::detail::json::quote(field) + ": " + value;
   write_file(file, out + "\n}\n");
 }
 

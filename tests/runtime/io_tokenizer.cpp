@@ -224,7 +224,7 @@ TEST_CASE("gpt2 encoder.json parser: escapes and surrogate pairs", "[io][tokeniz
   const std::string json = R"({"a\"b": 1, "\\\/": 2, "\u00e9\n": 3, "\ud83d\ude00": 4})";
   std::vector<std::pair<std::string, std::uint64_t>> got;
   std::vector<std::size_t> offsets;
-  headroom::io::detail::gpt2::JsonMapParser(json, file).parse([&](std::string k, std::uint64_t v, std::size_t at) {
+  headroom::io::detail::gpt2::read_encoder_map(json, file, [&](std::string k, std::uint64_t v, std::size_t at) {
     got.emplace_back(std::move(k), v);
     offsets.push_back(at);
   });
@@ -237,7 +237,7 @@ TEST_CASE("gpt2 encoder.json parser: escapes and surrogate pairs", "[io][tokeniz
   CHECK(got[3].first == "\xF0\x9F\x98\x80");  // U+1F600 from a surrogate pair
 
   const auto parse = [&](const std::string& text) {
-    headroom::io::detail::gpt2::JsonMapParser(text, file).parse([](std::string, std::uint64_t, std::size_t) {});
+    headroom::io::detail::gpt2::read_encoder_map(text, file, [](std::string, std::uint64_t, std::size_t) {});
   };
   REQUIRE_THROWS_WITH(parse(R"({"\ud83d": 1})"), Contains("encoder.json") && Contains("unpaired high surrogate"));
   REQUIRE_THROWS_WITH(parse(R"({"\ude00": 1})"), Contains("unpaired low surrogate"));

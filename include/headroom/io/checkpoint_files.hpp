@@ -493,8 +493,6 @@ inline void swap_in(const std::filesystem::path& staging, const std::filesystem:
   fs::remove_all(aside, ec);
 }
 
-inline std::string quote(std::string_view s) { return safetensors::json_quote(s); }
-
 }  // namespace detail::checkpoint
 
 namespace detail::checkpoint {
@@ -530,33 +528,39 @@ inline FileRecord record(const std::filesystem::path& dir, const std::string& na
 template <class Trainer>
 std::string trainer_json(const Trainer& t, const std::vector<FileRecord>& files, const std::string& extra, std::int64_t version,
                          const std::string& layout) {
+  namespace js = detail::json;
   const CheckpointSignature s = checkpoint_signature<Trainer>();
   const auto& o = t.options();
-  std::string j = "{\n";
-  j += "  \"format\": " + quote(format_name) + ",\n";
-  j += "  \"version\": " + std::to_string(version) + ",\n";
-  j += "  \"steps_done\": " + std::to_string(t.steps_done()) + ",\n";
+  js::Writer w;  // one member a line; the small objects on the line of their key
+  w.begin_object(js::Layout::lines);
+  w.key("format").string(format_name);
+  w.key("version").integer(version);
+  w.key("steps_done").integer(t.steps_done());
   if (t.scales_loss()) {  // the loss scaler's state (train/loss_scaling.hpp); the scale's shortest round-trip decimal
     const LossScaleState& ls = t.loss_scale_state();
-    j += "  \"loss_scale\": {\"scale\": " + detail::json::number(static_cast<double>(ls.scale)) +
-         ", \"growth_tracker\": " + std::to_string(ls.growth_tracker) + ", \"skipped\": " + std::to_string(ls.skipped) + "},\n";
+    w.key("loss_scale").begin_object();
+    w.key("scale").number(static_cast<double>(ls.scale));
+    w.key("growth_tracker").integer(ls.growth_tracker).key("skipped").integer(ls.skipped).end();
   }
-  if (!layout.empty()) j += "  \"layout\": " + layout + ",\n";
-  j += "  \"signature\": {\"model\": " + quote(s.model) + ", \"dtype\": " + quote(s.dtype) + ", \"optimizer\": " +
-       quote(s.optimizer) + ", \"param_count\": " + std::to_string(s.param_count) + ",\n    \"parameters\": [";
-  for (std::size_t k = 0; k < s.parameters.size(); ++k) j += (k ? ",\n      " : "\n      ") + quote(s.parameters[k]);
-  j += "]},\n";
-  j += "  \"files\": {";
-  for (std::size_t k = 0; k < files.size(); ++k)
-    j += std::string(k ? ", " : "") + quote(files[k].name) + ": {\"bytes\": " + std::to_string(files[k].bytes) +
-         ", \"hash\": " + quote(files[k].hash) + "}";
-  j += "},\n";
-  j += "  \"options\": {\"seed\": " + std::to_string(o.seed) + ", \"lr\": " + detail::json::number(o.lr) +
-       ", \"min_lr_ratio\": " + detail::json::number(o.min_lr_ratio) + ", \"warmup_steps\": " + std::to_string(o.warmup_steps) +
-       ", \"total_steps\": " + std::to_string(o.total_steps) + ", \"clip_norm\": " + detail::json::number(o.clip_norm) +
-       "},\n";
-  j += "  \"extra\": " + extra + ",\n";
-  j += "  \"" + std::string(checksum_key) + "\": \"" + std::string(checksum_zeros) + "\"\n}\n";
+  if (!layout.empty()) w.key("layout").raw(layout);
+  w.key("signature").begin_object();
+  w.key("model").string(s.model).key("dtype").string(s.dtype).key("optimizer").string(s.optimizer);
+  w.key("param_count").integer(s.param_count);
+  w.break_line().key("parameters").begin_array();  // one name a line
+  for (const std::string& p : s.parameters) w.break_line().string(p);
+  w.end().end();
+  w.key("files").begin_object();
+  for (const FileRecord& f : files) w.key(f.name).begin_object().key("bytes").integer(f.bytes).key("hash").string(f.hash).end();
+  w.end();
+  w.key("options").begin_object();
+  w.key("seed").integer(o.seed).key("lr").number(o.lr).key("min_lr_ratio").number(o.min_lr_ratio);
+  w.key("warmup_steps").integer(o.warmup_steps).key("total_steps").integer(o.total_steps);
+  w.key("clip_norm").number(o.clip_norm);
+  w.end();
+  w.key("extra").raw(extra);
+  w.key(checksum_key).string(checksum_zeros);  // last: seal() finds it from the end
+  w.end();
+  std::string j = w.take() + "\n";
   return seal(std::move(j));
 }
 

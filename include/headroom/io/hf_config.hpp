@@ -94,11 +94,7 @@ inline std::string_view torch_dtype(DType d) {
 }
 
 // A number as Python's json writes a float: 500000.0, 1e-05.
-inline std::string python_float(double x) {
-  if (x == static_cast<double>(static_cast<std::int64_t>(x)) && x > -1e15 && x < 1e15)
-    return std::to_string(static_cast<std::int64_t>(x)) + ".0";
-  return json::number(x);
-}
+inline std::string python_float(double x) { return json::number(x, json::Spelling::python_float); }
 
 // The file's fields, one check each; problems collects the differences.
 class Checker {
@@ -133,7 +129,7 @@ class Checker {
   }
   void string(std::string_view field, std::string_view want, std::optional<std::string_view> if_absent = std::nullopt) {
     const json::Value* v = present(field);
-    const std::string w = detail::safetensors::json_quote(want);
+    const std::string w = json::quote(want);
     if (!v) return absent(field, w, if_absent ? std::optional<bool>(*if_absent == want) : std::nullopt);
     if (v->kind != Kind::String || v->string != want) differ(field, *v, w);
   }
@@ -147,10 +143,15 @@ class Checker {
   // "high_freq_factor", "original_max_position_embeddings"} equal to it.
   void rope_scaling(const math::RopeScaling& want) {
     const json::Value* v = present("rope_scaling");
-    const std::string wanted = "{\"factor\": " + python_float(want.factor) + ", \"low_freq_factor\": " +
-                               python_float(want.low_freq_factor) + ", \"high_freq_factor\": " +
-                               python_float(want.high_freq_factor) + ", \"original_max_position_embeddings\": " +
-                               std::to_string(want.original_positions) + ", \"rope_type\": \"llama3\"}";
+    json::Writer w;
+    w.begin_object()
+        .key("factor").number(want.factor, json::Spelling::python_float)
+        .key("low_freq_factor").number(want.low_freq_factor, json::Spelling::python_float)
+        .key("high_freq_factor").number(want.high_freq_factor, json::Spelling::python_float)
+        .key("original_max_position_embeddings").integer(want.original_positions)
+        .key("rope_type").string("llama3")
+        .end();
+    const std::string& wanted = w.text();
     if (!want.on()) return none("rope_scaling", "the run type's RoPE is unscaled (its LlamaConfig has no rope_scaling)");
     if (!v || v->kind == Kind::Null) {
       problems.push_back(name("rope_scaling") + " is " + (v ? "null" : "absent") + " in the file, " + wanted +
@@ -308,72 +309,73 @@ std::string hf_config_json(DType stored = DType::F32) {
   using M = hc::model_of<Trainer>;
   static_assert(hc::has_config<M>, "io::hf_config_json: the model is not a preset of a Hugging Face family (models::Llama, models::GPT2)");
   constexpr auto C = M::config;
-  auto q = [](std::string_view s) { return detail::safetensors::json_quote(s); };
-  auto num = [](double x) { return hc::python_float(x); };
-  std::string j = "{\n";
-  auto field = [&](std::string_view name, const std::string& value, bool last = false) {
-    j += "  " + q(name) + ": " + value + (last ? "\n" : ",\n");
-  };
-  const std::string eps = num(math::norm_eps);
+  constexpr auto py = detail::json::Spelling::python_float;  // 500000.0, 1e-05, as transformers writes them
+  detail::json::Writer w;
+  w.begin_object(detail::json::Layout::lines);
   if constexpr (hc::LlamaModel<M>) {
     static_assert(hc::inexpressible(C).empty(), "io::hf_config_json: no config.json describes the model's LlamaConfig (see "
                                                 "detail::hf_config::inexpressible)");
     using models::LlamaArch;
     constexpr LlamaArch arch = C.arch;
-    field("architectures", "[" + q(hc::architecture(arch)) + "]");
-    field("model_type", q(hc::model_type(arch)));
-    field("vocab_size", std::to_string(C.vocab));
-    field("hidden_size", std::to_string(C.dim));
-    field("intermediate_size", std::to_string(C.ffn));
-    field("num_hidden_layers", std::to_string(C.layers));
-    field("num_attention_heads", std::to_string(C.heads));
-    field("num_key_value_heads", std::to_string(C.kv_heads));
-    field("head_dim", std::to_string(C.head_width()));
-    field("max_position_embeddings", std::to_string(C.max_positions));
-    field("rms_norm_eps", num(C.rms_norm_eps));
-    field("rope_theta", num(static_cast<double>(C.rope_theta)));
-    field("rope_scaling", !C.rope_scaling.on() ? std::string("null")
-                                                : "{\"factor\": " + num(C.rope_scaling.factor) +
-                                                      ", \"high_freq_factor\": " + num(C.rope_scaling.high_freq_factor) +
-                                                      ", \"low_freq_factor\": " + num(C.rope_scaling.low_freq_factor) +
-                                                      ", \"original_max_position_embeddings\": " +
-                                                      std::to_string(C.rope_scaling.original_positions) +
-                                                      ", \"rope_type\": \"llama3\"}");
-    field("tie_word_embeddings", C.tied ? "true" : "false");
-    field("hidden_act", q("silu"));
+    w.key("architectures").begin_array().string(hc::architecture(arch)).end();
+    w.key("model_type").string(hc::model_type(arch));
+    w.key("vocab_size").integer(C.vocab);
+    w.key("hidden_size").integer(C.dim);
+    w.key("intermediate_size").integer(C.ffn);
+    w.key("num_hidden_layers").integer(C.layers);
+    w.key("num_attention_heads").integer(C.heads);
+    w.key("num_key_value_heads").integer(C.kv_heads);
+    w.key("head_dim").integer(C.head_width());
+    w.key("max_position_embeddings").integer(C.max_positions);
+    w.key("rms_norm_eps").number(C.rms_norm_eps, py);
+    w.key("rope_theta").number(static_cast<double>(C.rope_theta), py);
+    w.key("rope_scaling");
+    if (!C.rope_scaling.on()) w.null();
+    else
+      w.begin_object()
+          .key("factor").number(C.rope_scaling.factor, py)
+          .key("high_freq_factor").number(C.rope_scaling.high_freq_factor, py)
+          .key("low_freq_factor").number(C.rope_scaling.low_freq_factor, py)
+          .key("original_max_position_embeddings").integer(C.rope_scaling.original_positions)
+          .key("rope_type").string("llama3")
+          .end();
+    w.key("tie_word_embeddings").boolean(C.tied);
+    w.key("hidden_act").string("silu");
     if constexpr (arch == LlamaArch::qwen2 || arch == LlamaArch::qwen3) {
-      if constexpr (arch == LlamaArch::qwen3) field("attention_bias", C.attention_bias ? "true" : "false");
-      field("use_sliding_window", "false");
-      field("sliding_window", "null");
-      field("max_window_layers", std::to_string(C.layers));
+      if constexpr (arch == LlamaArch::qwen3) w.key("attention_bias").boolean(C.attention_bias);
+      w.key("use_sliding_window").boolean(false);
+      w.key("sliding_window").null();
+      w.key("max_window_layers").integer(C.layers);
     } else if constexpr (arch == LlamaArch::mistral) {
-      field("sliding_window", C.sliding_window > 0 ? std::to_string(C.sliding_window) : std::string("null"));
+      w.key("sliding_window");
+      if (C.sliding_window > 0) w.integer(C.sliding_window);
+      else w.null();
     } else {
-      field("attention_bias", C.attention_bias ? "true" : "false");
-      field("mlp_bias", "false");
+      w.key("attention_bias").boolean(C.attention_bias);
+      w.key("mlp_bias").boolean(false);
     }
-    field("attention_dropout", "0.0");
-    field("initializer_range", "0.02");
-    field("use_cache", "true");
+    w.key("attention_dropout").number(0.0, py);
+    w.key("initializer_range").number(0.02, py);
+    w.key("use_cache").boolean(true);
   } else {
-    field("architectures", "[\"GPT2LMHeadModel\"]");
-    field("model_type", q("gpt2"));
-    field("vocab_size", std::to_string(C.vocab));
-    field("n_embd", std::to_string(C.dim));
-    field("n_layer", std::to_string(C.layers));
-    field("n_head", std::to_string(C.heads));
-    field("n_positions", std::to_string(C.max_positions));
-    field("n_ctx", std::to_string(C.max_positions));
-    field("n_inner", "null");
-    field("layer_norm_epsilon", eps);
-    field("activation_function", q("gelu_new"));
-    field("tie_word_embeddings", "true");
-    field("initializer_range", "0.02");
-    field("use_cache", "true");
+    w.key("architectures").begin_array().string("GPT2LMHeadModel").end();
+    w.key("model_type").string("gpt2");
+    w.key("vocab_size").integer(C.vocab);
+    w.key("n_embd").integer(C.dim);
+    w.key("n_layer").integer(C.layers);
+    w.key("n_head").integer(C.heads);
+    w.key("n_positions").integer(C.max_positions);
+    w.key("n_ctx").integer(C.max_positions);
+    w.key("n_inner").null();
+    w.key("layer_norm_epsilon").number(math::norm_eps, py);
+    w.key("activation_function").string("gelu_new");
+    w.key("tie_word_embeddings").boolean(true);
+    w.key("initializer_range").number(0.02, py);
+    w.key("use_cache").boolean(true);
   }
-  field("torch_dtype", q(hc::torch_dtype(stored)), true);
-  j += "}\n";
-  return j;
+  w.key("torch_dtype").string(hc::torch_dtype(stored));
+  w.end();
+  return w.take() + "\n";
 }
 
 // Whether `path` is a config.json this library may replace: a JSON object

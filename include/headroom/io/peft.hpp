@@ -173,12 +173,6 @@ std::vector<std::string> target_modules(const std::vector<LoraModule>& mods) {
   return out;
 }
 
-// A number as JSON: an integer when it is one.
-inline std::string json_number(double x) {
-  if (std::abs(x) < 9.0e15 && x == std::floor(x)) return std::to_string(static_cast<std::int64_t>(x));
-  return json::number(x);
-}
-
 // The most frequent value.
 template <class V>
 V most_common(const std::vector<V>& v) {
@@ -239,37 +233,38 @@ void export_adapter(const Trainer& t, const std::filesystem::path& dir, std::str
   std::vector<double> dropouts;
   for (const LoraModule& m : mods) dropouts.push_back(m.dropout());
   const double dropout = pf::most_common(dropouts);  // PEFT has one lora_dropout (it only acts in training)
-  std::string rank_pattern, alpha_pattern;
-  for (const LoraModule& m : mods) {
-    if (m.rank != r)
-      rank_pattern += (rank_pattern.empty() ? "" : ", ") + detail::safetensors::json_quote(m.hf_module) + ": " + std::to_string(m.rank);
-    if (m.alpha() != alpha)
-      alpha_pattern += (alpha_pattern.empty() ? "" : ", ") + detail::safetensors::json_quote(m.hf_module) + ": " + pf::json_number(m.alpha());
-  }
-  std::string targets;
-  for (const std::string& k : pf::target_modules<Trainer>(mods))
-    targets += (targets.empty() ? "" : ", ") + detail::safetensors::json_quote(k);
-  auto q = [](std::string_view s) { return detail::safetensors::json_quote(s); };
-  std::string j = "{\n";
-  j += "  \"peft_type\": \"LORA\",\n";
-  j += "  \"task_type\": \"CAUSAL_LM\",\n";
-  j += "  \"base_model_name_or_path\": " + q(base_model_name) + ",\n";
-  j += "  \"r\": " + std::to_string(r) + ",\n";
-  j += "  \"lora_alpha\": " + pf::json_number(alpha) + ",\n";
-  j += "  \"target_modules\": [" + targets + "],\n";
-  j += "  \"rank_pattern\": {" + rank_pattern + "},\n";
-  j += "  \"alpha_pattern\": {" + alpha_pattern + "},\n";
-  j += "  \"lora_dropout\": " + pf::json_number(dropout) + ",\n";
-  j += "  \"bias\": \"none\",\n";
-  j += std::string("  \"fan_in_fan_out\": ") + (hf_family<Trainer>() == HfFamily::gpt2 ? "true" : "false") + ",\n";
-  j += "  \"inference_mode\": true,\n";
-  j += "  \"init_lora_weights\": true,\n";
-  j += "  \"use_rslora\": false,\n";
-  j += "  \"use_dora\": false,\n";
-  j += "  \"modules_to_save\": null,\n";
-  j += "  \"layers_to_transform\": null,\n";
-  j += "  \"revision\": null\n";
-  j += "}\n";
+  namespace js = detail::json;
+  constexpr auto whole = js::Spelling::integer_if_whole;  // lora_alpha 16, not 16.0
+  js::Writer w;
+  w.begin_object(js::Layout::lines);
+  w.key("peft_type").string("LORA");
+  w.key("task_type").string("CAUSAL_LM");
+  w.key("base_model_name_or_path").string(base_model_name);
+  w.key("r").integer(r);
+  w.key("lora_alpha").number(alpha, whole);
+  w.key("target_modules").begin_array();
+  for (const std::string& k : pf::target_modules<Trainer>(mods)) w.string(k);
+  w.end();
+  w.key("rank_pattern").begin_object();  // the modules whose rank or alpha differs from r and lora_alpha
+  for (const LoraModule& m : mods)
+    if (m.rank != r) w.key(m.hf_module).integer(m.rank);
+  w.end();
+  w.key("alpha_pattern").begin_object();
+  for (const LoraModule& m : mods)
+    if (m.alpha() != alpha) w.key(m.hf_module).number(m.alpha(), whole);
+  w.end();
+  w.key("lora_dropout").number(dropout, whole);
+  w.key("bias").string("none");
+  w.key("fan_in_fan_out").boolean(hf_family<Trainer>() == HfFamily::gpt2);
+  w.key("inference_mode").boolean(true);
+  w.key("init_lora_weights").boolean(true);
+  w.key("use_rslora").boolean(false);
+  w.key("use_dora").boolean(false);
+  w.key("modules_to_save").null();
+  w.key("layers_to_transform").null();
+  w.key("revision").null();
+  w.end();
+  const std::string j = w.take() + "\n";
   const fs::path cfg_path = dir / pf::config_file;
   write_durably(
       cfg_path, [&](std::ostream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
@@ -327,9 +322,11 @@ void load_adapter(Trainer& t, const std::filesystem::path& dir) {
                              std::to_string(m.rank));
     const double scale = a / static_cast<double>(rank);
     if (std::abs(scale - m.scale()) > 1e-9 * std::max(1.0, std::abs(m.scale())))
-      pf::fail(cfg_path, "lora_alpha " + pf::json_number(a) + " / r " + std::to_string(rank) + " = scale " + js::number(scale) +
-                             " for module " + m.hf_module + ", but this trainer's LoRA scale there is " + js::number(m.scale()) +
-                             " (alpha " + pf::json_number(m.alpha()) + "); the scale is part of the run type (LoRA<R, L, Ratio<alpha>>)");
+      pf::fail(cfg_path, "lora_alpha " + js::number(a, js::Spelling::integer_if_whole) + " / r " + std::to_string(rank) +
+                             " = scale " + js::number(scale) + " for module " + m.hf_module +
+                             ", but this trainer's LoRA scale there is " + js::number(m.scale()) + " (alpha " +
+                             js::number(m.alpha(), js::Spelling::integer_if_whole) +
+                             "); the scale is part of the run type (LoRA<R, L, Ratio<alpha>>)");
   }
 
   // adapter_model.safetensors: check everything, then read

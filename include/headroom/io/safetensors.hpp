@@ -155,23 +155,6 @@ inline int compare_names(std::string_view a, std::string_view b) {
   return a.compare(b);
 }
 
-// JSON string literal for `s` (quotes, backslashes and control characters escaped).
-inline std::string json_quote(std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (u < 0x20) {
-      out += "\\u00";
-      out += hex[u >> 4];
-      out += hex[u & 0xF];
-    } else out += c;
-  }
-  return out + "\"";
-}
-
 using io::detail::printable;  // (io/json_string.hpp)
 
 [[noreturn]] inline void write_fail(const std::filesystem::path& path, const std::string& what) {
@@ -188,7 +171,7 @@ inline void store_u64_le(unsigned char* p, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-class HeaderParser;
+class HeaderReader;
 
 }  // namespace detail::safetensors
 
@@ -251,7 +234,7 @@ class SafetensorsMetadata {
   }
 
  private:
-  friend class detail::safetensors::HeaderParser;
+  friend class detail::safetensors::HeaderReader;
   // A key at text_[key, key + key_len), its value right after it.
   struct Entry {
     std::uint32_t key, key_len, value_len;
@@ -277,7 +260,8 @@ struct Header {
 };
 
 // Reads a header in one pass straight into TensorInfo records and the compact
-// metadata: no tree of JSON values. The JSON accepted is the subset safetensors
+// metadata: no tree of JSON values, the JSON read step by step through a
+// json::Cursor (io/json.hpp). The JSON accepted is the subset safetensors
 // uses: objects, arrays, strings, non-negative integers; unknown members of a
 // tensor entry are validated and skipped. Every string is checked as UTF-8;
 // names and metadata are checked against the limits above. Errors throw
@@ -285,59 +269,45 @@ struct Header {
 // (base + offset in the text) of the problem.
 //
 // Memory: besides the text, the records, with reservations sized from a
-// prescan and capped by the smallest text a valid member can have (so a
-// header of bare commas reserves little); see docs/benchmarks.md.
-class HeaderParser {
+// prescan (json::extent) and capped by the smallest text a valid member can
+// have (so a header of bare commas reserves little); see docs/benchmarks.md.
+class HeaderReader {
  public:
-  HeaderParser(std::string_view text, std::uint64_t data_size, std::string prefix, std::uint64_t base)
-      : text_(text), data_size_(data_size), prefix_(std::move(prefix)), base_(base) {}
+  HeaderReader(std::string_view text, std::uint64_t data_size, std::string prefix, std::uint64_t base)
+      : c_(text, Syntax{this}, "unexpected end of header"), data_size_(data_size), prefix_(std::move(prefix)), base_(base) {}
+  HeaderReader(const HeaderReader&) = delete;  // the cursor reports through `this`
+  HeaderReader& operator=(const HeaderReader&) = delete;
 
-  Header parse() {
+  Header read() {
     Header h;
-    ws();
-    if (pos_ < text_.size() && (text_[pos_] == '[' || text_[pos_] == '"' || is_digit(text_[pos_])))
-      fail("header is not a JSON object (it starts with " + describe(text_[pos_]) + ")");
-    if (peek() != '{') unexpected();
+    c_.ws();
+    if (!c_.at_end() && (text()[c_.pos] == '[' || text()[c_.pos] == '"' || is_digit(text()[c_.pos])))
+      fail("header is not a JSON object (it starts with " + describe(text()[c_.pos]) + ")");
+    if (c_.peek() != '{') unexpected();
     // A valid tensor member takes at least 50 bytes of text:
     // "":{"dtype":"U8","shape":[],"data_offsets":[0,1]}, and one more for the comma.
-    const std::size_t members = std::min(prescan(pos_).members, text_.size() / 50 + 2);
+    const std::size_t members = std::min(json::extent(text(), c_.pos).members, text().size() / 50 + 2);
     h.tensors.reserve(members);
     h.name_at.reserve(members);
-    ++pos_;
     bool have_metadata = false;
     std::size_t metadata_at = 0;
-    ws();
-    if (peek() == '}') ++pos_;
-    else
-      while (true) {
-        ws();
-        if (peek() != '"') syntax("expected a string key");
-        const std::size_t key_at = pos_;
+    if (c_.enter('{')) do {
+        const std::size_t key_at = c_.key();
         name_.clear();
         decode(name_, "tensor name", {max_name_bytes, false});
-        ws();
-        expect(':');
-        ws();
+        c_.colon();
         if (name_ == "__metadata__") {
           if (have_metadata) duplicate("", "__metadata__", metadata_at, key_at);
           have_metadata = true;
           metadata_at = key_at;
-          parse_metadata(h.metadata);
+          read_metadata(h.metadata);
         } else {
-          h.tensors.push_back(parse_tensor());
+          h.tensors.push_back(read_tensor());
           h.name_at.push_back(static_cast<std::uint32_t>(key_at));
         }
-        ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        if (peek() != '}') syntax("expected ',' or '}'");
-        ++pos_;
-        break;
-      }
-    ws();
-    if (pos_ != text_.size()) syntax("unexpected trailing characters");
+      } while (c_.more('}'));
+    c_.ws();
+    if (!c_.at_end()) c_.fail("unexpected trailing characters");
     return h;
   }
 
@@ -345,10 +315,15 @@ class HeaderParser {
   std::string at(std::size_t p) const { return std::to_string(base_ + p); }
 
  private:
-  struct Prescan {
-    std::size_t members = 0, bytes = 0;
+  // A syntax error: "invalid JSON header at byte <offset in the file>: why".
+  struct Syntax {
+    const HeaderReader* r;
+    [[noreturn]] void operator()(std::size_t pos, const std::string& why) const {
+      r->fail("invalid JSON header at byte " + r->at(pos) + ": " + why);
+    }
   };
 
+  std::string_view text() const { return c_.text; }
   static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
   static std::string describe(char c) {
@@ -359,151 +334,70 @@ class HeaderParser {
   }
 
   [[noreturn]] void fail(const std::string& what) const { throw format_error(prefix_ + what); }
-  [[noreturn]] void syntax(const std::string& why) const {
-    fail("invalid JSON header at byte " + at(pos_) + ": " + why);
-  }
   [[noreturn]] void unexpected() const {
-    if (pos_ >= text_.size()) syntax("unexpected end of header");
-    if (text_[pos_] == '-') syntax("negative numbers are not allowed");
-    syntax("unexpected character " + describe(text_[pos_]));
+    if (c_.at_end()) c_.fail("unexpected end of header");
+    if (text()[c_.pos] == '-') c_.fail("negative numbers are not allowed");
+    c_.fail("unexpected character " + describe(text()[c_.pos]));
   }
   [[noreturn]] void duplicate(const std::string& where, std::string_view key, std::size_t first,
                               std::size_t second) const {
     fail(where + "duplicate key " + printable(key) + " at bytes " + at(first) + " and " + at(second));
   }
 
-  void ws() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
-      ++pos_;
-  }
-  char peek() const {
-    if (pos_ >= text_.size()) syntax("unexpected end of header");
-    return text_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) syntax(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-
-  // Appends the string at pos_ to out; `role` names it in errors.
+  // Appends the string at the cursor to out; `role` names it in errors.
   void decode(std::string& out, std::string_view role, io::detail::JsonStringRules rules) {
-    io::detail::decode_json_string_into(
-        text_, pos_, out,
-        [&](const std::string& why) { fail(std::string(role) + " at byte " + at(pos_) + ": " + why); }, rules);
+    c_.string_into(out, rules, [&](std::size_t pos, const std::string& why) {
+      fail(std::string(role) + " at byte " + at(pos) + ": " + why);
+    });
   }
 
-  std::uint64_t parse_uint() {
-    const std::size_t start = pos_;
-    std::uint64_t value = 0;
-    while (pos_ < text_.size() && is_digit(text_[pos_])) {
-      const auto digit = static_cast<std::uint64_t>(text_[pos_] - '0');
-      if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) {
-        pos_ = start;
-        syntax("integer too large");
-      }
-      value = value * 10 + digit;
-      ++pos_;
+  // The integer at the cursor (a digit is there), exactly, as a u64.
+  std::uint64_t read_uint() {
+    const json::Digits d = c_.digits();
+    if (d.too_large) {
+      c_.pos = d.begin;
+      c_.fail("integer too large");
     }
-    if (pos_ - start > 1 && text_[start] == '0') {
-      pos_ = start;
-      syntax("leading zeros are not allowed");
+    if (d.leading_zero(text(), c_.pos)) {
+      c_.pos = d.begin;
+      c_.fail("leading zeros are not allowed");
     }
-    if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E'))
-      syntax("only non-negative integers are allowed");
-    return value;
-  }
-
-  // Members of the object (or elements of the array) at text_[p] and its
-  // length, by a scan that follows only strings and brackets; the parse that
-  // follows validates. {0, 0} when it does not end.
-  Prescan prescan(std::size_t p) const {
-    std::size_t depth = 0, commas = 0;
-    bool any = false;
-    for (std::size_t i = p; i < text_.size(); ++i) {
-      const char c = text_[i];
-      if (c == '"') {
-        for (++i; i < text_.size() && text_[i] != '"'; ++i)
-          if (text_[i] == '\\') ++i;
-        if (i >= text_.size()) return {};
-        any = any || depth == 1;
-      } else if (c == '{' || c == '[') {
-        any = any || depth == 1;
-        ++depth;
-      } else if (c == '}' || c == ']') {
-        if (--depth == 0) return {any ? commas + 1 : 0, i + 1 - p};
-      } else if (c == ',') {
-        commas += depth == 1;
-      } else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-        any = any || depth == 1;
-      }
-    }
-    return {};
+    if (!c_.at_end() && (text()[c_.pos] == '.' || text()[c_.pos] == 'e' || text()[c_.pos] == 'E'))
+      c_.fail("only non-negative integers are allowed");
+    return d.value;
   }
 
   // Checks, and steps over, any value of the accepted subset. Keys of objects
   // inside it must be unique too.
   void skip_value(std::size_t depth) {
-    if (depth > max_json_depth) syntax("nesting too deep");
-    const char c = peek();
+    if (depth > max_json_depth) c_.fail("nesting too deep");
+    const char c = c_.peek();
     if (c == '{') {
       const std::size_t mark = keys_.size();
-      ++pos_;
-      ws();
-      if (peek() == '}') {
-        ++pos_;
-        return;
-      }
-      while (true) {
-        ws();
-        if (peek() != '"') syntax("expected a string key");
+      if (!c_.enter('{')) return;
+      do {
+        c_.key();
         push_key();
-        ws();
-        expect(':');
-        ws();
+        c_.colon();
         skip_value(depth + 1);
-        ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        if (peek() != '}') syntax("expected ',' or '}'");
-        ++pos_;
-        break;
-      }
+      } while (c_.more('}'));
       check_unique_keys(mark, "");
     } else if (c == '[') {
-      ++pos_;
-      ws();
-      if (peek() == ']') {
-        ++pos_;
-        return;
-      }
-      while (true) {
-        ws();
-        skip_value(depth + 1);
-        ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        if (peek() != ']') syntax("expected ',' or ']'");
-        ++pos_;
-        break;
-      }
+      if (c_.enter('[')) do skip_value(depth + 1);
+        while (c_.more(']'));
     } else if (c == '"') {
       scratch_.clear();
       decode(scratch_, "string", {});
     } else if (is_digit(c)) {
-      parse_uint();
+      read_uint();
     } else {
       unexpected();
     }
   }
 
-  // What the value at pos_ is, for messages (after skip_value accepted it).
+  // What the value at p is, for messages (after skip_value accepted it).
   std::string kind_at(std::size_t p) const {
-    switch (text_[p]) {
+    switch (text()[p]) {
       case '{': return "an object";
       case '[': return "an array";
       case '"': return "a string";
@@ -511,8 +405,8 @@ class HeaderParser {
     }
   }
 
-  // Rejects the value at pos_, which has the wrong kind: a syntax error in it
-  // is reported first, as it would be anywhere else.
+  // Rejects the value at the cursor, which has the wrong kind: a syntax error
+  // in it is reported first, as it would be anywhere else.
   [[noreturn]] void wrong_kind(const std::string& what, std::size_t depth = 2) {
     skip_value(depth);
     fail(what);
@@ -524,7 +418,7 @@ class HeaderParser {
     std::uint32_t text, len, at;
   };
   void push_key() {
-    const std::size_t key_at = pos_, off = key_text_.size();
+    const std::size_t key_at = c_.pos, off = key_text_.size();
     decode(key_text_, "key", {});
     keys_.push_back(Key{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(key_text_.size() - off),
                         static_cast<std::uint32_t>(key_at)});
@@ -550,31 +444,23 @@ class HeaderParser {
   }
 
   // One tensor entry, named name_: {"dtype": s, "shape": [n...], "data_offsets": [b, e]}.
-  TensorInfo parse_tensor() {
+  TensorInfo read_tensor() {
     auto bad = [&](const std::string& what) -> std::string { return "tensor " + quote_name() + ": " + what; };
-    if (peek() != '{') wrong_kind("entry for tensor " + quote_name() + " is not an object", 1);
-    ++pos_;
+    if (c_.peek() != '{') wrong_kind("entry for tensor " + quote_name() + " is not an object", 1);
     TensorInfo t;
     std::optional<std::size_t> dtype_at, shape_at, offsets_at;
     std::int64_t dims[max_rank];
     std::size_t rank = 0;
     const std::size_t mark = keys_.size();
-    ws();
-    if (peek() == '}') ++pos_;
-    else
-      while (true) {
-        ws();
-        if (peek() != '"') syntax("expected a string key");
-        const std::size_t key_at = pos_;
+    if (c_.enter('{')) do {
+        const std::size_t key_at = c_.key();
         field_.clear();
         decode(field_, "key", {});
-        ws();
-        expect(':');
-        ws();
+        c_.colon();
         if (field_ == "dtype") {
           if (dtype_at) duplicate(bad(""), field_, *dtype_at, key_at);
           dtype_at = key_at;
-          if (peek() != '"') wrong_kind(bad("\"dtype\" is not a string"));
+          if (c_.peek() != '"') wrong_kind(bad("\"dtype\" is not a string"));
           field_.clear();
           decode(field_, "dtype", {});
           if (auto d = parse_dtype(field_)) t.dtype = *d;
@@ -583,53 +469,40 @@ class HeaderParser {
         } else if (field_ == "shape") {
           if (shape_at) duplicate(bad(""), field_, *shape_at, key_at);
           shape_at = key_at;
-          const std::size_t start = pos_;
-          if (peek() != '[') wrong_kind(bad("\"shape\" is not an array"));
-          ++pos_;
-          ws();
-          if (peek() == ']') ++pos_;
-          else
-            while (true) {
-              ws();
-              if (!is_digit(peek())) {
-                const std::string kind = kind_at(pos_);
-                pos_ = start;
+          const std::size_t start = c_.pos;
+          if (c_.peek() != '[') wrong_kind(bad("\"shape\" is not an array"));
+          if (c_.enter('[')) do {
+              if (!is_digit(c_.peek())) {
+                const std::string kind = kind_at(c_.pos);
+                c_.pos = start;
                 wrong_kind(bad("\"shape\" holds " + kind));
               }
-              const std::uint64_t d = parse_uint();
+              const std::uint64_t d = read_uint();
               if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
                 fail(bad("shape dimension too large"));
               if (rank == max_rank)
                 fail(bad("shape has more than " + std::to_string(max_rank) + " dimensions (at byte " + at(start) + ")"));
               dims[rank++] = static_cast<std::int64_t>(d);
-              ws();
-              if (peek() == ',') {
-                ++pos_;
-                continue;
-              }
-              if (peek() != ']') syntax("expected ',' or ']'");
-              ++pos_;
-              break;
-            }
+            } while (c_.more(']'));
         } else if (field_ == "data_offsets") {
           if (offsets_at) duplicate(bad(""), field_, *offsets_at, key_at);
           offsets_at = key_at;
-          const std::size_t start = pos_;
+          const std::size_t start = c_.pos;
           std::uint64_t v[2] = {0, 0};
-          bool ok = peek() == '[';
+          bool ok = c_.peek() == '[';
           for (int i = 0; ok && i < 2; ++i) {
-            ++pos_;  // '[' or ','
-            ws();
-            ok = is_digit(peek());
-            if (ok) v[i] = parse_uint();
-            ws();
-            ok = ok && peek() == (i == 0 ? ',' : ']');
+            ++c_.pos;  // '[' or ','
+            c_.ws();
+            ok = is_digit(c_.peek());
+            if (ok) v[i] = read_uint();
+            c_.ws();
+            ok = ok && c_.peek() == (i == 0 ? ',' : ']');
           }
           if (!ok) {
-            pos_ = start;
+            c_.pos = start;
             wrong_kind(bad("\"data_offsets\" is not an array of two integers"));
           }
-          ++pos_;  // ']'
+          ++c_.pos;  // ']'
           t.begin = v[0];
           t.end = v[1];
         } else {
@@ -638,15 +511,7 @@ class HeaderParser {
           key_text_ += field_;
           skip_value(2);
         }
-        ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        if (peek() != '}') syntax("expected ',' or '}'");
-        ++pos_;
-        break;
-      }
+      } while (c_.more('}'));
     check_unique_keys(mark, bad(""));
 
     if (!dtype_at) fail(bad("missing \"dtype\""));
@@ -675,42 +540,27 @@ class HeaderParser {
   std::string quote_name() const { return printable(name_); }
 
   // "__metadata__": {string: string}, decoded into m's one buffer.
-  void parse_metadata(SafetensorsMetadata& m) {
+  void read_metadata(SafetensorsMetadata& m) {
     using Entry = SafetensorsMetadata::Entry;
-    if (peek() != '{') wrong_kind("\"__metadata__\" is not an object", 1);
-    const std::size_t open = pos_;
-    const Prescan scan = prescan(pos_);
+    if (c_.peek() != '{') wrong_kind("\"__metadata__\" is not an object", 1);
+    const std::size_t open = c_.pos;
+    const json::Extent scan = json::extent(text(), c_.pos);
     // A member takes at least 6 bytes: "":"", ; decoded text is never longer than its literal.
     m.entries_.reserve(std::min(scan.members, scan.bytes / 6 + 1));
     m.text_.reserve(scan.bytes);
-    ++pos_;
-    ws();
-    if (peek() == '}') ++pos_;
-    else
-      while (true) {
-        ws();
-        if (peek() != '"') syntax("expected a string key");
+    if (c_.enter('{')) do {
+        c_.key();
         const std::size_t key = m.text_.size();
         decode(m.text_, "__metadata__ key", {max_name_bytes, false});
         const std::size_t value = m.text_.size();
-        ws();
-        expect(':');
-        ws();
-        if (peek() != '"')
+        c_.colon();
+        if (c_.peek() != '"')
           wrong_kind("\"__metadata__\" value for key " + printable(std::string_view(m.text_).substr(key)) +
                      " is not a string");
         decode(m.text_, "__metadata__ value", {std::numeric_limits<std::size_t>::max(), false});
         m.entries_.push_back(Entry{static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(value - key),
                                    static_cast<std::uint32_t>(m.text_.size() - value)});
-        ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        if (peek() != '}') syntax("expected ',' or '}'");
-        ++pos_;
-        break;
-      }
+      } while (c_.more('}'));
     // Sorted by key, then by position (keys are stored in header order).
     std::sort(m.entries_.begin(), m.entries_.end(), [&](const Entry& a, const Entry& b) {
       const int c = compare_names(m.key_of(a), m.key_of(b));
@@ -718,12 +568,12 @@ class HeaderParser {
     });
     for (std::size_t i = 1; i < m.entries_.size(); ++i)
       if (compare_names(m.key_of(m.entries_[i - 1]), m.key_of(m.entries_[i])) == 0) {
-        const std::size_t end = pos_;
+        const std::size_t end = c_.pos;
         // Two keys stored at one offset are both "" with "" values between them.
         const std::size_t offset = m.entries_[i].key;
         const std::size_t first = metadata_key_at(open, m.entries_[i - 1].key, 0);
         const std::size_t second = metadata_key_at(open, offset, offset == m.entries_[i - 1].key ? 1 : 0);
-        pos_ = end;
+        c_.pos = end;
         duplicate("in \"__metadata__\": ", m.key_of(m.entries_[i]), first, second);
       }
   }
@@ -733,33 +583,31 @@ class HeaderParser {
   // is read again (it is valid), adding up the decoded sizes. Only for
   // messages, so the entries need not keep offsets.
   std::size_t metadata_key_at(std::size_t open, std::size_t offset, int skip) {
-    pos_ = open + 1;
+    c_.pos = open + 1;
     std::size_t decoded = 0;
     while (true) {
-      ws();
-      const std::size_t key_at = pos_;
+      c_.ws();
+      const std::size_t key_at = c_.pos;
       if (decoded == offset && skip-- == 0) return key_at;
       for (int part = 0; part < 2; ++part) {  // key, value
         scratch_.clear();
         decode(scratch_, "__metadata__", {});
         decoded += scratch_.size();
-        ws();
-        ++pos_;  // ':' or ','
-        ws();
+        c_.ws();
+        ++c_.pos;  // ':' or ','
+        c_.ws();
       }
     }
   }
 
-  std::string_view text_;
+  json::Cursor<Syntax> c_;
   std::uint64_t data_size_;
   std::string prefix_;
   std::uint64_t base_;
-  std::size_t pos_ = 0;
   std::string name_, field_, scratch_;  // reused for every tensor
   std::string key_text_;
   std::vector<Key> keys_;
 };
-
 }  // namespace detail::safetensors
 
 // An opened, validated safetensors file. Only the header is held in memory;
@@ -800,9 +648,9 @@ class SafetensorsFile {
       if (n > 0 && !in.read(text.get(), static_cast<std::streamsize>(n)))
         fail("file too short: cannot read the " + std::to_string(n) + "-byte header");
       in.close();
-      h = st::HeaderParser(std::string_view(text.get(), static_cast<std::size_t>(n)), data_size,
+      h = st::HeaderReader(std::string_view(text.get(), static_cast<std::size_t>(n)), data_size,
                            "safetensors: " + path_.string() + ": ", 8)
-              .parse();
+              .read();
     }  // the text is freed before the indices are built
     tensors_ = std::move(h.tensors);
     metadata_ = std::move(h.metadata);
@@ -973,6 +821,7 @@ inline bool is_safetensors_file(const std::filesystem::path& path) {
 inline void write_safetensors(const std::filesystem::path& path, const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   namespace st = detail::safetensors;
+  namespace json = detail::json;
   auto fail = [&](const std::string& what) { st::write_fail(path, what); };
 
   // What the reader accepts: names, metadata keys and values in well-formed
@@ -1009,19 +858,15 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
     check_text(value, "__metadata__ value", std::string::npos);
   }
 
-  // Header JSON.
+  // Header JSON, compact: {"__metadata__":{"k":"v"},"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}
   std::vector<std::uint64_t> sizes;
   sizes.reserve(tensors.size());
-  std::string header = "{";
-  bool first = true;
+  json::Writer w;
+  w.begin_object(json::Layout::compact);
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    for (auto it = metadata.begin(); it != metadata.end(); ++it) {
-      if (it != metadata.begin()) header += ',';
-      header += st::json_quote(it->first) + ':' + st::json_quote(it->second);
-    }
-    header += '}';
-    first = false;
+    w.key("__metadata__").begin_object(json::Layout::compact);
+    for (const auto& [key, value] : metadata) w.key(key).string(value);
+    w.end();
   }
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -1039,17 +884,15 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
     const auto bytes = st::mul(elements, static_cast<std::uint64_t>(size_of(t.dtype)));
     if (!bytes) fail("tensor '" + t.name + "': byte size overflows");
     sizes.push_back(*bytes);
-    if (!first) header += ',';
-    first = false;
-    header += st::json_quote(t.name) + ":{\"dtype\":\"" + std::string(st::dtype_name(t.dtype)) + "\",\"shape\":[";
-    for (std::size_t k = 0; k < t.shape.size(); ++k) {
-      if (k) header += ',';
-      header += std::to_string(t.shape[k]);
-    }
-    header += "],\"data_offsets\":[" + std::to_string(offset) + ',' + std::to_string(offset + *bytes) + "]}";
+    w.key(t.name).begin_object(json::Layout::compact).key("dtype").string(st::dtype_name(t.dtype));
+    w.key("shape").begin_array(json::Layout::compact);
+    for (const std::int64_t d : t.shape) w.integer(d);
+    w.end().key("data_offsets").begin_array(json::Layout::compact).integer(offset).integer(offset + *bytes).end();
+    w.end();
     offset += *bytes;
   }
-  header += '}';
+  w.end();
+  std::string header = w.take();
   header.append((8 - header.size() % 8) % 8, ' ');
 
   replace_file(

@@ -166,10 +166,10 @@ class SafetensorsShards {
       const json::Value& f = map->items[i];
       const std::string& tensor = map->keys[i];
       if (f.kind != json::Value::Kind::String)
-        sh::fail(source_, "weight_map[" + detail::safetensors::json_quote(tensor) + "] is not a file name");
+        sh::fail(source_, "weight_map[" + json::quote(tensor) + "] is not a file name");
       if (!sh::plain_file_name(f.string))
-        sh::fail(source_, "tensor " + detail::safetensors::json_quote(tensor) + " is placed in " +
-                              detail::safetensors::json_quote(f.string) + ", which is not a file name inside the directory");
+        sh::fail(source_, "tensor " + json::quote(tensor) + " is placed in " + json::quote(f.string) +
+                              ", which is not a file name inside the directory");
       auto [it, added] = shard_at.try_emplace(f.string, shard_names.size());
       if (added) shard_names.push_back(f.string);
       shard_of[i] = it->second;
@@ -182,14 +182,14 @@ class SafetensorsShards {
         std::size_t count = 0;
         for (std::size_t i = 0; i < shard_of.size(); ++i)
           if (shard_of[i] == s && count++ == 0) tensor = map->keys[i];
-        sh::fail(source_, "names shard " + shard_names[s] + " (for tensor " + detail::safetensors::json_quote(tensor) +
+        sh::fail(source_, "names shard " + shard_names[s] + " (for tensor " + json::quote(tensor) +
                               (count > 1 ? " and " + std::to_string(count - 1) + " more" : std::string()) + "), which is not in " +
                               path.string());
       }
       files_.emplace_back(shard);
     }
     // every tensor the index lists in its shard, and every tensor of every shard listed there
-    const auto quote = [](std::string_view n) { return detail::safetensors::json_quote(n); };
+    const auto quote = [](std::string_view n) { return json::quote(n); };
     for (std::size_t i = 0; i < shard_of.size(); ++i)
       if (!files_[shard_of[i]].find(map->keys[i]))
         sh::fail(source_, "places tensor " + quote(map->keys[i]) + " in " + shard_names[shard_of[i]] + ", which does not hold it");
@@ -354,11 +354,14 @@ inline std::vector<std::string> write_safetensors_shards(const std::filesystem::
     for (std::size_t k = 0; k < shards.size(); ++k)
       for (std::size_t i : shards[k]) map.emplace_back(tensors[i].name, k);
     std::sort(map.begin(), map.end());
-    std::string j = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total) + "\n  },\n  \"weight_map\": {\n";
-    for (std::size_t m = 0; m < map.size(); ++m)
-      j += "    " + detail::safetensors::json_quote(map[m].first) + ": " + detail::safetensors::json_quote(names[map[m].second]) +
-           (m + 1 < map.size() ? ",\n" : "\n");
-    j += "  }\n}\n";
+    namespace json = detail::json;
+    json::Writer w;  // as transformers writes it: {"metadata": {"total_size": n}, "weight_map": {tensor: file}}, indented
+    w.begin_object(json::Layout::lines);
+    w.key("metadata").begin_object(json::Layout::lines).key("total_size").integer(total).end();
+    w.key("weight_map").begin_object(json::Layout::lines);
+    for (const auto& [tensor, shard] : map) w.key(tensor).string(names[shard]);
+    w.end().end();
+    const std::string j = w.take() + "\n";
     write_durably(
         index, [&](std::ostream& out) { out.write(j.data(), static_cast<std::streamsize>(j.size())); },
         [&](const std::string& what) { sh::fail(index, what); });

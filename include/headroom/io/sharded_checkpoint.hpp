@@ -278,11 +278,14 @@ void save_sharded(const Trainer& t, const std::filesystem::path& dir, const std:
         for (int f = 0; f < 2; ++f)
           files.push_back(FileRecord{rank_file(f == 0 ? "model" : "optimizer", q), all[static_cast<std::size_t>(q)].bytes[f],
                                      std::string(all[static_cast<std::size_t>(q)].hash[f], 16)});
-      const std::string layout = "{\"data_parallel\": " + std::to_string(Trainer::config.dp) +
-                                 ", \"zero\": " + std::to_string(Trainer::config.zero) +
-                                 ", \"tensor_parallel\": " + std::to_string(Trainer::config.tp) +
-                                 ", \"pipeline_parallel\": " + std::to_string(Trainer::config.pp) + "}";
-      finish_save(staging, d, trainer_json(t, files, extra, format_version, layout));
+      detail::json::Writer layout;
+      layout.begin_object()
+          .key("data_parallel").integer(Trainer::config.dp)
+          .key("zero").integer(Trainer::config.zero)
+          .key("tensor_parallel").integer(Trainer::config.tp)
+          .key("pipeline_parallel").integer(Trainer::config.pp)
+          .end();
+      finish_save(staging, d, trainer_json(t, files, extra, format_version, layout.text()));
     } catch (...) {
       error = std::current_exception();
       discard();

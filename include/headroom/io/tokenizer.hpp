@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "bpe_merge_table.hpp"
+#include "json.hpp"
 #include "json_string.hpp"
 
 namespace headroom::io {
@@ -226,81 +227,46 @@ inline std::size_t next_piece(std::string_view text, std::size_t i) {
 
 // --- a JSON object of string -> non-negative integer (encoder.json) -----------
 
-class JsonMapParser {
- public:
-  JsonMapParser(std::string_view text, const std::filesystem::path& file) : text_(text), file_(file) {}
-
-  // Calls put(key, value, key_offset) for each entry, in file order;
-  // key_offset is the byte of the file where the key's opening '"' stands.
-  // Keys must be valid UTF-8 (see parse_string).
-  template <class Put>
-  void parse(Put&& put) {
-    skip_ws();
-    expect('{');
-    skip_ws();
-    if (peek() == '}') {
-      ++pos_;
-    } else {
-      while (true) {
-        skip_ws();
-        if (peek() != '"') fail("expected a string key");
-        const std::size_t key_offset = pos_;
-        std::string key = parse_string();
-        skip_ws();
-        expect(':');
-        skip_ws();
-        const std::uint64_t value = parse_integer();
-        put(std::move(key), value, key_offset);
-        skip_ws();
-        if (peek() == ',') { ++pos_; continue; }
-        expect('}');
-        break;
+// Reads the object that is all of `text`, calling put(key, value, key_offset)
+// for each member in file order, without holding the document: one pass of a
+// json::Cursor (io/json.hpp). key_offset is the byte of the file where the
+// key's opening '"' stands; keys must be valid UTF-8 (io/json_string.hpp),
+// values integers in [0, 2^32). Errors are data_errors naming `file` and the byte.
+template <class Put>
+void read_encoder_map(std::string_view text, const std::filesystem::path& file, Put&& put) {
+  const auto fail = [&](std::size_t pos, const std::string& what) {
+    throw data_error("gpt2 bpe: " + file.string() + ": byte " + std::to_string(pos) + ": " + what);
+  };
+  json::Cursor c(text, fail, "unexpected end of file");
+  // A token id: no sign, no leading zeros, at most 2^32 - 1.
+  const auto id = [&]() -> std::uint64_t {
+    if (c.peek() == '-') c.fail("negative token ids are not allowed");
+    const json::Digits d = c.digits(std::numeric_limits<std::uint32_t>::max());
+    if (d.too_large) c.fail("token id too large");
+    if (c.pos == d.begin) c.fail("expected a non-negative integer token id");
+    if (d.leading_zero(text, c.pos)) c.fail("leading zeros are not allowed");
+    return d.value;
+  };
+  c.ws();
+  if (c.enter('{'))
+    while (true) {
+      const std::size_t key_offset = c.key();
+      std::string key = c.string();
+      c.colon();
+      const std::uint64_t value = id();
+      put(std::move(key), value, key_offset);
+      c.ws();
+      if (c.peek() == ',') {
+        ++c.pos;
+        c.ws();
+        continue;
       }
+      c.expect('}');
+      break;
     }
-    skip_ws();
-    if (pos_ != text_.size()) fail("unexpected characters after the object");
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw data_error("gpt2 bpe: " + file_.string() + ": byte " + std::to_string(pos_) + ": " + what);
-  }
-  char peek() const {
-    if (pos_ >= text_.size()) fail("unexpected end of file");
-    return text_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  void skip_ws() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' || text_[pos_] == '\t'))
-      ++pos_;
-  }
-  std::uint64_t parse_integer() {
-    const std::size_t start = pos_;
-    if (peek() == '-') fail("negative token ids are not allowed");
-    std::uint64_t v = 0;
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-      v = v * 10 + static_cast<std::uint64_t>(text_[pos_] - '0');
-      if (v > std::numeric_limits<std::uint32_t>::max()) fail("token id too large");
-      ++pos_;
-    }
-    if (pos_ == start) fail("expected a non-negative integer token id");
-    if (pos_ - start > 1 && text_[start] == '0') fail("leading zeros are not allowed");
-    return v;
-  }
-  // Raw bytes must be UTF-8: decode_json_string checks them and names the
-  // offending byte (io/json_string.hpp).
-  std::string parse_string() {
-    return io::detail::decode_json_string(text_, pos_, [&](const std::string& why) { fail(why); });
-  }
-
-  std::string_view text_;
-  const std::filesystem::path& file_;
-  std::size_t pos_ = 0;
-};
+  c.ws();
+  if (!c.at_end()) c.fail("unexpected characters after the object");
+}
 
 // A token string for a message: quoted, at most 64 bytes of it.
 inline std::string shown(std::string_view s) {
@@ -575,7 +541,7 @@ class Gpt2Bpe {
       std::size_t offset;  // of the key's opening '"'
     };
     std::vector<Entry> entries;
-    detail::gpt2::JsonMapParser(text, path).parse([&](std::string key, std::uint64_t id, std::size_t offset) {
+    detail::gpt2::read_encoder_map(text, path, [&](std::string key, std::uint64_t id, std::size_t offset) {
       entries.push_back({std::move(key), id, offset});
     });
     if (entries.empty()) fail("no tokens in the encoder");

@@ -41,8 +41,9 @@ struct ReferenceBpe {
   // them; only meaningful once Gpt2Bpe accepted them.
   static ReferenceBpe from_contents(std::string_view encoder_json, std::string_view vocab_bpe) {
     ReferenceBpe r;
-    headroom::io::detail::gpt2::JsonMapParser(encoder_json, "encoder.json")
-        .parse([&](std::string k, std::uint64_t v, std::size_t) { r.encoder[k] = static_cast<std::int32_t>(v); });
+    headroom::io::detail::gpt2::read_encoder_map(encoder_json, "encoder.json", [&](std::string k, std::uint64_t v, std::size_t) {
+      r.encoder[k] = static_cast<std::int32_t>(v);
+    });
     int rank = 0;
     std::size_t line_no = 0;
     for (std::size_t pos = 0; pos < vocab_bpe.size();) {
