@@ -52,11 +52,11 @@ class Buffer {
     // aligned as cudaMalloc aligns (256 bytes), so that what depends on a
     // pointer's alignment (Blas's choice of algorithm) does not depend on where
     // the heap put the buffer
-    const std::size_t slack = (256 + sizeof(T) - 1) / sizeof(T);
-    host_.assign(n + slack, T{});
+    host_.assign(n * sizeof(T) + 256, std::byte{0});
     void* p = host_.data();
-    std::size_t space = host_.size() * sizeof(T);
+    std::size_t space = host_.size();
     p_ = static_cast<T*>(std::align(256, n * sizeof(T), p, space));
+    std::uninitialized_value_construct_n(p_, n);
 #endif
   }
   explicit Buffer(const std::vector<T>& v) : Buffer(v.size()) { upload(v); }
@@ -65,6 +65,8 @@ class Buffer {
   ~Buffer() {
 #if defined(__CUDACC__)
     cudaFree(p_);
+#else
+    std::destroy_n(p_, n_);
 #endif
   }
   void upload(const std::vector<T>& v) {
@@ -92,7 +94,7 @@ class Buffer {
   std::size_t n_;
   T* p_ = nullptr;
 #if !defined(__CUDACC__)
-  std::vector<T> host_;
+  std::vector<std::byte> host_;  // p_'s n_ elements, 256-byte aligned inside
 #endif
 };
 
