@@ -955,7 +955,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   void after_event(int g) {
     const Step& st = sched.steps[g];
     if constexpr (offloaded) stream_gradients(g);  // a fused loss completes the LM head's
-    if (config.update_in_backward && st.kind != EventKind::loss && st.update_end > st.update_begin) {
+    if (config.update_in_backward && st.update_end > st.update_begin) {  // (the loss event completes an untied LM head's)
       // gradients an op on the communication lane writes are complete
       for (int j = 1; j <= g; ++j)
         if (lane_join[j] >= 0) check(cudaStreamWaitEvent(compute_, copy_done_[j], 0), "cudaStreamWaitEvent");
