@@ -486,8 +486,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       if (p.quant.kind == QuantKind::none) {
         im.weight_[k] = bytes(read_stored<S>(p.weight, config.sharded(3) ? owned(p).count : p.elements()));
       } else {
-        im.weight_[k] = read_stored<std::byte>(p.weight, held_bytes(p.quant.code_bytes(p.elements())));
-        im.scales_[k] = read_stored<std::byte>(p.scales, held_bytes(p.quant.scale_bytes(p.elements())));
+        im.weight_[k] = read_stored<std::byte>(p.weight, held_bytes(p.quant.code_bytes(p.elements())).second);
+        im.scales_[k] = read_stored<std::byte>(p.scales, held_bytes(p.quant.scale_bytes(p.elements())).second);
       }
       if (p.master >= 0)  // of the elements this rank updates
         im.master_[k] = offloaded ? from_offload_tier<std::byte>(p.master, 4 * owned(p).count)
@@ -501,11 +501,12 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     return im;
   }
   // The bytes of a byte-stored tensor of `bytes` bytes (quantized codes or
-  // scales) this rank holds: all, or with ZeRO<3> its byte shard (RunConfig::shard_bytes).
-  std::int64_t held_bytes(std::int64_t bytes) const {
-    if (!config.sharded(3)) return bytes;
-    const std::int64_t block = config.shard_bytes(bytes);
-    return std::clamp<std::int64_t>(bytes - rank() * block, 0, block);
+  // scales) this rank holds, (begin, count): all, or with ZeRO<3> its byte
+  // shard (RunConfig::shard_bytes; none past the tensor's end).
+  std::pair<std::int64_t, std::int64_t> held_bytes(std::int64_t bytes) const {
+    if (!config.sharded(3)) return {0, bytes};
+    const std::int64_t block = config.shard_bytes(bytes), begin = std::min(bytes, rank() * block);
+    return {begin, std::min(block, bytes - begin)};
   }
   // Writes an image back (after io::load_checkpoint filled it).
   void restore_checkpoint_image(const CheckpointImage& im) {
@@ -1643,10 +1644,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     std::vector<std::uint8_t> scales(static_cast<std::size_t>(p.quant.scale_bytes(p.elements())));
     host::quantize_matrix(host_view(p, codes, scales), x.data());
     auto held = [&](const std::vector<std::uint8_t>& all) {
-      const std::int64_t n = static_cast<std::int64_t>(all.size());
-      if (!config.sharded(3)) return std::span<const std::uint8_t>(all);
-      const std::int64_t block = config.shard_bytes(n), begin = std::min(n, rank() * block);
-      return std::span<const std::uint8_t>(all).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(std::min(block, n - begin)));
+      const auto [begin, count] = held_bytes(static_cast<std::int64_t>(all.size()));
+      return std::span<const std::uint8_t>(all).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count));
     };
     const std::span<const std::uint8_t> c = held(codes), a = held(scales);
     write_stored(p.weight, c.data(), c.size(), "upload codes");
