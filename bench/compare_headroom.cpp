@@ -26,8 +26,8 @@
 #include <headroom/headroom.hpp>
 #include <headroom/host/cpu.hpp>
 #include <headroom/host/gemm.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 
 using namespace headroom;
 

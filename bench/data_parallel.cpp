@@ -14,10 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <headroom/headroom.hpp>
-#include <headroom/host/counting_communicator.hpp>
 #include <headroom/host/mpi.hpp>
 #include <headroom/host/resident.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/counting_communicator.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <string>
 #include <vector>
 

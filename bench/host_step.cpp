@@ -7,7 +7,7 @@
 
 #include <headroom/headroom.hpp>
 #include <headroom/host/cpu.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <vector>
 
 using namespace headroom;

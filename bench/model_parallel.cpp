@@ -16,7 +16,7 @@
 #include <cstring>
 #include <headroom/headroom.hpp>
 #include <headroom/host/mpi.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <string>
 #include <vector>
 

@@ -49,7 +49,7 @@
 #include <functional>
 #include <headroom/headroom.hpp>
 #include <headroom/host/resident.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <memory>
 #include <string>
 #include <vector>

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/dataset.hpp>
 #include <headroom/io/tokenizer.hpp>
 #include <headroom/testing/layer_test.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include "relu_squared.hpp"
 

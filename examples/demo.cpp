@@ -16,14 +16,14 @@
 #include <filesystem>
 #include <headroom/headroom.hpp>
 #include <headroom/host/cpu.hpp>
-#include <headroom/host/generator.hpp>
 #include <headroom/host/resident.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
 #include <headroom/io/dataset.hpp>
-#include <headroom/io/peft.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/io/peft.hpp>
 #include <headroom/io/tokenizer.hpp>
+#include <headroom/train/host/generator.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <string>
 #include <vector>
 

@@ -3,7 +3,7 @@
 // and what the trainer derives from them at compile time, among which the
 // step each collective on the communication lane must finish before.
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 using namespace headroom;
 using BenchRun = Train<models::Llama<models::tiny_llama>, Batch<1>, Seq<16>, Accumulate<4>, DataParallel<2>, ZeRO<3>>;
 int train(host::Communicator& ranks) {

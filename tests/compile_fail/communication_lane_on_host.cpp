@@ -1,6 +1,6 @@
 // An op on the communication lane (a collective) in a run of the host
 // engine without data-parallel ranks: it has no communicator to run on.
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include "../runtime/support/twice_op.hpp"
 

@@ -2,7 +2,7 @@
 // it: the producer's kernels would not compute it, so fused into them its
 // forward would never run. The run does not compile.
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 using namespace headroom;
 

@@ -2,7 +2,7 @@
 // the cuBLASLt workspace and the CUDA kernels' scratch, not the host's panels.
 // expect: host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda)
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 using namespace headroom;
 
 using R = Train<models::Llama<models::tiny_llama>, Batch<1>, Seq<32>, OnCuda>;

@@ -1,7 +1,7 @@
 // A layer that emits an op without listing it in its `ops`: the engines cannot
 // find its kernels, and the run does not compile.
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 using namespace headroom;
 

@@ -1,7 +1,7 @@
 // A layer whose op has no kernel for the engine the run targets: the host
 // trainer refuses it at compile time, naming the op, the layer and the engine.
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 using namespace headroom;
 

@@ -13,7 +13,7 @@
 #include <headroom/headroom.hpp>
 #include <headroom/host/cpu.hpp>
 #include <headroom/host/kernels/pointwise.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <vector>
 
 #include "../runtime/support/fixtures.hpp"

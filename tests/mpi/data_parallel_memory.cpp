@@ -23,7 +23,7 @@
 #include <headroom/headroom.hpp>
 #include <headroom/host/mpi.hpp>
 #include <headroom/host/resident.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <atomic>
 #include <cstdio>

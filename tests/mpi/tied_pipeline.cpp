@@ -14,11 +14,11 @@
 #include <catch2/catch.hpp>
 
 #include <headroom/headroom.hpp>
-#include <headroom/host/counting_communicator.hpp>
 #include <headroom/host/mpi.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/consolidated.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/train/host/counting_communicator.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -17,8 +17,8 @@
 // Lines starting "headroom-test:" are this program's.
 #include <headroom/headroom.hpp>
 #include <headroom/host/mpi.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <signal.h>
 #include <unistd.h>

@@ -32,10 +32,10 @@
 #include <fstream>
 #include <iomanip>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <headroom/io/peft.hpp>
 #include <headroom/io/safetensors.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <string>
 #include <vector>
 

@@ -10,9 +10,9 @@
 #include <sstream>
 #include <vector>
 
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/dataset.hpp>
 #include <headroom/io/tokenizer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include "support/layer_check.hpp"
 
 #include "../../examples/relu_squared.hpp"

@@ -11,8 +11,8 @@
 #include <array>
 #include <cstdint>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/plan/fit_budget.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <type_traits>
 #include <utility>
 

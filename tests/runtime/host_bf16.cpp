@@ -22,9 +22,9 @@
 #include <filesystem>
 #include <utility>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <vector>
 
 using namespace headroom;

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <immintrin.h>
 #include <vector>
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 #include <headroom/headroom.hpp>
-#include <headroom/host/generator.hpp>
+#include <headroom/train/host/generator.hpp>
 #include <vector>
 
 using namespace headroom;

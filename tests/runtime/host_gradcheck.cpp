@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <string>
 #include <vector>
 

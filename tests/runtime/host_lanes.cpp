@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include "support/layer_check.hpp"
 
 #include "support/twice_op.hpp"

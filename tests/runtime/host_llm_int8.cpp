@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <random>
 #include <vector>
 

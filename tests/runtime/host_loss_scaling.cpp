@@ -18,8 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <iterator>
 #include <limits>
 #include <string>

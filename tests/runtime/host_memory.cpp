@@ -18,8 +18,8 @@
 #include <fstream>
 #include <headroom/headroom.hpp>
 #include <headroom/host/resident.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <string>
 #include <vector>
 

@@ -27,7 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <limits>
 #include <memory>
 #include <string>

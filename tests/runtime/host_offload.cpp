@@ -21,8 +21,8 @@
 #include <cstring>
 #include <filesystem>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <limits>
 #include <string>
 #include <thread>

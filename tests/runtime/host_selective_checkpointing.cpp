@@ -15,9 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <headroom/io/peft.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <iterator>
 #include <map>
 #include <sstream>

@@ -6,7 +6,7 @@
 
 #include <cmath>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 #include <limits>
 #include <vector>
 

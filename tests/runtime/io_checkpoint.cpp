@@ -9,8 +9,8 @@
 #include "support/fixtures.hpp"
 
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -10,8 +10,8 @@
 #include "support/fixtures.hpp"
 
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>

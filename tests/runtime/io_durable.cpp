@@ -9,11 +9,11 @@
 #include "support/fixtures.hpp"
 
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
 #include <headroom/io/dataset.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <headroom/io/peft.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <dlfcn.h>
 #include <fcntl.h>

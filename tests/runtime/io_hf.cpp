@@ -9,8 +9,8 @@
 #include "support/hf_files.hpp"
 
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <algorithm>
 #include <atomic>

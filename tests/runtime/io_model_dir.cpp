@@ -11,10 +11,10 @@
 #include "support/hf_files.hpp"
 
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
 #include <headroom/io/hf_names.hpp>
 #include <headroom/io/peft.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <cstdint>
 #include <cstring>

@@ -8,8 +8,8 @@
 #include "support/fixtures.hpp"
 
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/peft.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -4,7 +4,7 @@
 // TrainOptions (with a default argument they would equally make a Trainer,
 // for the copy and move constructors, and g++ called t({}) ambiguous).
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/host/trainer.hpp>
 
 #include <concepts>
 

@@ -10,8 +10,8 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "../core/bytes.hpp"
-#include "../core/config.hpp"
+#include "bytes.hpp"
+#include "config.hpp"
 
 namespace headroom {
 

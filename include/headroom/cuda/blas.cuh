@@ -12,7 +12,7 @@
 // tensors the plan holds for a Linear followed by GELU.
 //
 // The workspace is the plan's "cublaslt workspace" buffer (CudaWorkspace,
-// plan/graph.hpp). Each distinct product (shape, layouts, strides, epilogue,
+// graph/graph.hpp). Each distinct product (shape, layouts, strides, epilogue,
 // and the alignment of each of its pointers: A, B, C = D, bias, aux) is
 // described and given an algorithm once, the first time it runs, with every
 // pointer attribute that may steer the choice (bias, aux) already set on the

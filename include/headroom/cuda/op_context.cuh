@@ -16,7 +16,7 @@
 // go through k.pipe).
 #include <cuda_runtime_api.h>
 
-#include "../ops/bound.hpp"
+#include "../graph/bound.hpp"
 #include "blas.cuh"
 #include "communicator.cuh"
 #include "kernels/optimizer.cuh"

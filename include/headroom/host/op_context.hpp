@@ -9,7 +9,7 @@
 //
 // host::Trainer builds one per event of a training step, host::Generator one
 // per op of a decode step.
-#include "../ops/bound.hpp"
+#include "../graph/bound.hpp"
 #include "communicator.hpp"
 #include "panels.hpp"
 #include "storage.hpp"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../plan/schedule.hpp"
+#include "../train/loss_scaling.hpp"
 #include "durable.hpp"
 #include "safetensors.hpp"
 

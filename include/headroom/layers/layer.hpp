@@ -29,7 +29,7 @@
 
 #include "../core/diagnostic.hpp"
 #include "../core/type_list.hpp"
-#include "../plan/graph.hpp"
+#include "../graph/graph.hpp"
 
 namespace headroom {
 

@@ -2,7 +2,7 @@
 // Tensor parallelism in the layers (Megatron-LM, Shoeybi et al. 2019).
 //
 // With TensorParallel<N> in the run, each of N ranks holds a block of every
-// split parameter (plan/tensor_split.hpp) and computes its part:
+// split parameter (graph/tensor_split.hpp) and computes its part:
 //
 //   Attention      q, k, v column-parallel (Heads / N query heads and
 //                  KVHeads / N KV heads per rank), the attention core on

@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "../core/type_list.hpp"
-#include "operands.hpp"
+#include "../graph/operands.hpp"
 
 namespace headroom::ops {
 

@@ -3,7 +3,7 @@
 // attention, the fused LM head): their op headers hold them in a section
 // compiled only where HEADROOM_HOST_KERNELS is set, so that a translation
 // unit that only plans (headroom/headroom.hpp) never parses Eigen. The host
-// engine (host/trainer.hpp) includes this header.
+// engine (train/host/trainer.hpp) includes this header.
 #ifndef HEADROOM_HOST_KERNELS
 #define HEADROOM_HOST_KERNELS 1
 #endif

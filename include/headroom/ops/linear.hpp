@@ -146,7 +146,7 @@ struct Linear {
 #endif  // HEADROOM_OPS_LINEAR_HPP
 
 // ---- the host kernels --------------------------------------------------------------------------------------
-// Compiled where the host engine is (host/trainer.hpp includes
+// Compiled where the host engine is (train/host/trainer.hpp includes
 // ops/host_kernels.hpp, which sets HEADROOM_HOST_KERNELS and includes this
 // header again): they need Eigen, which a plan alone does not.
 #if defined(HEADROOM_HOST_KERNELS) && !defined(HEADROOM_OPS_LINEAR_HOST_KERNELS)

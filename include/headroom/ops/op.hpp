@@ -9,7 +9,7 @@
 //   struct Gelu {
 //     static constexpr std::string_view name = "gelu";      // unique among the model's ops
 //     static constexpr ops::Lane lane = ops::Lane::compute;  // optional (compute is the default)
-//     static constexpr ops::In<0> x{};                       // operands, by name (ops/operands.hpp)
+//     static constexpr ops::In<0> x{};                       // operands, by name (graph/operands.hpp)
 //     static constexpr ops::Out<0> y{};
 //     static constexpr ops::Saved<0> x_saved{};
 //     static constexpr ops::Dim<0> features{};
@@ -41,9 +41,9 @@
 #include <string_view>
 
 #include "../core/config.hpp"
-#include "../plan/graph.hpp"
+#include "../graph/graph.hpp"
+#include "../graph/operands.hpp"
 #include "epilogue.hpp"
-#include "operands.hpp"
 
 // HEADROOM_CUDA_KERNELS (core/config.hpp): where the CUDA kernels of ops are compiled.
 

@@ -6,7 +6,7 @@
 //   static_assert(headroom::fits<Run, 24_GiB>);   // the same, naming both numbers when it fails (plan/budget.hpp)
 //
 // Steps (all constexpr):
-//   1. build   the model's graph (plan/graph.hpp): ops, tensors, events, endpoints;
+//   1. build   the model's graph (graph/graph.hpp): ops, tensors, events, endpoints;
 //   2. expand  groups (Repeat) into the global timeline: event e of instance j
 //              of a group sits at base[e] + j * stride[e] (stride < 0 in backward);
 //   3. resolve each tensor instance to one buffer with [first, last] events;
@@ -22,8 +22,8 @@
 #include <string_view>
 #include <utility>
 
+#include "../graph/graph.hpp"
 #include "../run.hpp"
-#include "graph.hpp"
 
 namespace headroom {
 

@@ -34,8 +34,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../graph/roles.hpp"
 #include "plan.hpp"
-#include "roles.hpp"
 
 namespace headroom {
 

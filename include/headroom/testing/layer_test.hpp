@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "../headroom.hpp"
-#include "../host/trainer.hpp"
+#include "../train/host/trainer.hpp"
 
 namespace headroom::testing {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "../plan/graph.hpp"
+#include "../graph/graph.hpp"
 #include "loss_scaling.hpp"
 
 namespace headroom {

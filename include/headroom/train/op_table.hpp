@@ -15,8 +15,8 @@
 #include <string_view>
 
 #include "../core/diagnostic.hpp"
+#include "../graph/bound.hpp"
 #include "../layers/ops_of.hpp"
-#include "../ops/bound.hpp"
 #include "../ops/collectives.hpp"
 #include "../ops/pipeline.hpp"
 #include "../ops/tensor_parallel.hpp"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "../plan/graph.hpp"
+#include "../graph/graph.hpp"
 
 namespace headroom::trainers {
 

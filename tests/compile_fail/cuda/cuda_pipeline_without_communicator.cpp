@@ -3,8 +3,8 @@
 #include "../../cuda/emulator/cuda_emulator.hpp"
 #include "../../cuda/emulator/runtime_emulator.hpp"
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 using namespace headroom;
 
 using R = Train<models::Llama<models::tiny_llama>, Batch<1>, Seq<16>, Accumulate<2>, OnCuda, PipelineParallel<2>>;

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 
 #include "ranks.hpp"
 

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 
 #include "ranks.hpp"
 

@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 
 #include "compare.hpp"
 #include "ranks.hpp"

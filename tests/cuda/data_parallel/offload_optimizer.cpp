@@ -26,8 +26,8 @@
 #include <type_traits>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 
 #include "ranks.hpp"
 

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 
 #include "compare.hpp"
 #include "ranks.hpp"

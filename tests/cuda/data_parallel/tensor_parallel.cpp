@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
+#include <headroom/train/cuda/trainer.cuh>
 
 #include "compare.hpp"
 #include "ranks.hpp"

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/checkpoint.hpp>
+#include <headroom/train/cuda/trainer.cuh>
+#include <headroom/train/host/trainer.hpp>
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/cuda/trainer.cuh>
+#include <headroom/train/host/trainer.hpp>
 
 #include "../../../examples/relu_squared.hpp"
 

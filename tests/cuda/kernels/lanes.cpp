@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
+#include <headroom/train/cuda/trainer.cuh>
 
 #include "../../runtime/support/twice_op.hpp"
 

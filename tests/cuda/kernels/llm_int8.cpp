@@ -28,10 +28,10 @@
 #include <vector>
 
 #include <headroom/cuda/kernels/llm_int8.cuh>
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
 #include <headroom/host/kernels/linear.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/cuda/trainer.cuh>
+#include <headroom/train/host/trainer.hpp>
 
 namespace llm_int8_test {
 

@@ -17,9 +17,9 @@
 #include <cstring>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
+#include <headroom/train/cuda/trainer.cuh>
+#include <headroom/train/host/trainer.hpp>
 
 namespace loss_scaling_test {
 

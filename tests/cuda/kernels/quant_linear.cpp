@@ -10,8 +10,8 @@
 #include "../support/kernel_test.hpp"
 
 #include <headroom/cuda/kernels/quant_linear.cuh>
+#include <headroom/graph/graph.hpp>
 #include <headroom/host/kernels/linear.hpp>
-#include <headroom/plan/graph.hpp>
 
 #include <cmath>
 #include <cstdint>

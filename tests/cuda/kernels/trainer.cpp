@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include <headroom/cuda/trainer.cuh>
 #include <headroom/headroom.hpp>
-#include <headroom/host/trainer.hpp>
 #include <headroom/io/hf_names.hpp>
+#include <headroom/train/cuda/trainer.cuh>
+#include <headroom/train/host/trainer.hpp>
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include <memory>
 #include <utility>
 
-#include "../plan/plan.hpp"
-#include "communicator.hpp"
+#include "../../host/communicator.hpp"
+#include "../../plan/plan.hpp"
 
 namespace headroom::host {
 

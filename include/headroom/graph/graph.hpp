@@ -20,11 +20,11 @@
 #include "../core/bytes.hpp"
 #include "../core/cvec.hpp"
 #include "../core/dtype.hpp"
+#include "../core/optim_state.hpp"
 #include "../core/param_init.hpp"
 #include "../core/quant_format.hpp"
 #include "../core/workspace.hpp"
-#include "../core/optim_state.hpp"
-#include "../ops/operands.hpp"
+#include "operands.hpp"
 #include "roles.hpp"
 #include "tensor_split.hpp"
 
@@ -231,7 +231,7 @@ inline constexpr int max_in = 3, max_out = 3, max_saved = 6, max_grads = 4, max_
 // FLOPs and scratch. `kind` is the name of the op type that runs it (ops/,
 // e.g. ops::Linear::name == "linear"); the engines find that type among the
 // ops the model's layers list (ops_of<Model>) and run its kernels. Operands
-// are bound by name through the op type's tags (ops/operands.hpp):
+// are bound by name through the op type's tags (graph/operands.hpp):
 //   op.input(Linear::x, x);  op.output(Linear::y, y);  op.set(Linear::in, In);
 struct Op {
   int node = none;
@@ -437,7 +437,7 @@ class Builder {
 
   // ---- tensor parallelism (layers/tensor_parallel.hpp) ------------------------------
   // Parameters made inside a split scope are this rank's block of the
-  // whole (plan/tensor_split.hpp): rows (a column-parallel projection: its
+  // whole (graph/tensor_split.hpp): rows (a column-parallel projection: its
   // matrix and bias; a vocabulary-parallel table) or columns (a
   // row-parallel projection's matrix; a 1-column parameter stays whole).
   // The layer passes the block's dims; the scope records how it was cut.

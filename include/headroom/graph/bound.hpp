@@ -13,9 +13,9 @@
 #include <string_view>
 
 #include "../math/quant_view.hpp"
-#include "../plan/graph.hpp"
-#include "../plan/roles.hpp"
+#include "graph.hpp"
 #include "operands.hpp"
+#include "roles.hpp"
 
 namespace headroom::ops {
 

@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "../plan/schedule.hpp"
-#include "../train/op_table.hpp"
+#include "../../plan/schedule.hpp"
+#include "../op_table.hpp"
 
 namespace headroom::cuda {
 

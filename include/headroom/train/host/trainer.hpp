@@ -48,22 +48,22 @@
 #include <string>
 #include <vector>
 
-#include "../ops/host_kernels.hpp"
-#include "../plan/plan.hpp"
-#include "../plan/schedule.hpp"
-#include "../train/common.hpp"
-#include "../train/driver.hpp"
-#include "../train/gradient_check.hpp"
-#include "../train/initial_values.hpp"
-#include "../train/offload_update.hpp"
-#include "../train/op_table.hpp"
-#include "../train/with_pipeline_stage.hpp"
-#include "arena.hpp"
-#include "gemm.hpp"
-#include "kernels/optimizer.hpp"
-#include "lane_worker.hpp"
-#include "op_context.hpp"
-#include "quant.hpp"
+#include "../../host/arena.hpp"
+#include "../../host/gemm.hpp"
+#include "../../host/kernels/optimizer.hpp"
+#include "../../host/lane_worker.hpp"
+#include "../../host/op_context.hpp"
+#include "../../host/quant.hpp"
+#include "../../ops/host_kernels.hpp"
+#include "../../plan/plan.hpp"
+#include "../../plan/schedule.hpp"
+#include "../common.hpp"
+#include "../driver.hpp"
+#include "../gradient_check.hpp"
+#include "../initial_values.hpp"
+#include "../offload_update.hpp"
+#include "../op_table.hpp"
+#include "../with_pipeline_stage.hpp"
 
 namespace headroom::host {
 
