@@ -5,7 +5,7 @@
 #include "core/diagnostic.hpp"
 #include "core/dtype.hpp"
 #include "core/quant_format.hpp"
-#include "graph/graph.hpp"
+#include "graph/builder.hpp"
 #include "graph/roles.hpp"
 #include "layers/attention.hpp"
 #include "layers/block.hpp"

@@ -29,7 +29,7 @@
 
 #include "../core/diagnostic.hpp"
 #include "../core/type_list.hpp"
-#include "../graph/graph.hpp"
+#include "../graph/builder.hpp"
 
 namespace headroom {
 

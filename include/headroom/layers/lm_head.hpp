@@ -26,7 +26,7 @@ struct LMHeadLoss {
     h = tensor_parallel::input(b, h, D);
     int w = b.tied_weight;
     if constexpr (Tied) {
-      if (w == graph::none) {  // a pipeline stage without the table: refused by plan<Run>() (Builder::tied_table_missing)
+      if (w == graph::none) {  // a pipeline stage without the table: refused by plan<Run>() (Graph::tied_table_missing)
         b.tied_table_missing = true;
         return h;
       }

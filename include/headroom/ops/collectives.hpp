@@ -1,8 +1,8 @@
 #pragma once
 // The collectives of data parallelism, as ops on the communication lane.
 //
-// The builder emits them for a run with DataParallel<N> (graph/graph.hpp:
-// Builder::reduce_grads, Builder::gather_params); the engines run them like
+// The builder emits them for a run with DataParallel<N> (graph/sharding.hpp:
+// Sharding::reduce_grads, Sharding::gather_params); the engines run them like
 // any op, through the communicator they were given (host: a
 // host::Communicator, MPI in host/mpi.hpp; CUDA: a cuda::Communicator, NCCL
 // in cuda/nccl.cuh, enqueued on the communication stream with the scaling

@@ -41,7 +41,7 @@
 #include <string_view>
 
 #include "../core/config.hpp"
-#include "../graph/graph.hpp"
+#include "../graph/builder.hpp"
 #include "../graph/operands.hpp"
 #include "epilogue.hpp"
 

@@ -15,6 +15,7 @@
 #include "../host/kernels/optimizer.hpp"
 #include "../math/dynamic_map.hpp"
 #include "../math/optim.hpp"
+#include "adamw.hpp"
 #include "optimizer.hpp"
 #if HEADROOM_CUDA_KERNELS
 #include "../cuda/kernels/optimizer.cuh"

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <utility>
 
-#include "../graph/graph.hpp"
+#include "../graph/backward.hpp"
 #include "../run.hpp"
 
 namespace headroom {
@@ -157,7 +157,7 @@ struct Timeline {
   constexpr int at(int e, int inst) const { return base[e] + inst * stride[e]; }
 };
 
-constexpr Timeline expand_events(const graph::Builder& b) {
+constexpr Timeline expand_events(const graph::Graph& b) {
   Timeline tl;
   const int n = static_cast<int>(b.events.size());
   tl.base.assign(n, 0);
@@ -518,8 +518,8 @@ constexpr bool recheck(const Bufs& bufs, const std::int64_t* peak, int events) {
 }
 
 template <class R>
-constexpr graph::Builder build_graph() {
-  graph::Builder b{R::config()};
+constexpr graph::Graph build_graph() {
+  graph::StepBuilder b{R::config()};
   b.open_batch();
   b.nodes[0].kind = R::model::kind;
   const graph::Ref out = R::model::build(b, b.tokens);
@@ -535,7 +535,7 @@ constexpr graph::Builder build_graph() {
 
 // How many buffers a graph's tensors make: one per instance (one for a
 // collapsed tensor); virtual and aliased tensors make none.
-constexpr std::size_t buffer_count(const graph::Builder& b) {
+constexpr std::size_t buffer_count(const graph::Graph& b) {
   std::size_t n = 0;
   for (const auto& t : b.tensors) {
     if (t.is_virtual || t.alias != graph::none || t.bytes <= 0) continue;
@@ -546,7 +546,7 @@ constexpr std::size_t buffer_count(const graph::Builder& b) {
 
 // Expands and resolves a built graph's buffers; with Pack, also places them.
 template <bool Pack = true>
-constexpr Expanded expand_graph(const graph::Builder& b) {
+constexpr Expanded expand_graph(const graph::Graph& b) {
   Expanded x;
   x.cfg = b.cfg;
   const Timeline tl = expand_events(b);
@@ -782,13 +782,13 @@ constexpr Expanded expand() {
 struct Sizes {
   std::size_t buffers, events, nodes, params;
   std::int64_t parameters = 0, trainable = 0;  // elements, all instances
-  bool tied_table_missing = false;             // graph::Builder::tied_table_missing
+  bool tied_table_missing = false;             // graph::Graph::tied_table_missing
 };
 
 // Array sizes of R's plan, from the graph alone (no resolution, no packing).
 template <class R>
 constexpr Sizes sizes() {
-  const graph::Builder b = build_graph<R>();
+  const graph::Graph b = build_graph<R>();
   const std::size_t buffers = buffer_count(b);
   std::int64_t parameters = 0, trainable = 0;
   for (const auto& pr : b.params) {

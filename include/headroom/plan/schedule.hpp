@@ -137,7 +137,7 @@ struct Schedule {
   std::array<int, NP> updates{};  // ParamSlot indices, in the order UpdateInBackward runs them
   std::int64_t peak[tier_count]{};
   Slot tokens{}, targets{}, loss{};
-  std::int64_t vocab = 0;  // the model's vocabulary (graph::Builder::vocab): 0 where no op reads or predicts token ids
+  std::int64_t vocab = 0;  // the model's vocabulary (graph::Graph::vocab): 0 where no op reads or predicts token ids
   Slot gemm_panels{};             // the workers' GEMM packing panels (CUDA: the cuBLASLt workspace)
   Slot update_staging{};          // OffloadOptimizer on the host engine: one update range per worker (RunConfig::update_staging_bytes)
   Slot reductions{};              // CUDA: gradient-norm partials and the update's control block
@@ -165,7 +165,7 @@ struct ScheduleSizes {
 
 template <class R>
 constexpr ScheduleSizes schedule_sizes() {
-  const graph::Builder b = build_graph<R>();
+  const graph::Graph b = build_graph<R>();
   std::size_t copies = 0, params = 0;
   // each copy is made once per instance on the way out and once on the way back
   for (const auto& c : b.copies) {
@@ -185,11 +185,11 @@ constexpr ScheduleSizes schedule_sizes() {
 
 // Finds buffers by (tensor, instance) and tensors by reference.
 struct BufferIndex {
-  const graph::Builder& b;
+  const graph::Graph& b;
   const Expanded& x;
   cvec<int> first;  // per tensor: its first buffer, or -1
 
-  constexpr BufferIndex(const graph::Builder& graph, const Expanded& expanded)
+  constexpr BufferIndex(const graph::Graph& graph, const Expanded& expanded)
       : b(graph), x(expanded), first(graph.tensors.size(), -1) {
     for (int i = static_cast<int>(x.buffers.size()) - 1; i >= 0; --i) first[x.buffers[i].tensor] = i;
   }
@@ -242,7 +242,7 @@ constexpr auto schedule() {
                 "schedule<Run>: a pipelined run is scheduled stage by stage: schedule<pipeline_stage<Run, s>>() (host::Trainer of a "
                 "stage: host::with_pipeline_stage)");
   constexpr detail::ScheduleSizes n = detail::schedule_sizes<R>();
-  const graph::Builder b = detail::build_graph<R>();
+  const graph::Graph b = detail::build_graph<R>();
   const detail::Expanded x = detail::expand_graph<true>(b);
   const detail::Timeline tl = detail::expand_events(b);
   const detail::BufferIndex index(b, x);

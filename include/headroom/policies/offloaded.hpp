@@ -3,6 +3,7 @@
 // tier after L's forward (the device copy is freed) and copied back ahead of
 // L's backward. For a repeated block the copy back is issued when the next
 // block's backward starts, so it overlaps that block's compute.
+#include "../layers/repeat.hpp"
 #include "projection.hpp"
 
 namespace headroom {
