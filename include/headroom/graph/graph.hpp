@@ -101,14 +101,6 @@ struct Event {
   int collective = none;  // the collective it runs (Graph::collectives), for a collective event
 };
 
-// The names of the collectives the builder emits for a data-parallel run;
-// the op types that run them (ops/collectives.hpp) carry the same names.
-namespace collective {
-inline constexpr std::string_view all_reduce_grads = "all_reduce_grads";
-inline constexpr std::string_view reduce_scatter_grads = "reduce_scatter_grads";
-inline constexpr std::string_view all_gather_params = "all_gather_params";
-}  // namespace collective
-
 struct Param {
   std::string_view name;
   int node = none;

@@ -2,7 +2,9 @@
 // graph::Sharding: the collectives and fetches of a data-parallel or
 // parameter-offloading run, recorded around the events that need them.
 #include <cstdint>
+#include <utility>
 
+#include "collectives.hpp"
 #include "graph.hpp"
 
 namespace headroom::graph {
@@ -21,17 +23,31 @@ class Sharding : public Graph {
   constexpr int push_collective(Op c) {
     const int e = push_event(EventKind::collective, c.node, c.group);
     c.event = e;
-    c.lane = ops::Lane::communication;
     collectives.push_back(c);
     events[e].collective = static_cast<int>(collectives.size()) - 1;
     return e;
   }
 
+  // A collective of type C (graph/collectives.hpp) for the parameters of op `op`.
+  template <class C>
+  static constexpr Op collective_op(const Op& op) {
+    Op c{};
+    c.kind = C::name;
+    c.lane = C::lane;
+    c.node = op.node;
+    c.group = op.group;
+    return c;
+  }
+  // f(ops::Weight<Q>{}) for each place Q of an op's parameters.
+  template <class F>
+  static constexpr void for_each_weight(F&& f) {
+    [&]<int... Q>(std::integer_sequence<int, Q...>) { (f(ops::Weight<Q>{}), ...); }(std::make_integer_sequence<int, max_weights>{});
+  }
+
   // ZeRO 3: before an event of op `op` that reads parameters, a collective
   // gathers them from the ranks' shards into buffers that live until that
-  // event (forward, recompute and backward each gather their own). Layout:
-  // out[q] the values (or codes) of parameter q, out[2] the scales of a
-  // quantized parameter 0; dim[o] the bytes of one rank's block of out[o].
+  // event (forward, recompute and backward each gather their own): the
+  // operands of collective::AllGatherParams (graph/collectives.hpp).
   // The buffers are born one compute event earlier where that event is of
   // the same group (the op before, in the same Repeat instance): the engine
   // may then issue the gather before that event and overlap it (a prefetch
@@ -43,34 +59,32 @@ class Sharding : public Graph {
   constexpr int gather_params(const Op& op) {
     if (cfg.offload_params && !cfg.sharded(3)) return fetch_params(op);
     if (!cfg.sharded(3) || (op.param[0] == none && op.param[1] == none)) return none;
+    using C = collective::AllGatherParams;
     const int ahead = compute_event_ahead(op);
     const int shards = cfg.offload_params ? fetch_params(op) : none;
-    Op c{};
-    c.kind = collective::all_gather_params;
-    c.node = op.node;
-    c.group = op.group;
-    for (int q = 0; q < max_weights; ++q) c.param[q] = op.param[q];
-    const int e = push_collective(c);
-    Op& g = collectives.back();
-    for (int q = 0; q < max_weights; ++q) {
-      const int p = op.param[q];
-      if (p == none) continue;
+    Op c = collective_op<C>(op);
+    for_each_weight([&]<int Q>(ops::Weight<Q>) {
+      const int p = op.param[Q];
+      if (p == none) return;
       const Param pr = params[p];
-      if (pr.quant.kind != QuantKind::none && q > 0)
-        throw "ZeRO<3>: an op may read one quantized parameter, as its first (Weight<0>)";
+      c.use(C::param<Q>, p, none);
+      if constexpr (Q > 0) {
+        if (pr.quant.kind != QuantKind::none) throw "ZeRO<3>: an op may read one quantized parameter, as its first (Weight<0>)";
+      }
       const std::int64_t block =
           pr.quant.kind != QuantKind::none ? tensors[pr.weight].bytes : cfg.shard(pr.elements()) * cfg.act_bytes();
-      g.dim[q] = block;
-      g.out[q] = Ref{gathered(pr.node, pr.group, block * cfg.dp), none};
+      c.set(C::block<Q>, block);
+      c.output(C::values<Q>, Ref{gathered(pr.node, pr.group, block * cfg.dp), none});
       if (pr.quant.kind != QuantKind::none) {
-        g.dim[2] = tensors[pr.scales].bytes;
-        g.out[2] = Ref{gathered(pr.node, pr.group, g.dim[2] * cfg.dp), none};
+        c.set(C::scales_block, tensors[pr.scales].bytes);
+        c.output(C::scales, Ref{gathered(pr.node, pr.group, c[C::scales_block] * cfg.dp), none});
       }
-    }
+    });
+    const int e = push_collective(c);
     for (int o = 0; o < max_out; ++o) {
-      if (!g.out[o].valid()) continue;
-      bindings[e].out[o] = g.out[o];
-      born_ahead(g.out[o], ahead, e);
+      if (!c.out[o].valid()) continue;
+      bindings[e].out[o] = c.out[o];
+      born_ahead(c.out[o], ahead, e);
     }
     read_gathered(shards, e);
     return e;
@@ -153,27 +167,31 @@ class Sharding : public Graph {
   // writer it was (op i is the first to read them in forward order) are
   // complete, and one collective averages them over the data-parallel ranks:
   // an all-reduce in place (ZeRO 0 and 1), or a reduce-scatter of the bucket
-  // into this rank's gradient shard (ZeRO 2 and 3). in[q] / out[q]: the
-  // bucket / shard of parameter q; dim[2q], dim[2q+1]: its elements and
-  // shard elements. Returns the collective's event, or none.
+  // into this rank's gradient shard (ZeRO 2 and 3). Returns the collective's
+  // event, or none.
   constexpr int reduce_grads(int i) {
     if (cfg.dp <= 1) return none;
+    return cfg.sharded(2) ? average_grads<collective::ReduceScatterGrads>(i) : average_grads<collective::AllReduceGrads>(i);
+  }
+  template <class C>
+  constexpr int average_grads(int i) {
     const Op op = ops[i];
-    Op c{};
-    c.kind = cfg.sharded(2) ? collective::reduce_scatter_grads : collective::all_reduce_grads;
-    c.node = op.node;
-    c.group = op.group;
+    Op c = collective_op<C>(op);
     bool any = false;
-    for (int q = 0; q < max_weights; ++q) {
-      const int p = op.param[q];
-      if (p == none || first_user_[p] != i || params[p].grad == none) continue;
+    for_each_weight([&]<int Q>(ops::Weight<Q>) {
+      const int p = op.param[Q];
+      if (p == none || first_user_[p] != i || params[p].grad == none) return;
       any = true;
-      c.param[q] = p;
-      c.dim[2 * q] = params[p].elements();
-      c.dim[2 * q + 1] = cfg.shard(params[p].elements());
-      c.in[q] = Ref{params[p].grad, none};
-      if (params[p].grad_shard != none) c.out[q] = Ref{params[p].grad_shard, none};
-    }
+      c.use(C::template param<Q>, p, none);
+      c.set(C::template elements<Q>, params[p].elements());
+      if constexpr (requires { C::template shard<Q>; }) {
+        c.input(C::template bucket<Q>, Ref{params[p].grad, none}, false);
+        if (params[p].grad_shard != none) c.output(C::template shard<Q>, Ref{params[p].grad_shard, none});
+        c.set(C::template shard_elements<Q>, cfg.shard(params[p].elements()));
+      } else {
+        c.input(C::template grad<Q>, Ref{params[p].grad, none}, false);
+      }
+    });
     if (!any) return none;
     const int e = push_collective(c);
     for (int q = 0; q < max_weights; ++q) {

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "../graph/collectives.hpp"
 #include "../host/communicator.hpp"
 #include "../host/op_context.hpp"
 #include "op.hpp"
@@ -67,20 +68,16 @@ struct CollectiveKernels {
 
 }  // namespace detail
 
-struct AllReduceGrads : detail::CollectiveKernels<AllReduceGrads> {
-  static constexpr std::string_view name = graph::collective::all_reduce_grads;
-  static constexpr Lane lane = Lane::communication;
-  static constexpr In<0> grad0{};
-  static constexpr In<1> grad1{};
-  static constexpr Dim<0> elements0{};
-  static constexpr Dim<2> elements1{};
+// The operands (name, lane, grad<Q>, elements<Q>) are the builder's
+// declaration, graph/collectives.hpp; this adds the kernels.
+struct AllReduceGrads : graph::collective::AllReduceGrads, detail::CollectiveKernels<AllReduceGrads> {
 
   // The collective on either engine's context (the op's forward; it has no backward).
   template <class K>
   static void run(const K& k) {
     if (k.micro_batch() + 1 < k.accumulate()) return;  // gradients accumulate locally until the last micro-batch
-    reduce(k, k[grad0], k[elements0]);
-    reduce(k, k[grad1], k[elements1]);
+    reduce(k, k[grad<0>], k[elements<0>]);
+    reduce(k, k[grad<1>], k[elements<1>]);
   }
 
  private:
@@ -100,23 +97,14 @@ struct AllReduceGrads : detail::CollectiveKernels<AllReduceGrads> {
 #endif
 };
 
-struct ReduceScatterGrads : detail::CollectiveKernels<ReduceScatterGrads> {
-  static constexpr std::string_view name = graph::collective::reduce_scatter_grads;
-  static constexpr Lane lane = Lane::communication;
-  static constexpr In<0> bucket0{};
-  static constexpr In<1> bucket1{};
-  static constexpr Out<0> shard0{};
-  static constexpr Out<1> shard1{};
-  static constexpr Dim<0> elements0{};
-  static constexpr Dim<1> shard_elements0{};
-  static constexpr Dim<2> elements1{};
-  static constexpr Dim<3> shard_elements1{};
+// Operands: bucket<Q>, shard<Q>, elements<Q>, shard_elements<Q> (graph/collectives.hpp).
+struct ReduceScatterGrads : graph::collective::ReduceScatterGrads, detail::CollectiveKernels<ReduceScatterGrads> {
 
   // The collective on either engine's context (the op's forward; it has no backward).
   template <class K>
   static void run(const K& k) {
-    reduce(k, k[bucket0], k[shard0], k[elements0], k[shard_elements0], k.first(shard0));
-    reduce(k, k[bucket1], k[shard1], k[elements1], k[shard_elements1], k.first(shard1));
+    reduce(k, k[bucket<0>], k[shard<0>], k[elements<0>], k[shard_elements<0>], k.first(shard<0>));
+    reduce(k, k[bucket<1>], k[shard<1>], k[elements<1>], k[shard_elements<1>], k.first(shard<1>));
   }
 
  private:
@@ -146,25 +134,17 @@ struct ReduceScatterGrads : detail::CollectiveKernels<ReduceScatterGrads> {
 #endif
 };
 
-struct AllGatherParams : detail::CollectiveKernels<AllGatherParams> {
-  static constexpr std::string_view name = graph::collective::all_gather_params;
-  static constexpr Lane lane = Lane::communication;
-  static constexpr Out<0> values0{};  // parameter 0's values (or codes), gathered
-  static constexpr Out<1> values1{};
-  static constexpr Out<2> scales0{};  // a quantized parameter 0's scales, gathered
-  static constexpr Weight<0> w0{};
-  static constexpr Weight<1> w1{};
-  static constexpr Dim<0> block0{};  // bytes of one rank's block of each output
-  static constexpr Dim<1> block1{};
-  static constexpr Dim<2> block_scales0{};
+// Operands: param<Q> (the shards), values<Q>, scales, block<Q>, scales_block (graph/collectives.hpp).
+struct AllGatherParams : graph::collective::AllGatherParams, detail::CollectiveKernels<AllGatherParams> {
 
   // The collective on either engine's context (the op's forward; it has no backward).
   template <class K>
   static void run(const K& k) {
+    constexpr auto w0 = param<0>;
     const void* src0 = k.quantized(w0) ? static_cast<const void*>(k.quant(w0).codes) : k[w0];
-    gather(k, k.template get<std::byte>(values0), src0, k[block0]);
-    gather(k, k.template get<std::byte>(values1), k[w1], k[block1]);
-    if (k.quantized(w0)) gather(k, k.template get<std::byte>(scales0), k.quant(w0).scales, k[block_scales0]);
+    gather(k, k.template get<std::byte>(values<0>), src0, k[block<0>]);
+    gather(k, k.template get<std::byte>(values<1>), k[param<1>], k[block<1>]);
+    if (k.quantized(w0)) gather(k, k.template get<std::byte>(scales), k.quant(w0).scales, k[scales_block]);
   }
 
  private:

@@ -615,15 +615,21 @@ constexpr Expanded expand_graph(const graph::Graph& b) {
     const graph::Op& c = b.collectives[ev.collective];
     const std::int64_t inst = ev.group == graph::none ? 1 : b.groups[ev.group].count;
     const std::int64_t micro = b.cfg.accumulate;
-    if (c.kind == graph::collective::all_reduce_grads) {
-      x.communication.all_reduce += inst * (c.dim[0] + c.dim[2]) * b.cfg.act_bytes();
-      x.communication.all_reduce_calls += inst * ((c.dim[0] > 0) + (c.dim[2] > 0));
-    } else if (c.kind == graph::collective::reduce_scatter_grads) {
-      x.communication.reduce_scatter += micro * inst * (c.dim[1] + c.dim[3]) * b.cfg.dp * b.cfg.act_bytes();
-      x.communication.reduce_scatter_calls += micro * inst * ((c.dim[1] > 0) + (c.dim[3] > 0));
+    using AllReduce = graph::collective::AllReduceGrads;
+    using ReduceScatter = graph::collective::ReduceScatterGrads;
+    using AllGather = graph::collective::AllGatherParams;
+    if (c.kind == AllReduce::name) {
+      const std::int64_t n0 = c[AllReduce::elements<0>], n1 = c[AllReduce::elements<1>];
+      x.communication.all_reduce += inst * (n0 + n1) * b.cfg.act_bytes();
+      x.communication.all_reduce_calls += inst * ((n0 > 0) + (n1 > 0));
+    } else if (c.kind == ReduceScatter::name) {
+      const std::int64_t s0 = c[ReduceScatter::shard_elements<0>], s1 = c[ReduceScatter::shard_elements<1>];
+      x.communication.reduce_scatter += micro * inst * (s0 + s1) * b.cfg.dp * b.cfg.act_bytes();
+      x.communication.reduce_scatter_calls += micro * inst * ((s0 > 0) + (s1 > 0));
     } else {
-      x.communication.all_gather += micro * inst * (c.dim[0] + c.dim[1] + c.dim[2]) * b.cfg.dp;
-      x.communication.all_gather_calls += micro * inst * ((c.dim[0] > 0) + (c.dim[1] > 0) + (c.dim[2] > 0));
+      const std::int64_t b0 = c[AllGather::block<0>], b1 = c[AllGather::block<1>], bs = c[AllGather::scales_block];
+      x.communication.all_gather += micro * inst * (b0 + b1 + bs) * b.cfg.dp;
+      x.communication.all_gather_calls += micro * inst * ((b0 > 0) + (b1 > 0) + (bs > 0));
     }
   }
   // tensor and pipeline parallelism: what each event's op exchanges (graph::Op::exchange_fwd / exchange_bwd)

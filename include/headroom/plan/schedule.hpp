@@ -339,7 +339,7 @@ constexpr auto schedule() {
       }
       // ZeRO 3's gathers may start as early as their buffers are born (with
       // OffloadParameters, the fetches of the shards they gather with them)
-      if ((ev.kind == EventKind::collective && st.op == graph::collective::all_gather_params) ||
+      if ((ev.kind == EventKind::collective && st.op == graph::collective::AllGatherParams::name) ||
           (ev.kind == EventKind::fetch && b.cfg.sharded(3))) {
         int earliest = g;
         for (int q = 0; q < graph::max_out; ++q)
@@ -350,7 +350,7 @@ constexpr auto schedule() {
       // gradient shard starts from the offload tier's sum, and the
       // reduce-scatter adds to it (its running sum joins its block)
       if (b.cfg.offload_optimizer && b.cfg.accumulate > 1 && ev.kind == EventKind::collective &&
-          st.op == graph::collective::reduce_scatter_grads)
+          st.op == graph::collective::ReduceScatterGrads::name)
         for (int q = 0; q < graph::max_weights; ++q)
           if (st.out[q].bound() && st.out[q].first) {
             st.out[q].first = false;
