@@ -41,6 +41,7 @@
 #include <string>
 #include <string_view>
 
+#include "../math/llm_int8.hpp"
 #include "../run.hpp"
 #include "common.hpp"
 #include "loss_scaling.hpp"
@@ -215,6 +216,56 @@ class Driver {
       engine().event(g);
       engine().after_event(g);
     }
+  }
+
+  // ---- one schedule step's op -----------------------------------------------------------------------
+  // Forward and recompute: the step's op, and the next one with it when it
+  // runs in this op's epilogue. `hoisted`: a gather issued ahead of its
+  // place (the engine's issue_hoisted); at its place it is then skipped. An
+  // op on the compute lane runs here; an op on another lane goes to the
+  // engine's on_lane<O>(g, k, pass).
+  void forward(const Step& st, bool hoisted = false) {
+    if (st.fused_into_previous) return;  // computed by the op before it
+    if (st.issue_before >= 0 && !hoisted) return;
+    const std::size_t g = index_of(st);
+    auto k = engine().context(st);
+    decltype(k) next{};
+    if (st.fuse_next) {
+      next = engine().context(Engine::sched.steps[g + 1]);
+      k.next_ = &next;
+      k.next_op_ = Engine::sched.steps[g + 1].op;
+    }
+    try {
+      Engine::Ops::visit(g, [&]<class E>() {
+        using O = typename E::op;
+        if constexpr (!requires { O::forward(k); }) {
+          unsupported(st);
+        } else if constexpr (ops::lane_of<O>() == ops::Lane::compute) {
+          O::forward(k);
+        } else {
+          k.next_ = nullptr;
+          engine().template on_lane<O>(g, k, Pass::forward);
+        }
+      });
+    } catch (const outlier_bound_exceeded& e) {  // LLM.int8: the batch is refused, naming the layer
+      throw e.in(node_path(st.node, st.instance));
+    }
+  }
+  void backward(const Step& st) {
+    const std::size_t g = index_of(st);
+    const auto k = engine().context(st);
+    Engine::Ops::visit(g, [&]<class E>() {
+      using O = typename E::op;
+      if constexpr (!requires { O::backward(k); }) unsupported(st);
+      else if constexpr (ops::lane_of<O>() == ops::Lane::compute) O::backward(k);
+      else engine().template on_lane<O>(g, k, Pass::backward);
+    });
+  }
+  enum class Pass { forward, backward };
+  static std::size_t index_of(const Step& st) { return static_cast<std::size_t>(&st - Engine::sched.steps.data()); }
+  [[noreturn]] static void unsupported(const Step& st) {
+    throw std::logic_error(std::string(Engine::engine_name) + ": op '" + std::string(st.op) + "' has no kernel on this engine for event '" +
+                           std::string(name_of(st.kind)) + "' of node " + trainers::node_path(Engine::plan, st.node, st.instance));
   }
 
   TrainOptions opt_;

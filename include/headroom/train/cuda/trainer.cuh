@@ -214,7 +214,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   using Base = trainers::Driver<Trainer<R>, R, Communicator>;
   friend Base;
   using Base::check_batch, Base::evaluating_, Base::groups_, Base::micro_, Base::micro_batch, Base::micro_batches,
-      Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_;
+      Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_, Base::forward, Base::backward;
 
  public:
   static constexpr const char* engine_name = "cuda::Trainer";
@@ -1065,34 +1065,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     return k;
   }
 
-  // Forward and recompute: the step's op, and the next one with it when it
-  // runs in this op's epilogue.
-  // `hoisted`: a gather issued ahead of its place (issue_hoisted); at its
-  // place it is then skipped.
-  void forward(const Step& st, bool hoisted = false) {
-    if (st.fused_into_previous) return;  // computed by the op before it
-    if (st.issue_before >= 0 && !hoisted) return;
-    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
-    OpContext<S> k = context(st);
-    OpContext<S> next{};
-    if (st.fuse_next) {
-      next = context(sched.steps[g + 1]);
-      k.next_ = &next;
-      k.next_op_ = sched.steps[g + 1].op;
-    }
-    Ops::visit(g, [&]<class E>() {
-      using O = typename E::op;
-      if constexpr (!requires { O::forward(k); }) {
-        unsupported(st);
-      } else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
-        k.next_ = nullptr;
-        on_communication_lane(g, k, [](const OpContext<S>& c) { O::forward(c); });
-      } else {
-        O::forward(k);
-      }
-    });
-  }
-
   // The loss event (an op with a fused loss): the summed loss goes to the
   // loss slot and the control block.
   void loss_step(const Step& st, bool grads) {
@@ -1100,39 +1072,32 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     const OpContext<S> k = context(st);
     Ops::visit(g, [&]<class E>() {
       if constexpr (requires { E::op::loss(k, grads); }) E::op::loss(k, grads);
-      else unsupported(st);
+      else Base::unsupported(st);
     });
   }
 
-  void backward(const Step& st) {
-    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
-    const OpContext<S> k = context(st);
-    Ops::visit(g, [&]<class E>() {
-      using O = typename E::op;
-      if constexpr (!requires { O::backward(k); }) unsupported(st);
-      else if constexpr (ops::lane_of<O>() == ops::Lane::communication)
-        on_communication_lane(g, k, [](const OpContext<S>& c) { O::backward(c); });
+  // An op on another lane than compute (Driver::forward, Driver::backward).
+  // On the communication lane: on the communication stream, after
+  // everything the compute stream has enqueued, and recorded, so that the
+  // compute stream waits for it before the first later step that needs its
+  // bytes (copy_waits.cuh). Another lane runs on the compute stream.
+  template <class O>
+  void on_lane(std::size_t g, OpContext<S> k, typename Base::Pass pass) {
+    const auto run = [&] {
+      if (pass == Base::Pass::forward) O::forward(k);
       else O::backward(k);
-    });
-  }
-
-  // Step g's op on the communication stream: after everything the compute
-  // stream has enqueued, and recorded, so that the compute stream waits for
-  // it before the first later step that needs its bytes (copy_waits.cuh).
-  template <class Run>
-  void on_communication_lane(std::size_t g, OpContext<S> k, Run run) {
-    wait_for_compute(communication_);
-    // ZeRO 3 with OffloadParameters: a gather reads the shards the fetch just before it copies (graph.hpp gather_params)
-    if (params_offloaded && g > 0 && sched.steps[g - 1].kind == EventKind::fetch)
-      check(cudaStreamWaitEvent(communication_, copy_done_[g - 1], 0), "cudaStreamWaitEvent");
-    k.compute = communication_;
-    run(k);
-    check(cudaEventRecord(copy_done_[g], communication_), "cudaEventRecord");
-  }
-
-  [[noreturn]] static void unsupported(const Step& st) {
-    throw std::logic_error("cuda::Trainer: op '" + std::string(st.op) + "' has no CUDA kernel for event '" +
-                           std::string(name_of(st.kind)) + "' of node " + trainers::node_path(plan, st.node, st.instance));
+    };
+    if constexpr (ops::lane_of<O>() != ops::Lane::communication) {
+      run();
+    } else {
+      wait_for_compute(communication_);
+      // ZeRO 3 with OffloadParameters: a gather reads the shards the fetch just before it copies (graph/sharding.hpp gather_params)
+      if (params_offloaded && g > 0 && sched.steps[g - 1].kind == EventKind::fetch)
+        check(cudaStreamWaitEvent(communication_, copy_done_[g - 1], 0), "cudaStreamWaitEvent");
+      k.compute = communication_;
+      run();
+      check(cudaEventRecord(copy_done_[g], communication_), "cudaEventRecord");
+    }
   }
 
   // ---- the update -------------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   using Base = trainers::Driver<Trainer<R>, R, Communicator>;
   friend Base;
   using Base::check_batch, Base::evaluating_, Base::groups_, Base::micro_, Base::micro_batch, Base::micro_batches,
-      Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_;
+      Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_, Base::forward, Base::backward;
 
  public:
   static constexpr const char* engine_name = "host::Trainer";
@@ -639,43 +639,16 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     return k;
   }
 
-  // Forward and recompute: the step's op, and the next one with it when it
-  // runs in this op's epilogue.
-  // `hoisted`: a gather issued ahead of its place (issue_hoisted); at its
-  // place it is then skipped.
-  void forward(const Step& st, bool hoisted = false) {
-    if (st.fused_into_previous) return;  // computed by the op before it
-    if (st.issue_before >= 0 && !hoisted) return;
-    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
-    OpContext<T> k = context(st);
-    OpContext<T> next{};
-    if (st.fuse_next) {
-      next = context(sched.steps[g + 1]);
-      k.next_ = &next;
-      k.next_op_ = sched.steps[g + 1].op;
-    }
-    try {
-      forward_op(g, st, k);
-    } catch (const outlier_bound_exceeded& e) {  // LLM.int8: the batch is refused, naming the layer
-      throw e.in(trainers::node_path(plan, st.node, st.instance));
-    }
-  }
-  void forward_op(std::size_t g, const Step& st, OpContext<T>& k) {
-    Ops::visit(g, [&]<class E>() {
-      using O = typename E::op;
-      if constexpr (!requires { O::forward(k); }) {
-        unsupported(st);
-      } else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) {
-        k.next_ = nullptr;
-        tickets_[g] = lane_->submit(&lane_forward<O>, k);
-      } else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
-        k.next_ = nullptr;
-        if (this->opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_forward<O>, k);
-        else O::forward(k);  // in order; tickets_[g] stays 0, which every wait has passed
-      } else {
-        O::forward(k);
-      }
-    });
+  // An op on another lane than compute (Driver::forward, Driver::backward):
+  // on the update thread (ops::Lane::host_threads), or on the communication
+  // thread with overlap_communication (else here, in order: tickets_[g]
+  // stays 0, which every wait has passed).
+  template <class O>
+  void on_lane(std::size_t g, const OpContext<T>& k, typename Base::Pass pass) {
+    auto* run = pass == Base::Pass::forward ? &lane_forward<O> : &lane_backward<O>;
+    if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) tickets_[g] = lane_->submit(run, k);
+    else if (this->opt_.overlap_communication) tickets_[g] = comm_lane_->submit(run, k);
+    else run(k);
   }
 
   // The loss event (an op with a fused loss); returns the summed loss of the micro-batch.
@@ -685,29 +658,9 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     double loss = 0;
     Ops::visit(g, [&]<class E>() {
       if constexpr (requires { E::op::loss(k, grads); }) loss = E::op::loss(k, grads);
-      else unsupported(st);
+      else Base::unsupported(st);
     });
     return loss;
-  }
-
-  void backward(const Step& st) {
-    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
-    const OpContext<T> k = context(st);
-    Ops::visit(g, [&]<class E>() {
-      using O = typename E::op;
-      if constexpr (!requires { O::backward(k); }) unsupported(st);
-      else if constexpr (ops::lane_of<O>() == ops::Lane::host_threads) tickets_[g] = lane_->submit(&lane_backward<O>, k);
-      else if constexpr (ops::lane_of<O>() == ops::Lane::communication) {
-        if (this->opt_.overlap_communication) tickets_[g] = comm_lane_->submit(&lane_backward<O>, k);
-        else O::backward(k);
-      }
-      else O::backward(k);
-    });
-  }
-
-  [[noreturn]] static void unsupported(const Step& st) {
-    throw std::logic_error("host::Trainer: op '" + std::string(st.op) + "' has no host kernel for event '" +
-                           std::string(name_of(st.kind)) + "' of node " + node_path(st.node, st.instance));
   }
 
   // ---- the update ------------------------------------------------------------------------------------------
