@@ -258,7 +258,7 @@ constexpr int layer_column(Role r) {
     default: return 4;  // saved / transient / recomputed activations, their grads, scratch, batch io
   }
 }
-// A parameter's copy fetched to the device (OffloadParameters; graph.hpp
+// A parameter's copy fetched to the device (OffloadParameters; graph/sharding.hpp
 // fetch_params): role weights, no parameter of its own, on its op's node.
 constexpr bool is_fetched_copy(const Buffer& b) { return b.role == Role::weights && b.name == "fetched"; }
 // Whole-step tables shared by every parameter (code tables, 8-bit dynamic map).
@@ -271,17 +271,15 @@ constexpr bool is_shared_table(const Buffer& b) {
 }  // namespace detail::reporting
 
 // ---- the text report ---------------------------------------------------------------------------------
+namespace detail::reporting {
+
+// The heading: the model, the run, the layout, the parameters, the timeline.
 template <class P>
-  requires detail::reporting::is_plan<P>::value
-void print(std::ostream& os, const P& p) {
+void print_run(std::ostream& os, const P& p) {
   namespace rp = detail::reporting;
   const auto& c = p.config;
   const int E = static_cast<int>(p.events.size());
   const int NN = static_cast<int>(p.nodes.size());
-  const auto fmt_flops = [](std::int64_t f) { return with_commas(f) + "  (" + human_flops(static_cast<double>(f)) + ")"; };
-  const std::ios_base::fmtflags saved_flags = os.flags();
-
-  // ---- heading and run
   std::string model(p.nodes.empty() ? std::string_view("model") : p.nodes[0].kind);
   for (int n = 1; n < NN; ++n)
     if (rp::is_repeat_node(p, n) && p.nodes[n].parent == 0) {
@@ -295,7 +293,7 @@ void print(std::ostream& os, const P& p) {
   if (c.accumulate > 1) os << ", accumulate " << c.accumulate << " (" << with_commas(c.tokens() * c.accumulate) << " tokens per step)";
   else os << ", accumulate 1";
   os << '\n';
-  // f32 master weights: a 16-bit run's, or an offloaded optimizer's planned for the CUDA engine (graph.hpp make_param)
+  // f32 master weights: a 16-bit run's, or an offloaded optimizer's planned for the CUDA engine (graph/builder.hpp make_param)
   const bool master = is_half(c.dtype) || (c.offload_optimizer && c.cuda());
   os << "               dtype " << name_of(c.dtype) << (master ? " (f32 master weights)" : "") << ", optimizer "
      << c.optim.name << " (" << c.optim.states << " state" << (c.optim.states == 1 ? "" : "s")
@@ -330,8 +328,14 @@ void print(std::ostream& os, const P& p) {
   os << "  timeline     " << with_commas(E) << " events";
   if (fetches > 0) os << " (" << with_commas(fetches) << " fetches of parameters)";
   os << ", " << with_commas(static_cast<std::int64_t>(p.buffers.size())) << " buffers\n\n";
+}
 
-  // ---- memory per tier
+// Memory per tier: the arena, its lower bound, where the bound is reached.
+template <class P>
+void print_memory(std::ostream& os, const P& p) {
+  namespace rp = detail::reporting;
+  const int E = static_cast<int>(p.events.size());
+  const int bound_e = p.lower_bound_event(Tier::device);
   os << "memory\n";
   {
     rp::TextTable t({"", "device", "offload"});
@@ -358,8 +362,12 @@ void print(std::ostream& os, const P& p) {
        << rp::phase_names[rp::phase_of(p, e, rp::loss_event(p))] << "): " << describe_event(p, e) << '\n';
   }
   os << '\n';
+}
 
-  // ---- bytes by role
+// Bytes by role: totals over the step and what is alive at the bound.
+template <class P>
+void print_roles(std::ostream& os, const P& p) {
+  namespace rp = detail::reporting;
   const int bound_e = p.lower_bound_event(Tier::device);
   std::array<std::int64_t, role_count> total_dev{}, total_off{}, at_bound{};
   for (const auto& b : p.buffers) {
@@ -396,8 +404,15 @@ void print(std::ostream& os, const P& p) {
     t.print(os);
   }
   os << '\n';
+}
 
-  // ---- bytes by layer: nodes grouped at the deepest level that keeps < 40 rows
+// Bytes by layer: nodes grouped at the deepest level that keeps < 40 rows.
+template <class P>
+void print_layers(std::ostream& os, const P& p) {
+  namespace rp = detail::reporting;
+  const auto& c = p.config;
+  const int NN = static_cast<int>(p.nodes.size());
+  const int bound_e = p.lower_bound_event(Tier::device);
   {
     std::vector<int> depth(NN, 0);
     for (int n = 1; n < NN; ++n) depth[n] = p.nodes[n].parent >= 0 ? depth[p.nodes[n].parent] + 1 : 1;
@@ -456,8 +471,14 @@ void print(std::ostream& os, const P& p) {
     t.print(os);
   }
   os << '\n';
+}
 
-  // ---- flops
+// FLOPs of one micro-batch.
+template <class P>
+void print_flops(std::ostream& os, const P& p) {
+  namespace rp = detail::reporting;
+  const auto& c = p.config;
+  const auto fmt_flops = [](std::int64_t f) { return with_commas(f) + "  (" + human_flops(static_cast<double>(f)) + ")"; };
   os << "flops (one micro-batch)\n";
   {
     rp::TextTable t({"", "FLOPs", "per token"});
@@ -472,40 +493,61 @@ void print(std::ostream& os, const P& p) {
     row("total", p.flops());
     t.print(os);
   }
-  if (c.dp > 1 || c.tp > 1 || c.pp > 1) {
-    const Communication& m = p.communication;
-    os << "\ncommunication (one rank, per optimizer step; sent: ring collectives over its group)\n";
-    rp::TextTable t({"collective", "group", "calls", "payload", "sent per rank"});
-    auto row = [&](const char* name, bool tensor, std::int64_t calls, std::int64_t bytes, double times) {
-      if (calls == 0) return;
-      const int ranks = tensor ? c.tp : c.dp;
-      const double share = times * static_cast<double>(ranks - 1) / ranks;
-      t.row({name, std::to_string(ranks) + (tensor ? " tensor" : " data"), with_commas(calls), human_bytes(bytes),
-             human_bytes(static_cast<std::int64_t>(share * static_cast<double>(bytes)))});
-    };
-    row("all-reduce (gradients)", false, m.all_reduce_calls, m.all_reduce, 2);
-    row("reduce-scatter (gradient buckets)", false, m.reduce_scatter_calls, m.reduce_scatter, 1);
-    row(c.zero == 3 ? "all-gather (parameters, per event)" : "all-gather (weights after the update)", false, m.all_gather_calls,
-        m.all_gather, 1);
-    row("all-reduce (activations, their gradients)", true, m.tensor_all_reduce_calls, m.tensor_all_reduce, 2);
-    row("all-gather (LM head row statistics)", true, m.tensor_all_gather_calls, m.tensor_all_gather, 1);
-    row("all-reduce (LoRA matrices' gradients)", true, m.tensor_grad_all_reduce_calls, m.tensor_grad_all_reduce, 2);
-    if (m.pipeline_sent + m.pipeline_received > 0)
-      t.row({"send / receive (activations, their gradients)", std::to_string(c.pp) + " stages", "-",
-             human_bytes(m.pipeline_sent + m.pipeline_received), human_bytes(m.pipeline_sent)});
-    // the first and the last stage (2 ranks): a tied LM head's table, its gradient summed (sent once, received once)
-    if (m.stage_all_reduce_calls > 0)
-      t.row({"all-reduce (tied table's gradient)", "first, last stage", with_commas(m.stage_all_reduce_calls),
-             human_bytes(m.stage_all_reduce), human_bytes(m.stage_all_reduce)});
-    t.rule();
-    const std::int64_t calls = m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls + m.tensor_all_reduce_calls +
-                               m.tensor_all_gather_calls + m.tensor_grad_all_reduce_calls + m.stage_all_reduce_calls;
-    t.row({"all", "", with_commas(calls),
-           human_bytes(m.payload() + m.tensor_payload() + m.pipeline_sent + m.pipeline_received + m.stage_all_reduce),
-           human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)) + m.pipeline_sent +
-                       m.stage_all_reduce)});
-    t.print(os);
-  }
+}
+
+// Communication per optimizer step, by collective (a parallel run).
+template <class P>
+void print_communication(std::ostream& os, const P& p) {
+  namespace rp = detail::reporting;
+  const auto& c = p.config;
+  const Communication& m = p.communication;
+  os << "\ncommunication (one rank, per optimizer step; sent: ring collectives over its group)\n";
+  rp::TextTable t({"collective", "group", "calls", "payload", "sent per rank"});
+  auto row = [&](const char* name, bool tensor, std::int64_t calls, std::int64_t bytes, double times) {
+    if (calls == 0) return;
+    const int ranks = tensor ? c.tp : c.dp;
+    const double share = times * static_cast<double>(ranks - 1) / ranks;
+    t.row({name, std::to_string(ranks) + (tensor ? " tensor" : " data"), with_commas(calls), human_bytes(bytes),
+           human_bytes(static_cast<std::int64_t>(share * static_cast<double>(bytes)))});
+  };
+  row("all-reduce (gradients)", false, m.all_reduce_calls, m.all_reduce, 2);
+  row("reduce-scatter (gradient buckets)", false, m.reduce_scatter_calls, m.reduce_scatter, 1);
+  row(c.zero == 3 ? "all-gather (parameters, per event)" : "all-gather (weights after the update)", false, m.all_gather_calls,
+      m.all_gather, 1);
+  row("all-reduce (activations, their gradients)", true, m.tensor_all_reduce_calls, m.tensor_all_reduce, 2);
+  row("all-gather (LM head row statistics)", true, m.tensor_all_gather_calls, m.tensor_all_gather, 1);
+  row("all-reduce (LoRA matrices' gradients)", true, m.tensor_grad_all_reduce_calls, m.tensor_grad_all_reduce, 2);
+  if (m.pipeline_sent + m.pipeline_received > 0)
+    t.row({"send / receive (activations, their gradients)", std::to_string(c.pp) + " stages", "-",
+           human_bytes(m.pipeline_sent + m.pipeline_received), human_bytes(m.pipeline_sent)});
+  // the first and the last stage (2 ranks): a tied LM head's table, its gradient summed (sent once, received once)
+  if (m.stage_all_reduce_calls > 0)
+    t.row({"all-reduce (tied table's gradient)", "first, last stage", with_commas(m.stage_all_reduce_calls),
+           human_bytes(m.stage_all_reduce), human_bytes(m.stage_all_reduce)});
+  t.rule();
+  const std::int64_t calls = m.all_reduce_calls + m.reduce_scatter_calls + m.all_gather_calls + m.tensor_all_reduce_calls +
+                             m.tensor_all_gather_calls + m.tensor_grad_all_reduce_calls + m.stage_all_reduce_calls;
+  t.row({"all", "", with_commas(calls),
+         human_bytes(m.payload() + m.tensor_payload() + m.pipeline_sent + m.pipeline_received + m.stage_all_reduce),
+         human_bytes(static_cast<std::int64_t>(m.sent_per_rank(c.dp) + m.tensor_sent_per_rank(c.tp)) + m.pipeline_sent +
+                     m.stage_all_reduce)});
+  t.print(os);
+}
+
+}  // namespace detail::reporting
+
+template <class P>
+  requires detail::reporting::is_plan<P>::value
+void print(std::ostream& os, const P& p) {
+  namespace rp = detail::reporting;
+  const auto& c = p.config;
+  const std::ios_base::fmtflags saved_flags = os.flags();
+  rp::print_run(os, p);
+  rp::print_memory(os, p);
+  rp::print_roles(os, p);
+  rp::print_layers(os, p);
+  rp::print_flops(os, p);
+  if (c.dp > 1 || c.tp > 1 || c.pp > 1) rp::print_communication(os, p);
   os.flags(saved_flags);
 }
 
@@ -600,41 +642,13 @@ struct Polyline {
 // default heading (model, batch x seq, dtype, optimizer). When buffers alive
 // the whole step fill most of the picture (a quantized 8B model: weights are
 // 80% of the bytes), a second panel zooms on the range where bytes change.
+namespace detail::reporting {
+
+// The memory chart report_svg draws: one tier's live bytes by role at
+// every event (stacked areas, a column per pixel at most), the arena peak
+// and the lower bound, the phases and the marked events below, a legend.
 template <class P>
-  requires detail::reporting::is_plan<P>::value
-std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title = {}) {
-  namespace rp = detail::reporting;
-  using rp::num;
-  const int E = static_cast<int>(p.events.size());
-  const auto& c = p.config;
-  const auto live = rp::live_by_role(p, t);
-  std::vector<std::int64_t> total(E, 0);
-  std::array<bool, role_count> present{};
-  for (int r = 0; r < role_count; ++r)
-    for (int e = 0; e < E; ++e) {
-      total[e] += live[r][e];
-      if (live[r][e] > 0) present[r] = true;
-    }
-  const std::int64_t peak = p.peak_bytes(t), bound = p.lower_bound(t);
-  const int bound_e = std::clamp(p.lower_bound_event(t), 0, std::max(E - 1, 0));
-  const int loss = rp::loss_event(p);
-  const std::int64_t max_total = E > 0 ? *std::max_element(total.begin(), total.end()) : 0;
-  const std::int64_t min_total = E > 0 ? *std::min_element(total.begin(), total.end()) : 0;
-  const std::int64_t top_bytes = std::max<std::int64_t>({peak, bound, max_total, 1});
-
-  // ---- units: the largest binary unit the top reaches
-  const char* unit = "B";
-  double scale = 1;
-  if (top_bytes >= (std::int64_t{1} << 30)) unit = "GiB", scale = double(std::int64_t{1} << 30);
-  else if (top_bytes >= (std::int64_t{1} << 20)) unit = "MiB", scale = double(std::int64_t{1} << 20);
-  else if (top_bytes >= (std::int64_t{1} << 10)) unit = "KiB", scale = 1024.0;
-
-  // ---- geometry: one panel, or an overview over a zoomed panel
-  const double top_u = static_cast<double>(top_bytes) / scale;
-  const bool zoom = static_cast<double>(min_total) > 0.55 * static_cast<double>(top_bytes);
-  const double W = 1280, H = zoom ? 800 : 660;
-  const double X0 = 90, X1 = W - 250, PW = X1 - X0;
-  const double plot_top = 84, plot_bottom = H - 96;
+struct MemoryChart {
   struct Panel {
     double y0, y1;     // pixels
     double lo, hi;     // value range, in `unit`
@@ -642,97 +656,120 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
     bool labels;       // peak / bound / loss labels drawn here
     const char* clip;  // clip-path id
   };
-  std::vector<Panel> panels;
-  {
-    const double step = rp::nice_step(top_u * 1.08, 6);
-    const double hi = std::ceil(top_u * 1.08 / step) * step;
-    if (!zoom) {
-      panels.push_back({plot_top, plot_bottom, 0, hi, step, true, "hr-clip-0"});
-    } else {
-      const double y_split = plot_top + 0.32 * (plot_bottom - plot_top);
-      panels.push_back({plot_top, y_split, 0, hi, rp::nice_step(hi, 4), false, "hr-clip-0"});
-      const double lo_u = static_cast<double>(min_total) / scale;
-      const double zr = (top_u - lo_u) * 1.15 + top_u * 1e-3;
-      const double zstep = rp::nice_step(zr, 6);
-      const double zlo = std::floor((lo_u - 0.05 * zr) / zstep) * zstep;
-      const double zhi = std::ceil((top_u + 0.08 * zr) / zstep) * zstep;
-      panels.push_back({y_split + 34, plot_bottom, std::max(0.0, zlo), zhi, zstep, true, "hr-clip-1"});
-    }
-  }
-  const auto xpix = [&](double e) { return X0 + (E > 0 ? e / E * PW : 0); };  // left edge of event e
-  const auto ypix = [&](const Panel& pn, double bytes) { return pn.y1 - (bytes / scale - pn.lo) / (pn.hi - pn.lo) * (pn.y1 - pn.y0); };
-
-  // ---- buckets: at most one per pixel column; each shows its event with the most live bytes
-  const int nb = std::max(1, std::min(E, static_cast<int>(PW)));
-  std::vector<int> rep(nb, 0);
-  std::vector<double> bx(nb + 1, X0);
-  for (int k = 0; k < nb; ++k) {
-    const int a = static_cast<int>(static_cast<std::int64_t>(k) * E / nb);
-    const int z = std::max(a + 1, static_cast<int>(static_cast<std::int64_t>(k + 1) * E / nb));
-    int best = a;
-    for (int e = a; e < z && e < E; ++e)
-      if (total[e] > total[best]) best = e;
-    if (bound_e >= a && bound_e < z) best = bound_e;  // the bound's event is always drawn
-    rep[k] = std::min(best, std::max(E - 1, 0));
-    bx[k] = xpix(a);
-  }
-  bx[nb] = X1;
-
-  std::ostringstream s;
-  s << R"(<svg xmlns="http://www.w3.org/2000/svg" width=")" << num(W) << R"(" height=")" << num(H) << R"(" viewBox="0 0 )" << num(W) << ' '
-    << num(H) << R"(" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">)" << '\n';
-  s << R"(<rect width="100%" height="100%" fill="white"/>)" << '\n';
-  s << "<defs>";
-  for (const auto& pn : panels)
-    s << R"(<clipPath id=")" << pn.clip << R"("><rect x=")" << num(X0) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(PW)
-      << R"(" height=")" << num(pn.y1 - pn.y0) << R"("/></clipPath>)";
-  s << "</defs>\n";
-
-  // ---- title
-  std::string heading(title);
-  if (heading.empty()) {
-    heading = std::string(p.nodes.empty() ? std::string_view("model") : p.nodes[0].kind);
-    heading += ": batch " + std::to_string(c.batch) + " x seq " + std::to_string(c.seq);
-    heading += ", " + std::string(name_of(c.dtype)) + ", " + std::string(c.optim.name);
-  }
-  s << R"(<text x=")" << num(X0) << R"(" y="28" font-size="18" font-weight="bold">)" << rp::xml_escape(heading) << "</text>\n";
-  std::ostringstream sub;
-  sub << name_of(t) << " tier: arena peak " << human_bytes(peak) << ", lower bound " << human_bytes(bound);
-  if (bound > 0)
-    sub << " (peak / bound " << std::fixed << std::setprecision(4) << static_cast<double>(peak) / static_cast<double>(bound) << ")";
-  sub << ", " << with_commas(E) << " events, " << with_commas(static_cast<std::int64_t>(p.buffers.size())) << " buffers";
-  s << R"(<text x=")" << num(X0) << R"(" y="48" fill="#444">)" << rp::xml_escape(sub.str()) << "</text>\n";
-  if (bound > 0) {
-    s << R"(<text x=")" << num(X0) << R"(" y="66" fill="#444">)"
-      << rp::xml_escape("max live at event " + std::to_string(bound_e) + ": " + describe_event(p, bound_e)) << "</text>\n";
-  }
-
-  // ---- runs of one phase
   struct Run {
     int phase, a, z;  // events [a, z)
   };
-  std::vector<Run> runs;
-  for (int e = 0; e < E; ++e) {
-    const int ph = rp::phase_of(p, e, loss);
-    if (!runs.empty() && runs.back().phase == ph) runs.back().z = e + 1;
-    else runs.push_back({ph, e, e + 1});
+  struct Mark {
+    EventKind kind;
+    const char* color;
+  };
+  static constexpr std::array<Mark, 4> marks{{{EventKind::recompute, "#7b4f9d"},
+                                              {EventKind::offload, "#2f4b7c"},
+                                              {EventKind::prefetch, "#00a2a8"},
+                                              {EventKind::fetch, "#b8860b"}}};
+
+  const P& p;
+  Tier t;
+  int E;
+  decltype(live_by_role(std::declval<const P&>(), Tier::device)) live;
+  std::vector<std::int64_t> total;
+  std::array<bool, role_count> present{};
+  std::int64_t peak, bound;
+  int bound_e, loss;
+  std::int64_t max_total = 0, min_total = 0, top_bytes = 1;
+  const char* unit = "B";  // the largest binary unit the top reaches
+  double scale = 1;
+  // geometry: one panel, or an overview over a zoomed panel
+  bool zoom = false;
+  double W = 1280, H = 660, X0 = 90, X1 = 0, PW = 0, plot_top = 84, plot_bottom = 0;
+  std::vector<Panel> panels;
+  // buckets: at most one per pixel column; each shows its event with the most live bytes
+  int nb = 1;
+  std::vector<int> rep;
+  std::vector<double> bx;
+  std::vector<Run> runs;  // runs of one phase
+  std::vector<Role> drawn;  // the roles drawn, bottom of the stack first
+  std::vector<std::vector<std::int64_t>> cum;  // the stacked areas' edges, shared by the panels: top[k] of each drawn role
+  bool steps = false;  // an event at least 2 px wide: areas drawn as steps
+  std::array<bool, marks.size()> mark_present{};
+
+  MemoryChart(const P& plan, Tier tier) : p(plan), t(tier), E(static_cast<int>(plan.events.size())), live(live_by_role(plan, tier)) {
+    total.assign(E, 0);
+    for (int r = 0; r < role_count; ++r)
+      for (int e = 0; e < E; ++e) {
+        total[e] += live[r][e];
+        if (live[r][e] > 0) present[r] = true;
+      }
+    peak = p.peak_bytes(t);
+    bound = p.lower_bound(t);
+    bound_e = std::clamp(p.lower_bound_event(t), 0, std::max(E - 1, 0));
+    loss = loss_event(p);
+    max_total = E > 0 ? *std::max_element(total.begin(), total.end()) : 0;
+    min_total = E > 0 ? *std::min_element(total.begin(), total.end()) : 0;
+    top_bytes = std::max<std::int64_t>({peak, bound, max_total, 1});
+    if (top_bytes >= (std::int64_t{1} << 30)) unit = "GiB", scale = double(std::int64_t{1} << 30);
+    else if (top_bytes >= (std::int64_t{1} << 20)) unit = "MiB", scale = double(std::int64_t{1} << 20);
+    else if (top_bytes >= (std::int64_t{1} << 10)) unit = "KiB", scale = 1024.0;
+    const double top_u = static_cast<double>(top_bytes) / scale;
+    zoom = static_cast<double>(min_total) > 0.55 * static_cast<double>(top_bytes);
+    H = zoom ? 800 : 660;
+    X1 = W - 250;
+    PW = X1 - X0;
+    plot_bottom = H - 96;
+    {
+      const double step = nice_step(top_u * 1.08, 6);
+      const double hi = std::ceil(top_u * 1.08 / step) * step;
+      if (!zoom) {
+        panels.push_back({plot_top, plot_bottom, 0, hi, step, true, "hr-clip-0"});
+      } else {
+        const double y_split = plot_top + 0.32 * (plot_bottom - plot_top);
+        panels.push_back({plot_top, y_split, 0, hi, nice_step(hi, 4), false, "hr-clip-0"});
+        const double lo_u = static_cast<double>(min_total) / scale;
+        const double zr = (top_u - lo_u) * 1.15 + top_u * 1e-3;
+        const double zstep = nice_step(zr, 6);
+        const double zlo = std::floor((lo_u - 0.05 * zr) / zstep) * zstep;
+        const double zhi = std::ceil((top_u + 0.08 * zr) / zstep) * zstep;
+        panels.push_back({y_split + 34, plot_bottom, std::max(0.0, zlo), zhi, zstep, true, "hr-clip-1"});
+      }
+    }
+    nb = std::max(1, std::min(E, static_cast<int>(PW)));
+    rep.assign(nb, 0);
+    bx.assign(nb + 1, X0);
+    for (int k = 0; k < nb; ++k) {
+      const int a = static_cast<int>(static_cast<std::int64_t>(k) * E / nb);
+      const int z = std::max(a + 1, static_cast<int>(static_cast<std::int64_t>(k + 1) * E / nb));
+      int best = a;
+      for (int e = a; e < z && e < E; ++e)
+        if (total[e] > total[best]) best = e;
+      if (bound_e >= a && bound_e < z) best = bound_e;  // the bound's event is always drawn
+      rep[k] = std::min(best, std::max(E - 1, 0));
+      bx[k] = xpix(a);
+    }
+    bx[nb] = X1;
+    for (int e = 0; e < E; ++e) {
+      const int ph = phase_of(p, e, loss);
+      if (!runs.empty() && runs.back().phase == ph) runs.back().z = e + 1;
+      else runs.push_back({ph, e, e + 1});
+    }
+    for (Role role : stack_order)
+      if (present[static_cast<int>(role)]) drawn.push_back(role);
+    cum.assign(drawn.size() + 1, std::vector<std::int64_t>(nb, 0));
+    for (std::size_t i = 0; i < drawn.size(); ++i)
+      for (int k = 0; k < nb; ++k) cum[i + 1][k] = cum[i][k] + live[static_cast<int>(drawn[i])][rep[k]];
+    steps = nb > 0 && PW / nb >= 2.0;
+    for (std::size_t m = 0; m < marks.size(); ++m)
+      for (int e = 0; e < E; ++e) mark_present[m] = mark_present[m] || p.events[e].kind == marks[m].kind;
   }
 
-  // ---- the stacked areas' edges, shared by the panels: top[k] of each drawn role
-  std::vector<Role> drawn;
-  for (Role role : rp::stack_order)
-    if (present[static_cast<int>(role)]) drawn.push_back(role);
-  std::vector<std::vector<std::int64_t>> cum(drawn.size() + 1, std::vector<std::int64_t>(nb, 0));
-  for (std::size_t i = 0; i < drawn.size(); ++i)
-    for (int k = 0; k < nb; ++k) cum[i + 1][k] = cum[i][k] + live[static_cast<int>(drawn[i])][rep[k]];
+  double xpix(double e) const { return X0 + (E > 0 ? e / E * PW : 0); }  // left edge of event e
+  double ypix(const Panel& pn, double bytes) const { return pn.y1 - (bytes / scale - pn.lo) / (pn.hi - pn.lo) * (pn.y1 - pn.y0); }
 
   // The upper edge of a stack as a path: steps while an event is at least
   // 2 px wide, one point per pixel column otherwise; `close` runs it down to
   // the panel's bottom. Areas are painted from the top of the stack down,
   // each one to the bottom, so each path needs only its upper edge.
-  const bool steps = nb > 0 && PW / nb >= 2.0;
-  const auto path_of = [&](const std::vector<std::int64_t>& upper, const Panel& pn, bool close) {
-    rp::Polyline a;
+  std::string path_of(const std::vector<std::int64_t>& upper, const Panel& pn, bool close) const {
+    Polyline a;
     for (int k = 0; k < nb; ++k) {
       const double y = std::min(ypix(pn, static_cast<double>(upper[k])), pn.y1 + 1);
       if (steps) {
@@ -758,97 +795,130 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
       d += " L" + num(X1) + ',' + num(pn.y1 + 1) + " L" + num(X0) + ',' + num(pn.y1 + 1) + " Z";
     }
     return d;
-  };
-
-  for (std::size_t pi = 0; pi < panels.size(); ++pi) {
-    const Panel& pn = panels[pi];
-    const double PH = pn.y1 - pn.y0;
-    // phase tint
-    for (const auto& r : runs) {
-      const double xa = xpix(r.a), w = std::max(xpix(r.z) - xa, 2.0);
-      s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(w) << R"(" height=")" << num(PH)
-        << R"(" fill=")" << rp::phase_colors[r.phase] << R"(" opacity="0.45"/>)" << '\n';
-    }
-    // grid and y labels
-    for (double v = pn.lo; v <= pn.hi + pn.step * 1e-6; v += pn.step) {
-      const double y = pn.y1 - (v - pn.lo) / (pn.hi - pn.lo) * PH;
-      s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(y) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(y)
-        << R"(" stroke="#000" stroke-opacity=")" << (v == 0 ? "0.6" : "0.12") << R"("/>)" << '\n';
-      std::ostringstream lab;
-      lab << std::setprecision(6) << std::round(v * 1000) / 1000;
-      s << R"(<text x=")" << num(X0 - 8) << R"(" y=")" << num(y + 4) << R"(" text-anchor="end" fill="#333">)" << lab.str() << "</text>\n";
-    }
-    s << R"~(<text transform="translate(24 )~" << num((pn.y0 + pn.y1) / 2) << R"~() rotate(-90)" text-anchor="middle" fill="#333">)~"
-      << (pi == 0 ? "live bytes (" : "live bytes, zoomed (") << unit << ")</text>\n";
-    // areas
-    s << R"~(<g clip-path="url(#)~" << pn.clip << R"~()">)~" << '\n';
-    for (std::size_t i = drawn.size(); i-- > 0;) {
-      const Role role = drawn[i];
-      s << R"(<path fill=")" << rp::role_colors[static_cast<int>(role)] << R"(" d=")" << path_of(cum[i + 1], pn, true)
-        << R"("><title>)" << name_of(role) << "</title></path>\n";
-    }
-    s << R"(<path fill="none" stroke="#333" stroke-width="0.8" d=")" << path_of(cum.back(), pn, false) << R"("/>)" << '\n';
-    s << "</g>\n";
-    // loss / update
-    for (int e = 0; e < E; ++e) {
-      const EventKind k = p.events[e].kind;
-      if (k != EventKind::loss && k != EventKind::update) continue;
-      const double x = xpix(e + 0.5);
-      s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(pn.y0) << R"(" x2=")" << num(x) << R"(" y2=")" << num(pn.y1)
-        << R"(" stroke="#555" stroke-dasharray="2 3"/>)" << '\n';
-      if (pi == 0)  // above the frame, clear of the data
-        s << R"(<text x=")" << num(x) << R"(" y=")" << num(pn.y0 - 4) << R"(" text-anchor="middle" fill="#555" font-size="11">)"
-          << name_of(k) << "</text>\n";
-    }
-    // peak and bound lines, marker at the bound's event
-    if (peak > 0) {
-      const double yp = ypix(pn, static_cast<double>(peak)), yb = ypix(pn, static_cast<double>(bound));
-      s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yp) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yp)
-        << R"(" stroke="#c0392b" stroke-width="1.5" stroke-dasharray="8 4"/>)" << '\n';
-      s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yb) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yb)
-        << R"(" stroke="#222" stroke-width="1.2" stroke-dasharray="2 3"/>)" << '\n';
-      if (pn.labels) {
-        const bool close = std::abs(yb - yp) < 14;
-        s << R"(<text x=")" << num(X1 - 4) << R"(" y=")" << num(yp - 5)
-          << R"(" text-anchor="end" fill="#c0392b" stroke="white" stroke-width="3" paint-order="stroke">arena peak )" << human_bytes(peak)
-          << "</text>\n";
-        s << R"(<text x=")" << num(close ? X0 + 4 : X1 - 4) << R"(" y=")" << num(close ? std::max(yb, yp) + 14 : yb - 5)
-          << R"(" text-anchor=")" << (close ? "start" : "end")
-          << R"(" fill="#222" stroke="white" stroke-width="3" paint-order="stroke">lower bound )" << human_bytes(bound) << "</text>\n";
-      }
-      if (bound > 0 && E > 0) {
-        const double x = xpix(bound_e + 0.5);
-        s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(yb + 5) << R"(" x2=")" << num(x) << R"(" y2=")" << num(pn.y1)
-          << R"(" stroke="#222" stroke-width="0.8" stroke-dasharray="1 2"/>)" << '\n';
-        s << R"(<circle cx=")" << num(x) << R"(" cy=")" << num(yb) << R"(" r="5" fill="white" stroke="#222" stroke-width="2"/>)" << '\n';
-      }
-    }
-    s << R"(<rect x=")" << num(X0) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(PW) << R"(" height=")" << num(PH)
-      << R"(" fill="none" stroke="#666"/>)" << '\n';
-  }
-  if (zoom) {
-    // what the zoomed panel shows, drawn as a bracket on the overview
-    const Panel& a = panels[0];
-    const Panel& b = panels[1];
-    const double ya = a.y1 - (b.lo - a.lo) / (a.hi - a.lo) * (a.y1 - a.y0), yz = a.y1 - (b.hi - a.lo) / (a.hi - a.lo) * (a.y1 - a.y0);
-    s << R"(<rect x=")" << num(X1 + 3) << R"(" y=")" << num(std::max(yz, a.y0)) << R"(" width="5" height=")"
-      << num(std::max(ya - std::max(yz, a.y0), 1.0)) << R"(" fill="#888"/>)" << '\n';
-    s << R"(<text x=")" << num(X0) << R"(" y=")" << num(b.y0 - 10) << R"(" fill="#444">)"
-      << rp::xml_escape("zoom: " + num(b.lo) + " to " + num(b.hi) + " " + unit + " (grey bar beside the overview)")
-      << "</text>\n";
   }
 
-  // ---- event kinds worth marking: ticks in a strip below the plot, then the phase band
+  // The document's opening: size, background, the panels' clip paths.
+  void open(std::ostringstream& s) const {
+  s << R"(<svg xmlns="http://www.w3.org/2000/svg" width=")" << num(W) << R"(" height=")" << num(H) << R"(" viewBox="0 0 )" << num(W) << ' '
+    << num(H) << R"(" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">)" << '\n';
+  s << R"(<rect width="100%" height="100%" fill="white"/>)" << '\n';
+  s << "<defs>";
+  for (const auto& pn : panels)
+    s << R"(<clipPath id=")" << pn.clip << R"("><rect x=")" << num(X0) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(PW)
+      << R"(" height=")" << num(pn.y1 - pn.y0) << R"("/></clipPath>)";
+  s << "</defs>\n";
+
+  }
+
+  // The title and the tier's figures.
+  void title(std::ostringstream& s, std::string_view title) const {
+    const auto& c = p.config;
+  std::string heading(title);
+  if (heading.empty()) {
+    heading = std::string(p.nodes.empty() ? std::string_view("model") : p.nodes[0].kind);
+    heading += ": batch " + std::to_string(c.batch) + " x seq " + std::to_string(c.seq);
+    heading += ", " + std::string(name_of(c.dtype)) + ", " + std::string(c.optim.name);
+  }
+  s << R"(<text x=")" << num(X0) << R"(" y="28" font-size="18" font-weight="bold">)" << xml_escape(heading) << "</text>\n";
+  std::ostringstream sub;
+  sub << name_of(t) << " tier: arena peak " << human_bytes(peak) << ", lower bound " << human_bytes(bound);
+  if (bound > 0)
+    sub << " (peak / bound " << std::fixed << std::setprecision(4) << static_cast<double>(peak) / static_cast<double>(bound) << ")";
+  sub << ", " << with_commas(E) << " events, " << with_commas(static_cast<std::int64_t>(p.buffers.size())) << " buffers";
+  s << R"(<text x=")" << num(X0) << R"(" y="48" fill="#444">)" << xml_escape(sub.str()) << "</text>\n";
+  if (bound > 0) {
+    s << R"(<text x=")" << num(X0) << R"(" y="66" fill="#444">)"
+      << xml_escape("max live at event " + std::to_string(bound_e) + ": " + describe_event(p, bound_e)) << "</text>\n";
+  }
+
+  }
+
+  // Panel pi: the phase tint, the grid, the stacked areas, the loss and the
+  // update, the peak and the bound.
+  void panel(std::ostringstream& s, std::size_t pi) const {
+  const Panel& pn = panels[pi];
+  const double PH = pn.y1 - pn.y0;
+  // phase tint
+  for (const auto& r : runs) {
+    const double xa = xpix(r.a), w = std::max(xpix(r.z) - xa, 2.0);
+    s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(w) << R"(" height=")" << num(PH)
+      << R"(" fill=")" << phase_colors[r.phase] << R"(" opacity="0.45"/>)" << '\n';
+  }
+  // grid and y labels
+  for (double v = pn.lo; v <= pn.hi + pn.step * 1e-6; v += pn.step) {
+    const double y = pn.y1 - (v - pn.lo) / (pn.hi - pn.lo) * PH;
+    s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(y) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(y)
+      << R"(" stroke="#000" stroke-opacity=")" << (v == 0 ? "0.6" : "0.12") << R"("/>)" << '\n';
+    std::ostringstream lab;
+    lab << std::setprecision(6) << std::round(v * 1000) / 1000;
+    s << R"(<text x=")" << num(X0 - 8) << R"(" y=")" << num(y + 4) << R"(" text-anchor="end" fill="#333">)" << lab.str() << "</text>\n";
+  }
+  s << R"~(<text transform="translate(24 )~" << num((pn.y0 + pn.y1) / 2) << R"~() rotate(-90)" text-anchor="middle" fill="#333">)~"
+    << (pi == 0 ? "live bytes (" : "live bytes, zoomed (") << unit << ")</text>\n";
+  // areas
+  s << R"~(<g clip-path="url(#)~" << pn.clip << R"~()">)~" << '\n';
+  for (std::size_t i = drawn.size(); i-- > 0;) {
+    const Role role = drawn[i];
+    s << R"(<path fill=")" << role_colors[static_cast<int>(role)] << R"(" d=")" << path_of(cum[i + 1], pn, true)
+      << R"("><title>)" << name_of(role) << "</title></path>\n";
+  }
+  s << R"(<path fill="none" stroke="#333" stroke-width="0.8" d=")" << path_of(cum.back(), pn, false) << R"("/>)" << '\n';
+  s << "</g>\n";
+  // loss / update
+  for (int e = 0; e < E; ++e) {
+    const EventKind k = p.events[e].kind;
+    if (k != EventKind::loss && k != EventKind::update) continue;
+    const double x = xpix(e + 0.5);
+    s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(pn.y0) << R"(" x2=")" << num(x) << R"(" y2=")" << num(pn.y1)
+      << R"(" stroke="#555" stroke-dasharray="2 3"/>)" << '\n';
+    if (pi == 0)  // above the frame, clear of the data
+      s << R"(<text x=")" << num(x) << R"(" y=")" << num(pn.y0 - 4) << R"(" text-anchor="middle" fill="#555" font-size="11">)"
+        << name_of(k) << "</text>\n";
+  }
+  // peak and bound lines, marker at the bound's event
+  if (peak > 0) {
+    const double yp = ypix(pn, static_cast<double>(peak)), yb = ypix(pn, static_cast<double>(bound));
+    s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yp) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yp)
+      << R"(" stroke="#c0392b" stroke-width="1.5" stroke-dasharray="8 4"/>)" << '\n';
+    s << R"(<line x1=")" << num(X0) << R"(" y1=")" << num(yb) << R"(" x2=")" << num(X1) << R"(" y2=")" << num(yb)
+      << R"(" stroke="#222" stroke-width="1.2" stroke-dasharray="2 3"/>)" << '\n';
+    if (pn.labels) {
+      const bool close = std::abs(yb - yp) < 14;
+      s << R"(<text x=")" << num(X1 - 4) << R"(" y=")" << num(yp - 5)
+        << R"(" text-anchor="end" fill="#c0392b" stroke="white" stroke-width="3" paint-order="stroke">arena peak )" << human_bytes(peak)
+        << "</text>\n";
+      s << R"(<text x=")" << num(close ? X0 + 4 : X1 - 4) << R"(" y=")" << num(close ? std::max(yb, yp) + 14 : yb - 5)
+        << R"(" text-anchor=")" << (close ? "start" : "end")
+        << R"(" fill="#222" stroke="white" stroke-width="3" paint-order="stroke">lower bound )" << human_bytes(bound) << "</text>\n";
+    }
+    if (bound > 0 && E > 0) {
+      const double x = xpix(bound_e + 0.5);
+      s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(yb + 5) << R"(" x2=")" << num(x) << R"(" y2=")" << num(pn.y1)
+        << R"(" stroke="#222" stroke-width="0.8" stroke-dasharray="1 2"/>)" << '\n';
+      s << R"(<circle cx=")" << num(x) << R"(" cy=")" << num(yb) << R"(" r="5" fill="white" stroke="#222" stroke-width="2"/>)" << '\n';
+    }
+  }
+  s << R"(<rect x=")" << num(X0) << R"(" y=")" << num(pn.y0) << R"(" width=")" << num(PW) << R"(" height=")" << num(PH)
+    << R"(" fill="none" stroke="#666"/>)" << '\n';
+  }
+
+  // What the zoomed panel shows, drawn as a bracket on the overview.
+  void zoom_bracket(std::ostringstream& s) const {
+  // what the zoomed panel shows, drawn as a bracket on the overview
+  const Panel& a = panels[0];
+  const Panel& b = panels[1];
+  const double ya = a.y1 - (b.lo - a.lo) / (a.hi - a.lo) * (a.y1 - a.y0), yz = a.y1 - (b.hi - a.lo) / (a.hi - a.lo) * (a.y1 - a.y0);
+  s << R"(<rect x=")" << num(X1 + 3) << R"(" y=")" << num(std::max(yz, a.y0)) << R"(" width="5" height=")"
+    << num(std::max(ya - std::max(yz, a.y0), 1.0)) << R"(" fill="#888"/>)" << '\n';
+  s << R"(<text x=")" << num(X0) << R"(" y=")" << num(b.y0 - 10) << R"(" fill="#444">)"
+    << xml_escape("zoom: " + num(b.lo) + " to " + num(b.hi) + " " + unit + " (grey bar beside the overview)")
+    << "</text>\n";
+  }
+
+  // Event kinds worth marking: ticks in a strip below the plot, then the
+  // phase band and the event axis.
+  void event_strip(std::ostringstream& s) const {
   const double Y1 = panels.back().y1;
-  struct Mark {
-    EventKind kind;
-    const char* color;
-  };
-  const std::array<Mark, 4> marks{{{EventKind::recompute, "#7b4f9d"},
-                                   {EventKind::offload, "#2f4b7c"},
-                                   {EventKind::prefetch, "#00a2a8"},
-                                   {EventKind::fetch, "#b8860b"}}};
-  std::array<bool, 4> mark_present{};
   const double strip_y = Y1 + 4, strip_h = 9;
   for (std::size_t m = 0; m < marks.size(); ++m) {
     int e = 0;
@@ -859,7 +929,6 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
       }
       int z = e;
       while (z < E && p.events[z].kind == marks[m].kind) ++z;
-      mark_present[m] = true;
       const double xa = xpix(e), w = std::max(xpix(z) - xa, 1.0);
       s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(strip_y) << R"(" width=")" << num(w) << R"(" height=")" << num(strip_h)
         << R"(" fill=")" << marks[m].color << R"("/>)" << '\n';
@@ -870,14 +939,14 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
   for (const auto& r : runs) {
     const double xa = xpix(r.a), w = std::max(xpix(r.z) - xa, 2.0);
     s << R"(<rect x=")" << num(xa) << R"(" y=")" << num(band_y) << R"(" width=")" << num(w) << R"(" height=")" << num(band_h)
-      << R"(" fill=")" << rp::phase_colors[r.phase] << R"(" stroke="#999" stroke-width="0.5"/>)" << '\n';
-    const std::string_view label = rp::phase_names[r.phase];
+      << R"(" fill=")" << phase_colors[r.phase] << R"(" stroke="#999" stroke-width="0.5"/>)" << '\n';
+    const std::string_view label = phase_names[r.phase];
     if (w > 8.0 * static_cast<double>(label.size()))
       s << R"(<text x=")" << num(xa + w / 2) << R"(" y=")" << num(band_y + 14) << R"(" text-anchor="middle" fill="#333">)" << label
         << "</text>\n";
   }
   if (E > 0) {
-    const double xstep = std::max(1.0, rp::nice_step(E, 10));
+    const double xstep = std::max(1.0, nice_step(E, 10));
     for (double v = 0; v <= E; v += xstep) {
       const double x = xpix(v);
       s << R"(<line x1=")" << num(x) << R"(" y1=")" << num(band_y + band_h) << R"(" x2=")" << num(x) << R"(" y2=")"
@@ -889,7 +958,9 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
   s << R"(<text x=")" << num((X0 + X1) / 2) << R"(" y=")" << num(band_y + band_h + 40)
     << R"(" text-anchor="middle" fill="#333">event of the training step (load batch, forward, loss, backward, update)</text>)" << '\n';
 
-  // ---- legend
+  }
+
+  void legend(std::ostringstream& s) const {
   double ly = plot_top + 4;
   const double lx = X1 + 24;
   s << R"(<text x=")" << num(lx) << R"(" y=")" << num(ly) << R"(" font-weight="bold">role</text>)";
@@ -898,7 +969,7 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
   ly += 10;
   for (auto it = drawn.rbegin(); it != drawn.rend(); ++it) {  // top of the stack first, as drawn
     const int r = static_cast<int>(*it);
-    s << R"(<rect x=")" << num(lx) << R"(" y=")" << num(ly) << R"(" width="14" height="12" fill=")" << rp::role_colors[r]
+    s << R"(<rect x=")" << num(lx) << R"(" y=")" << num(ly) << R"(" width="14" height="12" fill=")" << role_colors[r]
       << R"(" stroke="#555" stroke-width="0.5"/>)";
     s << R"(<text x=")" << num(lx + 20) << R"(" y=")" << num(ly + 10) << R"(">)" << name_of(*it) << "</text>";
     s << R"(<text x=")" << num(W - 14) << R"(" y=")" << num(ly + 10) << R"(" text-anchor="end" fill="#444" font-size="11">)"
@@ -929,6 +1000,22 @@ std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title
     s << R"(<text x=")" << num(lx + 20) << R"(" y=")" << num(ly + 10) << R"(">)" << name_of(marks[m].kind) << "</text>\n";
     ly += 18;
   }
+  }
+};
+
+}  // namespace detail::reporting
+
+template <class P>
+  requires detail::reporting::is_plan<P>::value
+std::string report_svg(const P& p, Tier t = Tier::device, std::string_view title = {}) {
+  const detail::reporting::MemoryChart<P> chart(p, t);
+  std::ostringstream s;
+  chart.open(s);
+  chart.title(s, title);
+  for (std::size_t pi = 0; pi < chart.panels.size(); ++pi) chart.panel(s, pi);
+  if (chart.zoom) chart.zoom_bracket(s);
+  chart.event_strip(s);
+  chart.legend(s);
   s << "</svg>\n";
   return s.str();
 }

@@ -91,7 +91,7 @@ class CopyWaits {
 
 // OffloadParameters: the step before which fetch g is issued on the copy
 // stream. The plan has the fetched copies alive from the compute event
-// before the fetch where that event is of the op's group (graph.hpp,
+// before the fetch where that event is of the op's group (graph/sharding.hpp,
 // fetch_params), so the copy may run beside that event (the op before):
 // issued before it, the copy waits only for the compute stream's work up to
 // the step before it, whose buffers died there. Checked here: the copies
