@@ -184,13 +184,7 @@ class Sharding : public Graph {
       any = true;
       c.use(C::template param<Q>, p, none);
       c.set(C::template elements<Q>, params[p].elements());
-      if constexpr (requires { C::template shard<Q>; }) {
-        c.input(C::template bucket<Q>, Ref{params[p].grad, none}, false);
-        if (params[p].grad_shard != none) c.output(C::template shard<Q>, Ref{params[p].grad_shard, none});
-        c.set(C::template shard_elements<Q>, cfg.shard(params[p].elements()));
-      } else {
-        c.input(C::template grad<Q>, Ref{params[p].grad, none}, false);
-      }
+      bind_gradient<Q>(c, C{}, params[p]);
     });
     if (!any) return none;
     const int e = push_collective(c);
@@ -206,6 +200,20 @@ class Sharding : public Graph {
       else born(c.out[q], e);
     }
     return e;
+  }
+
+  // The gradient a collective averages, as its operands name it.
+  template <int Q>
+  constexpr void bind_gradient(Op& c, collective::AllReduceGrads, const Param& pr) const {
+    using C = collective::AllReduceGrads;
+    c.input(C::grad<Q>, Ref{pr.grad, none}, false);
+  }
+  template <int Q>
+  constexpr void bind_gradient(Op& c, collective::ReduceScatterGrads, const Param& pr) const {
+    using C = collective::ReduceScatterGrads;
+    c.input(C::bucket<Q>, Ref{pr.grad, none}, false);
+    if (pr.grad_shard != none) c.output(C::shard<Q>, Ref{pr.grad_shard, none});
+    c.set(C::shard_elements<Q>, cfg.shard(pr.elements()));
   }
 
   // OffloadOptimizer: the gradients op i completes (its parameters' first
