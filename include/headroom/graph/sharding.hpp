@@ -163,16 +163,26 @@ class Sharding : public Graph {
     return e;
   }
 
+  // The gradient a collective averages, as its operands name it.
+  template <int Q>
+  constexpr void bind_gradient(Op& c, collective::AllReduceGrads, const Param& pr) const {
+    using C = collective::AllReduceGrads;
+    c.input(C::grad<Q>, Ref{pr.grad, none}, false);
+  }
+  template <int Q>
+  constexpr void bind_gradient(Op& c, collective::ReduceScatterGrads, const Param& pr) const {
+    using C = collective::ReduceScatterGrads;
+    c.input(C::bucket<Q>, Ref{pr.grad, none}, false);
+    if (pr.grad_shard != none) c.output(C::shard<Q>, Ref{pr.grad_shard, none});
+    c.set(C::shard_elements<Q>, cfg.shard(pr.elements()));
+  }
+
   // After the backward of op i: the gradients of the parameters whose last
   // writer it was (op i is the first to read them in forward order) are
   // complete, and one collective averages them over the data-parallel ranks:
   // an all-reduce in place (ZeRO 0 and 1), or a reduce-scatter of the bucket
   // into this rank's gradient shard (ZeRO 2 and 3). Returns the collective's
   // event, or none.
-  constexpr int reduce_grads(int i) {
-    if (cfg.dp <= 1) return none;
-    return cfg.sharded(2) ? average_grads<collective::ReduceScatterGrads>(i) : average_grads<collective::AllReduceGrads>(i);
-  }
   template <class C>
   constexpr int average_grads(int i) {
     const Op op = ops[i];
@@ -202,18 +212,9 @@ class Sharding : public Graph {
     return e;
   }
 
-  // The gradient a collective averages, as its operands name it.
-  template <int Q>
-  constexpr void bind_gradient(Op& c, collective::AllReduceGrads, const Param& pr) const {
-    using C = collective::AllReduceGrads;
-    c.input(C::grad<Q>, Ref{pr.grad, none}, false);
-  }
-  template <int Q>
-  constexpr void bind_gradient(Op& c, collective::ReduceScatterGrads, const Param& pr) const {
-    using C = collective::ReduceScatterGrads;
-    c.input(C::bucket<Q>, Ref{pr.grad, none}, false);
-    if (pr.grad_shard != none) c.output(C::shard<Q>, Ref{pr.grad_shard, none});
-    c.set(C::shard_elements<Q>, cfg.shard(pr.elements()));
+  constexpr int reduce_grads(int i) {
+    if (cfg.dp <= 1) return none;
+    return cfg.sharded(2) ? average_grads<collective::ReduceScatterGrads>(i) : average_grads<collective::AllReduceGrads>(i);
   }
 
   // OffloadOptimizer: the gradients op i completes (its parameters' first
