@@ -1076,28 +1076,22 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     });
   }
 
-  // An op on another lane than compute (Driver::forward, Driver::backward).
-  // On the communication lane: on the communication stream, after
-  // everything the compute stream has enqueued, and recorded, so that the
-  // compute stream waits for it before the first later step that needs its
-  // bytes (copy_waits.cuh). Another lane runs on the compute stream.
+  // An op on the communication lane (Driver::forward, Driver::backward; the
+  // only other lane this engine runs, detail::check_kernel): on the
+  // communication stream, after everything the compute stream has enqueued,
+  // and recorded, so that the compute stream waits for it before the first
+  // later step that needs its bytes (copy_waits.cuh).
   template <class O>
   void on_lane(std::size_t g, OpContext<S> k, typename Base::Pass pass) {
-    const auto run = [&] {
-      if (pass == Base::Pass::forward) O::forward(k);
-      else O::backward(k);
-    };
-    if constexpr (ops::lane_of<O>() != ops::Lane::communication) {
-      run();
-    } else {
-      wait_for_compute(communication_);
-      // ZeRO 3 with OffloadParameters: a gather reads the shards the fetch just before it copies (graph/sharding.hpp gather_params)
-      if (params_offloaded && g > 0 && sched.steps[g - 1].kind == EventKind::fetch)
-        check(cudaStreamWaitEvent(communication_, copy_done_[g - 1], 0), "cudaStreamWaitEvent");
-      k.compute = communication_;
-      run();
-      check(cudaEventRecord(copy_done_[g], communication_), "cudaEventRecord");
-    }
+    static_assert(ops::lane_of<O>() == ops::Lane::communication);
+    wait_for_compute(communication_);
+    // ZeRO 3 with OffloadParameters: a gather reads the shards the fetch just before it copies (graph/sharding.hpp gather_params)
+    if (params_offloaded && g > 0 && sched.steps[g - 1].kind == EventKind::fetch)
+      check(cudaStreamWaitEvent(communication_, copy_done_[g - 1], 0), "cudaStreamWaitEvent");
+    k.compute = communication_;
+    if (pass == Base::Pass::forward) O::forward(k);
+    else O::backward(k);
+    check(cudaEventRecord(copy_done_[g], communication_), "cudaEventRecord");
   }
 
   // ---- the update -------------------------------------------------------------------------------------------
