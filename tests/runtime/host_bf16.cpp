@@ -12,6 +12,7 @@
 // - Each model family the host runs in bf16: Llama (RMSNorm, RoPE, GQA,
 //   SwiGLU), GPT-2 (LayerNorm, learned positions, biases, GELU, tied head),
 //   LoRA and QLoRA (NF4) adapters with checkpointed blocks, AdamW8bit, SGD.
+// sanitizer build at -O1: 30-step runs compared step by step, four times slower at -O0.
 #include <catch2/catch.hpp>
 
 #include "support/repeats.hpp"
