@@ -66,6 +66,7 @@
 #include <utility>
 #include <vector>
 
+#include "../train/ownership.hpp"
 #include "checkpoint_files.hpp"
 
 namespace headroom::io::detail::checkpoint {
@@ -127,15 +128,6 @@ void settle(Comm& c, std::exception_ptr error, const std::filesystem::path& d, c
   fail(d, what + ": rank " + ranks + " of " + std::to_string(c.size()) + " failed; rank " + std::to_string(first) + ": " + message);
 }
 
-// Rank r's part of one byte-stored tensor of `bytes` bytes (ZeRO 3's shards
-// of quantized codes and scales): [begin, begin + count).
-template <class Trainer>
-std::pair<std::int64_t, std::int64_t> byte_shard(const Trainer& t, std::int64_t bytes) {
-  const std::int64_t block = Trainer::config.shard_bytes(bytes);
-  const std::int64_t begin = t.rank() * block;
-  return {begin, std::clamp<std::int64_t>(bytes - begin, 0, block)};
-}
-
 template <class Trainer, class Image>
 std::vector<TensorView> rank_model_tensors(const Trainer& t, const Image& image) {
   if constexpr (!Trainer::config.sharded(3)) {
@@ -151,10 +143,10 @@ std::vector<TensorView> rank_model_tensors(const Trainer& t, const Image& image)
         const auto s = t.shard_of(p);
         if (s.count > 0) v.push_back(TensorView{path, dt, {s.count}, image.weight(p)});
       } else {
-        const auto codes = byte_shard(t, p.quant.code_bytes(p.elements()));
-        const auto scales = byte_shard(t, p.quant.scale_bytes(p.elements()));
-        if (codes.second > 0) v.push_back(TensorView{path, DType::U8, {codes.second}, image.codes(p)});
-        if (scales.second > 0) v.push_back(TensorView{path + ".scales", DType::U8, {scales.second}, image.scales(p)});
+        const auto codes = trainers::held_bytes(Trainer::config, p.quant.code_bytes(p.elements()), t.rank());
+        const auto scales = trainers::held_bytes(Trainer::config, p.quant.scale_bytes(p.elements()), t.rank());
+        if (codes.count > 0) v.push_back(TensorView{path, DType::U8, {codes.count}, image.codes(p)});
+        if (scales.count > 0) v.push_back(TensorView{path + ".scales", DType::U8, {scales.count}, image.scales(p)});
       }
     }
     return v;

@@ -265,7 +265,7 @@ class Driver {
   static std::size_t index_of(const Step& st) { return static_cast<std::size_t>(&st - Engine::sched.steps.data()); }
   [[noreturn]] static void unsupported(const Step& st) {
     throw std::logic_error(std::string(Engine::engine_name) + ": op '" + std::string(st.op) + "' has no kernel on this engine for event '" +
-                           std::string(name_of(st.kind)) + "' of node " + trainers::node_path(Engine::plan, st.node, st.instance));
+                           std::string(name_of(st.kind)) + "' of node " + node_path(st.node, st.instance));
   }
 
   TrainOptions opt_;

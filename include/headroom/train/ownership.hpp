@@ -26,6 +26,19 @@ constexpr Owned owned(const RunConfig& config, const Param& p, int rank) {
   return Owned{begin, count, config.sharded(3) ? 0 : begin, config.sharded(2) ? 0 : begin};
 }
 
+// The bytes of a byte-stored tensor of `bytes` bytes (a quantized
+// parameter's codes or scales) that rank `rank` holds, [begin, begin +
+// count): with ZeRO 3 its byte shard (RunConfig::shard_bytes; none past the
+// tensor's end), else all of them.
+struct HeldBytes {
+  std::int64_t begin = 0, count = 0;
+};
+constexpr HeldBytes held_bytes(const RunConfig& config, std::int64_t bytes, int rank) {
+  if (!config.sharded(3)) return HeldBytes{0, bytes};
+  const std::int64_t block = config.shard_bytes(bytes), begin = std::min(bytes, rank * block);
+  return HeldBytes{begin, std::min(block, bytes - begin)};
+}
+
 // The elements of a gradient that several processes sum before the update
 // (a table both end stages hold; a LoRA matrix every tensor-parallel rank
 // holds whole, ParamSlot::tensor_partial), and where they start: the

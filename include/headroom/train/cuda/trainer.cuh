@@ -486,8 +486,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       if (p.quant.kind == QuantKind::none) {
         im.weight_[k] = bytes(read_stored<S>(p.weight, config.sharded(3) ? owned(p).count : p.elements()));
       } else {
-        im.weight_[k] = read_stored<std::byte>(p.weight, held_bytes(p.quant.code_bytes(p.elements())).second);
-        im.scales_[k] = read_stored<std::byte>(p.scales, held_bytes(p.quant.scale_bytes(p.elements())).second);
+        im.weight_[k] = read_stored<std::byte>(p.weight, held_bytes(p.quant.code_bytes(p.elements())).count);
+        im.scales_[k] = read_stored<std::byte>(p.scales, held_bytes(p.quant.scale_bytes(p.elements())).count);
       }
       if (p.master >= 0)  // of the elements this rank updates
         im.master_[k] = offloaded ? from_offload_tier<std::byte>(p.master, 4 * owned(p).count)
@@ -500,14 +500,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
                                   : download<std::byte>(device_.at<std::byte>(sched.optim_table), config.optim.table_bytes());
     return im;
   }
-  // The bytes of a byte-stored tensor of `bytes` bytes (quantized codes or
-  // scales) this rank holds, (begin, count): all, or with ZeRO<3> its byte
-  // shard (RunConfig::shard_bytes; none past the tensor's end).
-  std::pair<std::int64_t, std::int64_t> held_bytes(std::int64_t bytes) const {
-    if (!config.sharded(3)) return {0, bytes};
-    const std::int64_t block = config.shard_bytes(bytes), begin = std::min(bytes, rank() * block);
-    return {begin, std::min(block, bytes - begin)};
-  }
+  // The bytes of a byte-stored tensor (quantized codes or scales) this rank holds.
+  trainers::HeldBytes held_bytes(std::int64_t bytes) const { return trainers::held_bytes(config, bytes, rank()); }
   // Writes an image back (after io::load_checkpoint filled it).
   void restore_checkpoint_image(const CheckpointImage& im) {
     if constexpr (offloaded) settle_offload();
@@ -1068,7 +1062,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // The loss event (an op with a fused loss): the summed loss goes to the
   // loss slot and the control block.
   void loss_step(const Step& st, bool grads) {
-    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    const std::size_t g = Base::index_of(st);
     const OpContext<S> k = context(st);
     Ops::visit(g, [&]<class E>() {
       if constexpr (requires { E::op::loss(k, grads); }) E::op::loss(k, grads);

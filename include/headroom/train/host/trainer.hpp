@@ -653,7 +653,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
 
   // The loss event (an op with a fused loss); returns the summed loss of the micro-batch.
   double loss_step(const Step& st, bool grads) {
-    const std::size_t g = static_cast<std::size_t>(&st - sched.steps.data());
+    const std::size_t g = Base::index_of(st);
     const OpContext<T> k = context(st);
     double loss = 0;
     Ops::visit(g, [&]<class E>() {
@@ -1054,9 +1054,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
                               p.rows, p.cols},
                     x.data(), workers_);
     auto keep = [&](const std::vector<std::uint8_t>& all, std::int64_t at) {
-      const std::int64_t block = config.shard_bytes(static_cast<std::int64_t>(all.size()));
-      const std::int64_t begin = rank() * block;
-      const std::int64_t count = std::clamp<std::int64_t>(static_cast<std::int64_t>(all.size()) - begin, 0, block);
+      const auto [begin, count] = trainers::held_bytes(config, static_cast<std::int64_t>(all.size()), rank());
       if (count > 0) std::memcpy(params_arena().template at<std::uint8_t>(at), all.data() + begin, static_cast<std::size_t>(count));
     };
     keep(codes, p.weight);
