@@ -335,7 +335,6 @@ template <class P>
 void print_memory(std::ostream& os, const P& p) {
   namespace rp = detail::reporting;
   const int E = static_cast<int>(p.events.size());
-  const int bound_e = p.lower_bound_event(Tier::device);
   os << "memory\n";
   {
     rp::TextTable t({"", "device", "offload"});
