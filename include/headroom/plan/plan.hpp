@@ -73,22 +73,44 @@ struct Sizes {
   std::size_t buffers, events, nodes, params;
   std::int64_t parameters = 0, trainable = 0;  // elements, all instances
   bool tied_table_missing = false;             // graph::Graph::tied_table_missing
+  // the schedule's (plan/schedule.hpp): one step per event, copies, one slot per parameter instance
+  std::size_t copies = 0, param_slots = 0;
 };
 
-// Array sizes of R's plan, from the graph alone (no resolution, no packing).
+// Array sizes of R's plan and of its schedule, from the graph alone (no
+// resolution, no packing).
 template <class R>
 constexpr Sizes sizes() {
   const graph::Graph b = build_graph<R>();
   const std::size_t buffers = buffer_count(b);
   std::int64_t parameters = 0, trainable = 0;
+  std::size_t param_slots = 0;
   for (const auto& pr : b.params) {
-    const std::int64_t n = pr.rows * pr.cols * (pr.group == graph::none ? 1 : b.groups[pr.group].count);
+    const int instances = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+    const std::int64_t n = pr.rows * pr.cols * instances;
     parameters += n;
     if (pr.trainable) trainable += n;
+    param_slots += static_cast<std::size_t>(instances);
+  }
+  // each copy is made once per instance on the way out and once on the way back
+  std::size_t copies = 0;
+  for (const auto& c : b.copies) {
+    const int g = b.tensors[c.src].group;
+    copies += 2 * static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
+  }
+  // OffloadParameters: each fetch copies its parameters once per instance
+  for (std::size_t e = 0; e < b.events.size(); ++e) {
+    if (b.events[e].kind != EventKind::fetch) continue;
+    const int g = b.events[e].group;
+    for (const graph::Ref& r : b.bindings[e].out)
+      if (r.valid()) copies += static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
   }
   return Sizes{buffers,   static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size(), parameters,
-               trainable, b.tied_table_missing};
+               trainable, b.tied_table_missing, copies, param_slots};
 }
+// Evaluated once per run type: the plan and the schedule both read it.
+template <class R>
+inline constexpr Sizes sizes_of = sizes<R>();
 
 }  // namespace detail
 
@@ -166,7 +188,7 @@ RuntimePlan plan_at_run_time() {
 namespace detail {
 template <TrainingRun R>
 constexpr auto plan_of() {
-  constexpr detail::Sizes n = detail::sizes<R>();
+  constexpr detail::Sizes n = detail::sizes_of<R>;
   HEADROOM_REQUIRE(n.trainable > 0 || n.parameters == 0,
                    "Train<Model, ...>: the optimizer has nothing to train: the model has {} trainable parameters of {}",
                    n.trainable, n.parameters);

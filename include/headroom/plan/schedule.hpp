@@ -12,10 +12,10 @@
 // engine overwrites it there and accumulates everywhere else (gradients of a
 // tensor read by several ops, parameter gradients over micro-batches).
 //
-// The schedule is a constexpr value computed from the run type, with the same
-// offsets as plan<Run>() (the same packing runs); an engine walks it and
-// calls one kernel per step, so nothing about the graph is decided at run
-// time.
+// The schedule is a constexpr value computed from the run type, with the
+// offsets of plan<Run>() (a trainer, which holds the plan, builds it from
+// that plan: detail::schedule_of_plan); an engine walks it and calls one
+// kernel per step, so nothing about the graph is decided at run time.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -159,30 +159,6 @@ struct Schedule {
 
 namespace detail {
 
-struct ScheduleSizes {
-  std::size_t steps, copies, params;
-};
-
-template <class R>
-constexpr ScheduleSizes schedule_sizes() {
-  const graph::Graph b = build_graph<R>();
-  std::size_t copies = 0, params = 0;
-  // each copy is made once per instance on the way out and once on the way back
-  for (const auto& c : b.copies) {
-    const int g = b.tensors[c.src].group;
-    copies += 2 * static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
-  }
-  // OffloadParameters: each fetch copies its parameters once per instance
-  for (std::size_t e = 0; e < b.events.size(); ++e) {
-    if (b.events[e].kind != EventKind::fetch) continue;
-    const int g = b.events[e].group;
-    for (const graph::Ref& r : b.bindings[e].out)
-      if (r.valid()) copies += static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
-  }
-  for (const auto& p : b.params) params += p.group == graph::none ? 1 : static_cast<std::size_t>(b.groups[p.group].count);
-  return ScheduleSizes{static_cast<std::size_t>(expand_events(b).total), copies, params};
-}
-
 // Finds buffers by (tensor, instance) and tensors by reference.
 struct BufferIndex {
   const graph::Graph& b;
@@ -234,19 +210,36 @@ struct BufferIndex {
   }
 };
 
-}  // namespace detail
-
-template <TrainingRun R>
-constexpr auto schedule() {
+template <class R>
+consteval bool scheduled_by_stage() {
   static_assert(R::config().stage >= 0,
                 "schedule<Run>: a pipelined run is scheduled stage by stage: schedule<pipeline_stage<Run, s>>() (host::Trainer of a "
                 "stage: host::with_pipeline_stage)");
-  constexpr detail::ScheduleSizes n = detail::schedule_sizes<R>();
-  const graph::Graph b = detail::build_graph<R>();
-  const detail::Expanded x = detail::expand_graph<true>(b);
-  const detail::Timeline tl = detail::expand_events(b);
-  const detail::BufferIndex index(b, x);
-  Schedule<n.steps, n.copies, n.params> s{};
+  return true;
+}
+
+// The schedule of R with the offsets of `plan`, which is plan<R>() (the
+// same buffers in the same order; checked as it is read): a trainer, which
+// holds the plan, does not pack the arena a second time.
+template <class R, class P>
+constexpr auto schedule_of_plan(const P& plan) {
+  static_assert(scheduled_by_stage<R>());
+  constexpr Sizes n = sizes_of<R>;
+  const graph::Graph b = build_graph<R>();
+  Expanded x = expand_graph<false>(b);
+  if (x.buffers.size() != plan.buffers.size()) throw "schedule_of_plan<Run>(plan): the plan is not Run's";
+  for (std::size_t i = 0; i < x.buffers.size(); ++i) {
+    Buffer& buf = x.buffers[i];
+    const Buffer& placed = plan.buffers[i];
+    if (buf.tensor != placed.tensor || buf.tier != placed.tier || buf.size != placed.size || buf.first != placed.first ||
+        buf.last != placed.last)
+      throw "schedule_of_plan<Run>(plan): the plan is not Run's";
+    buf.offset = placed.offset;
+  }
+  for (int t = 0; t < tier_count; ++t) x.peak[t] = plan.peak[t];
+  const Timeline tl = expand_events(b);
+  const BufferIndex index(b, x);
+  Schedule<n.events, n.copies, n.param_slots> s{};
   s.config = x.cfg;
   for (int t = 0; t < tier_count; ++t) s.peak[t] = x.peak[t];
 
@@ -453,6 +446,15 @@ constexpr auto schedule() {
     }
   }
   return s;
+}
+
+}  // namespace detail
+
+// The schedule of R (planned here: what plan<R>() computes, then the steps).
+template <TrainingRun R>
+constexpr auto schedule() {
+  static_assert(detail::scheduled_by_stage<R>());
+  return detail::schedule_of_plan<R>(detail::plan_of<R>());
 }
 
 namespace detail {

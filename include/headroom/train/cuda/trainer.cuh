@@ -222,7 +222,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       Base::tokens_per_step, Base::vocab_size;
   using run = R;
   static constexpr auto plan = headroom::plan<R>();
-  static constexpr auto sched = headroom::schedule<R>();
+  static constexpr auto sched = headroom::detail::schedule_of_plan<R>(plan);
   static constexpr RunConfig config = R::config();
   static_assert(config.engine == Engine::cuda,
                 "cuda::Trainer<Run>: the run is planned for the host engine; add OnCuda to Train<...> so the plan holds the "
@@ -242,8 +242,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
                 "ZeRO<3>, where each rank stores, fetches and updates its own shards");
   using S = storage_t<config.dtype>;
   static constexpr bool half = is_half(config.dtype);
-  static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
-                "cuda::Trainer: the schedule and the plan must pack the same arena");
   static_assert(!config.update_in_backward || sched.params.size() <= static_cast<std::size_t>(reduction_slots),
                 "cuda::Trainer: with UpdateInBackward a step keeps one finiteness flag per parameter in the reductions "
                 "buffer (2,048 slots); this run has more parameters");

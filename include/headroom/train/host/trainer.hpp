@@ -129,10 +129,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   using C = compute_t<T>;                                   // what the kernels compute in: float or double
   using run = R;
   static constexpr auto plan = headroom::plan<R>();
-  static constexpr auto sched = headroom::schedule<R>();
+  static constexpr auto sched = headroom::detail::schedule_of_plan<R>(plan);
   static constexpr RunConfig config = R::config();
-  static_assert(sched.peak[0] == plan.peak[0] && sched.peak[1] == plan.peak[1],
-                "host::Trainer: the schedule and the plan must pack the same arena");
   static_assert(config.engine == Engine::host,
                 "host::Trainer<Run>: the run is planned for the CUDA engine (OnCuda), whose workspace and scratch the host kernels "
                 "cannot use; drop OnCuda from Train<...> to train it on the host");
