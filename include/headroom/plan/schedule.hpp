@@ -236,12 +236,11 @@ constexpr auto schedule_of_plan(const P& plan) {
       throw "schedule_of_plan<Run>(plan): the plan is not Run's";
     buf.offset = placed.offset;
   }
-  for (int t = 0; t < tier_count; ++t) x.peak[t] = plan.peak[t];
   const Timeline tl = expand_events(b);
   const BufferIndex index(b, x);
   Schedule<n.events, n.copies, n.param_slots> s{};
   s.config = x.cfg;
-  for (int t = 0; t < tier_count; ++t) s.peak[t] = x.peak[t];
+  for (int t = 0; t < tier_count; ++t) s.peak[t] = plan.peak[t];
 
   // parameters: one slot per instance
   detail::cvec<int> param_base(b.params.size(), 0);
