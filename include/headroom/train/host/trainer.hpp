@@ -64,6 +64,8 @@
 #include "../offload_update.hpp"
 #include "../op_table.hpp"
 #include "../with_pipeline_stage.hpp"
+#include "offload_optimizer.hpp"
+#include "parameters.hpp"
 
 namespace headroom::host {
 
@@ -80,6 +82,8 @@ struct host_scalar {
   using type = std::conditional_t<D == DType::F64, double,
                                   std::conditional_t<D == DType::BF16, bf16, std::conditional_t<D == DType::F16, f16, float>>>;
 };
+template <TrainingRun R>
+using host_scalar_t = typename host_scalar<R::dtype>::type;
 
 
 // Every op of the model runs on the host engine: it has host kernels, on
@@ -115,18 +119,28 @@ constexpr bool check_lanes(type_list<Es...>) {
 }  // namespace detail
 
 template <TrainingRun R>
-class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
+class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
+                public detail::OffloadOptimizer<Trainer<R>, detail::host_scalar_t<R>>,
+                public detail::Parameters<Trainer<R>, detail::host_scalar_t<R>> {
   using Base = trainers::Driver<Trainer<R>, R, Communicator>;
+  using Offload = detail::OffloadOptimizer<Trainer<R>, detail::host_scalar_t<R>>;
+  using Params = detail::Parameters<Trainer<R>, detail::host_scalar_t<R>>;
   friend Base;
+  friend Offload;
+  friend Params;
   using Base::check_batch, Base::evaluating_, Base::groups_, Base::micro_, Base::micro_batch, Base::micro_batches,
       Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_, Base::forward, Base::backward;
+  using Offload::inflight_, Offload::traffic_, Offload::start_step, Offload::settle_updates, Offload::trace_clock, Offload::record,
+      Offload::load_gradients, Offload::streamed_gradient, Offload::offload_completed, Offload::offloaded_update,
+      Offload::update_offloaded_all;
+  using Params::weight_storage, Params::set_up_parameters;
 
  public:
   static constexpr const char* engine_name = "host::Trainer";
   using Base::lr_at, Base::node_path, Base::path_of, Base::rank, Base::tensor_rank, Base::tokens_per_micro_batch,
       Base::tokens_per_step, Base::vocab_size;
-  using T = typename detail::host_scalar<R::dtype>::type;  // storage: float, double or bf16
-  using C = compute_t<T>;                                   // what the kernels compute in: float or double
+  using T = detail::host_scalar_t<R>;  // storage: float, double, bf16 or f16
+  using C = compute_t<T>;              // what the kernels compute in: float or double
   using run = R;
   static constexpr auto plan = headroom::plan<R>();
   static constexpr auto sched = headroom::detail::schedule_of_plan<R>(plan);
@@ -185,20 +199,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
           "thread at a time, so set overlap_communication = false with TensorParallel or PipelineParallel");
     panels_ = GemmPanels<C>{sched.gemm_panels.bound() ? device_.at<C>(sched.gemm_panels.offset) : nullptr,
                             sched.gemm_panels.bytes / static_cast<std::int64_t>(sizeof(C)) / config.workers};
-    fill_tables();
-    initialize(o.seed);
-    if constexpr (config.offload_params)  // the parameters written to the file need not stay in RAM
-      for (const ParamSlot& p : sched.params) {
-        const std::int64_t n = p.elements();
-        if (p.quant.kind == QuantKind::none) {
-          const std::int64_t stored = config.sharded(3) ? p.shard : p.trainable && config.sharded(1) ? p.shard * config.dp : n;
-          offload_.release(p.weight, stored * static_cast<std::int64_t>(sizeof(T)));
-        } else {  // ZeRO 3: this rank's shards of the codes and of the scales
-          auto stored = [](std::int64_t b) { return config.sharded(3) ? config.shard_bytes(b) : b; };
-          offload_.release(p.weight, stored(p.quant.code_bytes(n)));
-          offload_.release(p.scales, stored(p.quant.scale_bytes(n)));
-        }
-      }
+    set_up_parameters(o.seed);
   }
 
  public:
@@ -228,106 +229,17 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // ---- the arena ---------------------------------------------------------------------------------------
   std::int64_t arena_bytes(Tier t = Tier::device) const { return t == Tier::device ? device_.bytes() : offload_.bytes(); }
   const Arena& arena(Tier t = Tier::device) const { return t == Tier::device ? device_ : offload_; }
-  // (The process's ranks and groups, and shard_of(p): trainers::Driver. With
-  // ZeRO<3>, weight(p) and quant(p) hold this rank's shard alone (dense:
-  // `count` values; quantized: its byte shards of the codes and scales),
-  // state(p) with ZeRO 1-3 the state of the `count` elements it updates.)
-  // OffloadOptimizer: bytes copied between the tiers in the last step
-  // (gradients to the offload tier, and with Accumulate<K> their sums back;
-  // with OffloadParameters the parameters fetched to the device too).
-  struct TierTraffic {
-    std::int64_t to_offload = 0, to_device = 0;
-  };
-  TierTraffic tier_traffic() const { return traffic_; }
-  // OffloadOptimizer: a parameter is updated in ranges of so many elements,
-  // each read from the offload tier's file into the plan's staging buffer
-  // (sched.update_staging) and written back: no page of the tier is mapped
-  // into the process by a step.
-  static constexpr std::int64_t update_chunk = RunConfig::update_chunk;  // a multiple of AdamW8bit's block
-  // the elements of a range the staging buffer holds: update_chunk, or the
-  // largest parameter's when none has so many
-  static constexpr std::int64_t staged_range = [] {
-    std::int64_t largest = 0;
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable) largest = std::max(largest, config.sharded(1) ? p.shard : p.elements());
-    return std::min(largest, update_chunk);
-  }();
-  static constexpr std::int64_t staging_slot = config.update_staging_slot_bytes(staged_range);
-  static_assert(!config.offload_optimizer || sched.update_staging.bytes >= config.workers * staging_slot,
-                "host::Trainer: the plan's update staging buffer holds one range per worker");
-  // A step's timeline, for tools that draw it (bench/offload.cpp): when
-  // given a buffer, each step records the compute thread's schedule steps
-  // and the update thread's work into it, as spans of seconds since the
-  // step began, until the buffer is full. The buffer is the caller's: a
-  // traced step allocates nothing.
-  struct Span {
-    enum Kind : std::uint8_t { step, update_in_flight, update_after } kind = step;
-    int index = -1;  // the schedule step, or the parameter (sched.params); update_after: -1, the whole update
-    double begin = 0, end = 0;
-  };
-  void trace_into(std::span<Span> spans) { trace_ = spans; }
-  std::size_t traced() const { return std::min(traced_.load(), trace_.size()); }
+  // (The process's ranks and groups, and shard_of(p): trainers::Driver.
+  // OffloadOptimizer's tier_traffic(), update_chunk and trace_into():
+  // train/host/offload_optimizer.hpp.)
+  using typename Offload::Span;
   int threads() const { return workers_; }
   const GemmPanels<C>& gemm_panels() const { return panels_; }
 
   // ---- parameters ----------------------------------------------------------------------------------------
+  // Where they live and how they are set: train/host/parameters.hpp.
   static constexpr std::size_t param_count = sched.params.size();
-  // A dense parameter's values (row-major rows x cols), or null for a quantized one.
-  // Where the parameters are stored: the offload tier with OffloadParameters
-  // (each event that reads them reads its fetched device copy), else the device tier.
-  static constexpr Tier params_tier = config.offload_params ? Tier::offload : Tier::device;
-  const Arena& params_arena() const { return arena(params_tier); }
-  T* weight(const ParamSlot& p) const {
-    return p.quant.kind == QuantKind::none ? params_arena().template at<T>(p.weight) : nullptr;
-  }
-  // The gradient as the update reads it: with OffloadOptimizer its copy in
-  // the offload tier (the device's lives only until that copy).
-  T* grad(const ParamSlot& p) const {
-    if (p.host_grad >= 0) return offload_.at<T>(p.host_grad);
-    return p.grad >= 0 ? device_.at<T>(p.grad) : nullptr;
-  }
-  // Where the optimizer state and master weights live: the offload tier
-  // with OffloadOptimizer, else the device tier.
-  static constexpr Tier states_tier = config.offload_optimizer ? Tier::offload : Tier::device;
-  const Arena& states_arena() const { return arena(states_tier); }
-  std::byte* state(const ParamSlot& p) const { return p.state >= 0 ? states_arena().template at<std::byte>(p.state) : nullptr; }
-  // A bf16 run's trainable parameter: its f32 master weights (what the
-  // update reads and writes; weight() holds them rounded). Null otherwise.
-  float* master(const ParamSlot& p) const { return p.master >= 0 ? states_arena().template at<float>(p.master) : nullptr; }
-  // The model's shared code tables (NF4 values, the dynamic map), or null.
-  float* quant_table() const { return sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr; }
-  QuantView quant(const ParamSlot& p) const {
-    return QuantView{p.quant, params_arena().template at<std::uint8_t>(p.weight), params_arena().template at<std::uint8_t>(p.scales),
-                     sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr, p.rows, p.cols};
-  }
-  // Sets a dense parameter's values (rows x cols, as weight() lays them
-  // out): stored in T (a bf16 run: rounded), and its f32 master weights
-  // exactly where it has them. What loaders write a bf16 run through.
-  void set_dense(const ParamSlot& p, std::span<const float> x) {
-    if (p.quant.kind != QuantKind::none || static_cast<std::int64_t>(x.size()) != p.elements())
-      throw std::invalid_argument("host::Trainer::set_dense: " + path_of(p) + " is quantized or holds " +
-                                  std::to_string(p.elements()) + " values, not " + std::to_string(x.size()));
-    T* w = weight(p);
-    float* m = master(p);
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      w[i] = narrow<T>(static_cast<C>(x[i]));
-      if (m != nullptr) m[i] = x[i];
-    }
-  }
-  // Quantizes dense values into a quantized parameter: x (rows, cols) f32.
-  void set_quantized(const ParamSlot& p, std::span<const float> x) {
-    quantize_matrix(quant(p), x.data(), workers_);
-  }
-  // Zeroes every optimizer state and restarts the step count (after loading weights).
-  void reset_optimizer() {
-    for (const ParamSlot& p : sched.params)
-      if (p.state >= 0) {  // ZeRO 1-3: the state of this rank's shard
-        const std::int64_t bytes = config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements());
-        std::memset(state(p), 0, static_cast<std::size_t>(bytes));
-        if constexpr (config.offload_optimizer) offload_.release(p.state, bytes);  // the file keeps it, not RAM
-      }
-    step_ = 0;
-  }
+  using Params::master, Params::states_arena;
 
  private:
   float step_scale_ = 1.0f;  // the loss scale of the step in progress (1 outside step(): forward_backward's gradients are true)
@@ -443,19 +355,16 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     const int step_no = step_ + 1;
     if (config.accumulate > 1 && !config.offload_optimizer) zero_grads();  // offloaded: Step::grad_load
     checked_ = trainers::GradientCheck{};
-    if constexpr (config.offload_optimizer) inflight_.begin_step();
     updating_ = true;
     skipped_ = false;
     step_scale_ = scaler_.scale();
-    traffic_ = TierTraffic{};
-    traced_ = 0;
-    step_began_ = std::chrono::steady_clock::now();
+    start_step();
     struct Done {  // on every way out of the step
       Trainer& t;
       ~Done() {
         t.updating_ = false;
         t.step_scale_ = 1.0f;
-        if (t.updater_) t.updater_->settle();  // no update thread runs past the step
+        t.settle_updates();
       }
     } done{*this};
     tokens_ = tokens;
@@ -531,7 +440,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     join_before(g);
     issue_hoisted(g);
     if constexpr (config.offload_optimizer && config.accumulate > 1) load_gradients(sched.steps[g]);
-    event_began_ = trace_.empty() ? 0 : since_step_began();
+    event_began_ = trace_clock();
   }
   // A pipeline stage's loss is summed over the stages after the step (train());
   // otherwise a micro-batch's loss, averaged over the ranks, must be finite.
@@ -698,9 +607,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<C>(opt_.clip_norm / (norm + 1e-6));
     scale *= static_cast<C>(inverse);  // the update's gradient factor: clip scale / loss scale
     if constexpr (config.offload_optimizer) {
-      const double began = trace_.empty() ? 0 : since_step_began();
       update_offloaded_all(step_no, scale);
-      record(Span::update_after, -1, began);
     } else {
       for (const ParamSlot& p : sched.params)
         if (p.trainable) update_param(p, step_no, scale);
@@ -715,8 +622,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
         }
     return norm;
   }
-  // A dense parameter's stored values, in the tier that stores them.
-  T* weight_storage(const ParamSlot& p) const { return params_arena().template at<T>(p.weight); }
 
   // Gradients whose parts several processes hold, summed on each before
   // the norm: with a tied LM head over pipeline stages, the table's of the
@@ -768,197 +673,12 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     }
   }
 
-  // ---- OffloadOptimizer (ZeRO-Offload) ----------------------------------------------------------------------
-  // At the end of the step that completes a gradient (Step::update_begin ..
-  // update_end) the compute thread writes it from its device buffer to the
-  // offload tier's file (with Accumulate<K> the sum so far: Step::grad_load
-  // brought it back before its first writer). In step()'s last micro-batch
-  // it then hands the parameter to the update thread, which sums its
-  // squares and, when gradients are not clipped, updates it at once from the
-  // offload tier: the host's update of the later layers overlaps the
-  // backward of the earlier ones. With clipping (or several processes) the
-  // norm needs every gradient first, so the update runs after the backward,
-  // on the step's threads. Either way the tier is read and written through
-  // the file, a range of update_chunk elements at a time (public, above).
-  struct UpdateTask {
-    Trainer* trainer = nullptr;
-    int param = -1;
-    int step_no = 0;
-  };
-  static void run_update_task(const UpdateTask& u) { u.trainer->gradient_offloaded(u.param, u.step_no); }
-  std::unique_ptr<LaneWorker<UpdateTask>> updater_ =
-      config.offload_optimizer ? std::make_unique<LaneWorker<UpdateTask>>() : nullptr;
-  trainers::UpdatesInFlight inflight_{param_count};  // the updates during the backward and their squares
-  TierTraffic traffic_{};
-  std::span<Span> trace_{};
-  std::atomic<std::size_t> traced_{0};
-  std::chrono::steady_clock::time_point step_began_{};
-  double since_step_began() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count(); }
-  void record(typename Span::Kind kind, int index, double begin) {
-    if (trace_.empty()) return;
-    const std::size_t at = traced_.fetch_add(1);
-    if (at < trace_.size()) trace_[at] = Span{kind, index, begin, since_step_began()};
-  }
-
-  // Accumulate<K>: the device gradient a step writes first in the
-  // micro-batch starts from the offload tier's sum (Step::grad_load).
-  void load_gradients(const Step& st) {
-    for (int q = 0; q < graph::max_weights; ++q) {
-      if (!st.grad_load[q]) continue;
-      const ParamSlot& p = sched.params[st.param[q]];
-      const auto [device, n] = streamed_gradient(p);
-      const auto bytes = static_cast<std::size_t>(n) * sizeof(T);
-      if (micro_ == 0) {
-        std::memset(device, 0, bytes);
-      } else {
-        offload_.read(p.host_grad, device, static_cast<std::int64_t>(bytes));
-        traffic_.to_device += static_cast<std::int64_t>(bytes);
-      }
-    }
-  }
-  // The device gradient that goes to the offload tier: the whole one, or
-  // with ZeRO 2 and 3 this rank's shard (what the update reads); and its elements.
-  std::pair<T*, std::int64_t> streamed_gradient(const ParamSlot& p) const {
-    if (config.sharded(2)) return {device_.at<T>(p.grad_shard), p.shard};
-    return {device_.at<T>(p.grad), p.elements()};
-  }
-
-  // After step st: the gradients it completed go to the offload tier (a
-  // lane op that writes one has finished first).
-  void offload_completed(const Step& st, int step_no) {
-    if (st.update_end == st.update_begin) return;
-    join_all();
-    stream_gradients(st, step_no);
-  }
-
-  void stream_gradients(const Step& st, int step_no) {
-    for (int u = st.update_begin; u < st.update_end; ++u) {
-      const int k = sched.updates[u];
-      const ParamSlot& p = sched.params[k];
-      const auto [from, n] = streamed_gradient(p);
-      offload_.write(p.host_grad, from, n * static_cast<std::int64_t>(sizeof(T)));  // the sum so far (Step::grad_load)
-      traffic_.to_offload += n * static_cast<std::int64_t>(sizeof(T));
-      if (updating_ && micro_ == config.accumulate - 1) updater_->submit(&run_update_task, UpdateTask{this, k, step_no});
-    }
-  }
-
-  // On the update thread: parameter k's gradient is in the offload tier.
-  void gradient_offloaded(int k, int step_no) {
-    const double began = trace_.empty() ? 0 : since_step_began();
-    struct Record {
-      Trainer& t;
-      int k;
-      double began;
-      ~Record() { t.record(Span::update_in_flight, k, began); }
-    } rec{*this, k, began};
-    const ParamSlot& p = sched.params[k];
-    inflight_.offloaded(
-        k, offloaded_squares(p), updates_in_flight(),
-        [&] {
-          for (std::int64_t from = 0; from < owned(p).count; from += staged_range) update_offloaded_range(p, from, 0, step_no, C(1));
-        },
-        [&](int j) { return bad_element(j); });
-  }
-  // squared_norm of p's offloaded gradient, read range by range into the
-  // staging buffer (the same sum: the ranges are multiples of 8 elements).
-  double offloaded_squares(const ParamSlot& p) const {
-    const std::int64_t n = owned(p).count, e = sizeof(T);
-    T* g = device_.template at<T>(sched.update_staging.offset);  // the first worker's slot
-    double lane[8] = {};
-    for (std::int64_t from = 0; from < n; from += staged_range) {
-      const std::int64_t len = std::min(staged_range, n - from);
-      offload_.read(p.host_grad + (owned(p).grad_at + from) * e, g, len * e);
-      squared_norm_add(g, len, lane);
-    }
-    return squared_norm_total(lane);
-  }
-
-  // Whether each update runs as soon as its gradient is offloaded (train/offload_update.hpp).
-  bool updates_in_flight() const { return trainers::UpdatesInFlight::possible(opt_, groups_.world == nullptr, scaler_.enabled()); }
-
-  // After the micro-batches: the updates ran during the backward, or
-  // update() runs them now (reading the offload tier's gradients, with the
-  // squares the update thread summed where no other process adds to them).
-  double offloaded_update(int step_no) {
-    updater_->wait_all();
-    if (!updates_in_flight()) return update(step_no);
-    return inflight_.norm(plan, sched, step_no);
-  }
   // Parameter k's gradient's squares, over the elements this process updates.
   double squares_of(std::size_t k) const {
     const ParamSlot& p = sched.params[k];
     if constexpr (config.offload_optimizer)
       if (!(p.stage_shared || p.tensor_partial)) return inflight_.squares[k];  // summed on the update thread
     return squared_norm(update_grad(p), owned(p).count);
-  }
-
-  // The update from the offload tier after the backward: every trainable
-  // parameter's ranges (staged_range elements) dealt round-robin to a team
-  // of the workers, each updating its ranges in its own slot of the staging
-  // buffer (one fork for the whole update, not one per range: a range's
-  // work is too short to share).
-  void update_offloaded_all(int step_no, C grad_scale) {
-    std::exception_ptr failed[config.workers] = {};
-    team(workers_, [&](int w, int team_size) {
-      try {
-        std::int64_t i = 0;  // the range's index over all parameters
-        for (const ParamSlot& p : sched.params) {
-          if (!p.trainable) continue;
-          for (std::int64_t from = 0; from < owned(p).count; from += staged_range, ++i)
-            if (i % team_size == w) update_offloaded_range(p, from, w, step_no, grad_scale);
-        }
-      } catch (...) {
-        failed[w] = std::current_exception();
-      }
-    });
-    for (const std::exception_ptr& f : failed)
-      if (f) std::rethrow_exception(f);
-  }
-  // Elements [from, from + staged_range) of what this process updates of p
-  // (fewer at its end), updated from the offload tier in staging slot
-  // `slot`: the range's gradient, optimizer state (and with
-  // OffloadParameters values) read from the file into the slot, updated
-  // there (the device's weights in place otherwise), and written back.
-  void update_offloaded_range(const ParamSlot& p, std::int64_t from, int slot, int step_no, C grad_scale) {
-    const std::int64_t len = std::min(staged_range, owned(p).count - from), e = sizeof(T);
-    std::byte* stage = device_.template at<std::byte>(sched.update_staging.offset + slot * staging_slot);
-    T* g = reinterpret_cast<T*>(stage);
-    T* staged_w = g + staged_range;  // OffloadParameters: the range's values
-    std::byte* state = stage + align_up((config.offload_params ? 2 : 1) * staged_range * e, 256);
-    offload_.read(p.host_grad + (owned(p).grad_at + from) * e, g, len * e);
-    T* w = weight_storage(p) + owned(p).weight_at + from;
-    if constexpr (config.offload_params) {
-      offload_.read(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
-      w = staged_w;
-    }
-    // the range's state: the file's pieces of it, one after another in the slot
-    const auto pieces = state_pieces(p, from, len);
-    std::int64_t at = 0;
-    for (const auto& [offset, bytes] : pieces) {
-      if (bytes > 0) offload_.read(p.state + offset, state + at, bytes);
-      at += bytes;
-    }
-    apply_update(w, nullptr, g, state_at(p.state >= 0 ? state : nullptr, len, 0), len, step_no, grad_scale, 1);
-    at = 0;
-    for (const auto& [offset, bytes] : pieces) {
-      if (bytes > 0) offload_.write(p.state + offset, state + at, bytes);
-      at += bytes;
-    }
-    if constexpr (config.offload_params) offload_.write(p.weight + (owned(p).weight_at + from) * e, staged_w, len * e);
-  }
-  // Where the state of elements [from, from + len) of p lies in its state
-  // buffer (the optimizer's sections, core/optim_state.hpp): (offset, bytes)
-  // pieces, laid out one after another they are the state of a len-element
-  // parameter. (As update_range lays it out: over the elements this process updates.)
-  std::array<std::pair<std::int64_t, std::int64_t>, max_state_sections> state_pieces(const ParamSlot& p, std::int64_t from,
-                                                                                     std::int64_t len) const {
-    constexpr OptimDesc d = R::optimizer::desc;
-    std::array<std::pair<std::int64_t, std::int64_t>, max_state_sections> pieces{};
-    if (p.state < 0) return pieces;
-    const std::int64_t count = owned(p).count;
-    for (int k = 0; k < d.sections; ++k)
-      pieces[static_cast<std::size_t>(k)] = {d.offset(k, count) + from / d.section[k].per * d.section[k].bytes, d.section[k].size(len)};
-    return pieces;
   }
 
   // Parameter k's first NaN or infinite gradient element, as the update reads the gradient.
@@ -998,65 +718,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     using O = typename R::optimizer;
     const float* table = sched.optim_table >= 0 ? states_arena().template at<float>(sched.optim_table) : nullptr;
     optimizer_pass<O>(w, master, g, state, n, O::template step<C>(lr_at(step_no), step_no), grad_scale, table, workers);
-  }
-
-  // ---- set-up -----------------------------------------------------------------------------------------------
-  void fill_tables() {
-    if (sched.quant_table >= 0) {
-      bool dq = false;
-      for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
-      fill_quant_table(device_.at<float>(sched.quant_table), dq);
-    }
-    if constexpr (R::optimizer::desc.tables > 0) R::optimizer::fill_table(states_arena().template at<float>(sched.optim_table));
-  }
-
-  // The engines' shared initial values (trainers::InitialValues).
-  void initialize(std::uint64_t seed) {
-    for (std::size_t k = 0; k < sched.params.size(); ++k) {
-      const ParamSlot& p = sched.params[k];
-      // tensor parallelism: the values of this rank's block of the whole
-      const auto value = trainers::initial_values(seed, plan, p, tensor_rank());
-      // ZeRO 3: this rank keeps only its shard of every parameter
-      const std::int64_t begin = config.sharded(3) ? rank() * p.shard : 0;
-      const std::int64_t count = config.sharded(3) ? std::clamp<std::int64_t>(p.elements() - begin, 0, p.shard) : p.elements();
-      // each value depends on its index alone: the workers take a share each
-      if (p.quant.kind == QuantKind::none) {
-        T* w = weight(p);
-        float* m = master(p);  // a bf16 run's trainable parameter: the value in f32, stored rounded
-        team(workers_, [&](int k, int n) {
-          const Range r = share(count, n, k);
-          for (std::int64_t i = r.begin; i < r.end; ++i) {
-            const C v = static_cast<C>(value(begin + i));
-            w[i] = narrow<T>(v);
-            if (m != nullptr) m[i] = static_cast<float>(v);
-          }
-        });
-      } else {
-        std::vector<float> dense(static_cast<std::size_t>(p.elements()));
-        team(workers_, [&](int k, int n) {
-          const Range r = share(p.elements(), n, k);
-          for (std::int64_t i = r.begin; i < r.end; ++i) dense[i] = static_cast<float>(value(i));
-        });
-        if constexpr (config.sharded(3)) set_quantized_shard(p, dense);
-        else set_quantized(p, dense);
-      }
-    }
-  }
-
-  // ZeRO 3: quantizes the whole matrix and keeps this rank's shard of its
-  // codes and of its scales (byte shards, RunConfig::shard_bytes).
-  void set_quantized_shard(const ParamSlot& p, std::span<const float> x) {
-    const std::int64_t n = p.elements();
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(p.quant.code_bytes(n))), scales(static_cast<std::size_t>(p.quant.scale_bytes(n)));
-    quantize_matrix(QuantView{p.quant, codes.data(), scales.data(), sched.quant_table >= 0 ? device_.at<float>(sched.quant_table) : nullptr,
-                              p.rows, p.cols},
-                    x.data(), workers_);
-    auto keep = [&](const std::vector<std::uint8_t>& all, std::int64_t at) {
-      const auto [begin, count] = trainers::held_bytes(config, static_cast<std::int64_t>(all.size()), rank());
-      if (count > 0) std::memcpy(params_arena().template at<std::uint8_t>(at), all.data() + begin, static_cast<std::size_t>(count));
-    };
-    keep(codes, p.weight);
-    keep(scales, p.scales);
   }
 };
 
