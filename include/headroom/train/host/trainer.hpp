@@ -13,6 +13,13 @@
 // where the plan put them) and the optimizer pass. No allocation happens
 // inside a step (tests/runtime/host_memory.cpp counts them).
 //
+// The trainer is built of bases that reach it as their derived class
+// (CRTP): trainers::Driver (the step's order of events, train/driver.hpp),
+// detail::Parameters (where the parameters and the optimizer state live
+// and how they are set: parameters.hpp), detail::Update (the optimizer
+// step: update.hpp) and detail::OffloadOptimizer (ZeRO-Offload's way to
+// the offload tier and back, its update thread: offload_optimizer.hpp).
+//
 // Run options the engine honours: Precision<F32>, Precision<BF16> or
 // Precision<F16> (16-bit weights, activations and gradients, f32 master
 // weights, statistics and sums: host/storage.hpp; one process, without
@@ -32,40 +39,32 @@
 // runs, and the error comes when the backward has finished. With loss
 // scaling (TrainOptions::loss_scaling) a non-finite scaled gradient skips
 // the step instead (StepStats::skipped) and backs the scale off.
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <limits>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "../../host/arena.hpp"
 #include "../../host/gemm.hpp"
-#include "../../host/kernels/optimizer.hpp"
 #include "../../host/lane_worker.hpp"
 #include "../../host/op_context.hpp"
-#include "../../host/quant.hpp"
 #include "../../ops/host_kernels.hpp"
 #include "../../plan/plan.hpp"
 #include "../../plan/schedule.hpp"
 #include "../common.hpp"
 #include "../driver.hpp"
 #include "../gradient_check.hpp"
-#include "../initial_values.hpp"
-#include "../offload_update.hpp"
 #include "../op_table.hpp"
 #include "../with_pipeline_stage.hpp"
 #include "offload_optimizer.hpp"
 #include "parameters.hpp"
+#include "update.hpp"
 
 namespace headroom::host {
 
@@ -121,19 +120,22 @@ constexpr bool check_lanes(type_list<Es...>) {
 template <TrainingRun R>
 class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
                 public detail::OffloadOptimizer<Trainer<R>, detail::host_scalar_t<R>>,
-                public detail::Parameters<Trainer<R>, detail::host_scalar_t<R>> {
+                public detail::Parameters<Trainer<R>, detail::host_scalar_t<R>>,
+                public detail::Update<Trainer<R>, detail::host_scalar_t<R>> {
   using Base = trainers::Driver<Trainer<R>, R, Communicator>;
   using Offload = detail::OffloadOptimizer<Trainer<R>, detail::host_scalar_t<R>>;
   using Params = detail::Parameters<Trainer<R>, detail::host_scalar_t<R>>;
+  using Update = detail::Update<Trainer<R>, detail::host_scalar_t<R>>;
   friend Base;
   friend Offload;
   friend Params;
+  friend Update;
   using Base::check_batch, Base::evaluating_, Base::groups_, Base::micro_, Base::micro_batch, Base::micro_batches,
       Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_, Base::forward, Base::backward;
-  using Offload::inflight_, Offload::traffic_, Offload::start_step, Offload::settle_updates, Offload::trace_clock, Offload::record,
-      Offload::load_gradients, Offload::streamed_gradient, Offload::offload_completed, Offload::offloaded_update,
-      Offload::update_offloaded_all;
-  using Params::weight_storage, Params::set_up_parameters;
+  using Offload::traffic_, Offload::start_step, Offload::settle_updates, Offload::trace_clock, Offload::record, Offload::load_gradients,
+      Offload::offload_completed, Offload::offloaded_update;
+  using Params::set_up_parameters;
+  using Update::update, Update::update_in_backward;
 
  public:
   static constexpr const char* engine_name = "host::Trainer";
@@ -239,7 +241,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
   // ---- parameters ----------------------------------------------------------------------------------------
   // Where they live and how they are set: train/host/parameters.hpp.
   static constexpr std::size_t param_count = sched.params.size();
-  using Params::master, Params::states_arena;
 
  private:
   float step_scale_ = 1.0f;  // the loss scale of the step in progress (1 outside step(): forward_backward's gradients are true)
@@ -568,156 +569,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
       else Base::unsupported(st);
     });
     return loss;
-  }
-
-  // ---- the update ------------------------------------------------------------------------------------------
-  // A gradient stops the step when its squares leave f32's range
-  // (train/gradient_check.hpp); the CUDA engine computes the norm in f32 and
-  // stops on the same condition.
-  static constexpr double max_squares = trainers::GradientCheck::max_squares;
-
-  // Returns the global gradient norm before clipping. The norm's pass is the
-  // check: only when its sum is out of range are the gradients searched, and
-  // the step stops before any parameter is updated.
-  double update(int step_no) {
-    sum_partial_gradients();
-    double sq = 0, split_sq = 0;  // split_sq: of the tensor-parallel ranks' blocks (each holds its own)
-    for (std::size_t k = 0; k < sched.params.size(); ++k) {
-      const ParamSlot& p = sched.params[k];
-      if (p.trainable && !(p.stage_shared && !config.first_stage()))  // a table both end stages hold: counted on the first
-        (p.split.split() ? split_sq : sq) += squares_of(k);
-    }
-    if constexpr (config.tp > 1) groups_.tensor->all_reduce_sum(&split_sq, 1, DType::F64);
-    sq += split_sq;
-    if constexpr (config.sharded(1)) groups_.data->all_reduce_sum(&sq, 1, DType::F64);  // each rank summed its shards
-    if constexpr (config.pp > 1) groups_.pipe->all_reduce_sum(&sq, 1, DType::F64);  // each stage its parameters
-    // Loss scaling: a scaled gradient with a NaN or an infinity, or whose
-    // squares sum beyond f32's range (the CUDA engine's f32 norm overflows
-    // there too), skips the step. Below that bound the update's factor,
-    // clip scale / loss scale = clip / scaled norm, stays a normal f32.
-    const double inverse = 1.0 / step_scale_;  // exact for a power of two
-    if (scaler_.enabled() && !(sq <= max_squares)) {
-      skipped_ = true;
-      return std::sqrt(sq) * inverse;
-    }
-    sq *= inverse * inverse;
-    if (!(sq <= max_squares)) stop_before_update(step_no, sq);
-    const double norm = std::sqrt(sq);
-    C scale = C(1);
-    if (opt_.clip_norm > 0 && norm > opt_.clip_norm) scale = static_cast<C>(opt_.clip_norm / (norm + 1e-6));
-    scale *= static_cast<C>(inverse);  // the update's gradient factor: clip scale / loss scale
-    if constexpr (config.offload_optimizer) {
-      update_offloaded_all(step_no, scale);
-    } else {
-      for (const ParamSlot& p : sched.params)
-        if (p.trainable) update_param(p, step_no, scale);
-    }
-    // ZeRO 1 and 2: every rank updated its shard of each weight; gather the others'
-    if constexpr (config.sharded(1) && !config.sharded(3))
-      for (const ParamSlot& p : sched.params)
-        if (p.trainable) {
-          groups_.data->all_gather(weight_storage(p), p.shard * static_cast<std::int64_t>(sizeof(T)));
-          // OffloadParameters: gathered through the mapping; the file keeps the values, not RAM
-          if constexpr (config.offload_params) offload_.release(p.weight, p.shard * config.dp * static_cast<std::int64_t>(sizeof(T)));
-        }
-    return norm;
-  }
-
-  // Gradients whose parts several processes hold, summed on each before
-  // the norm: with a tied LM head over pipeline stages, the table's of the
-  // first and the last stage (trainers::tied_stages); with tensor
-  // parallelism, a LoRA matrix's partial sums (ParamSlot::tensor_partial).
-  void sum_partial_gradients() {
-    for (const ParamSlot& p : sched.params) {
-      if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
-      // OffloadOptimizer: the offload tier's copy (the whole one, or this rank's shard, as on the device)
-      const auto [g, n] = config.offload_optimizer ? std::pair<T*, std::int64_t>{offload_.at<T>(p.host_grad), streamed_gradient(p).second}
-                                                   : trainers::gradient_to_sum<T>(config, device_, p);
-      if constexpr (tied_stages)
-        if (p.stage_shared) groups_.shared->all_reduce_sum(g, n, dtype_of<T>);
-      if constexpr (config.tp > 1)
-        if (p.tensor_partial) groups_.tensor->all_reduce_sum(g, n, dtype_of<T>);
-    }
-  }
-
-  // ZeRO 1-3: the elements of parameter p this rank updates and where they
-  // start in its weight and gradient buffers (trainers::owned, as the CUDA engine's).
-  using Owned = trainers::Owned;
-  // The averaged gradient the update reads: from its first owned element.
-  T* update_grad(const ParamSlot& p) const {
-    if constexpr (config.offload_optimizer) return offload_.at<T>(p.host_grad) + owned(p).grad_at;
-    return device_.at<T>(config.sharded(2) ? p.grad_shard : p.grad) + owned(p).grad_at;
-  }
-
-  // The failure path of update() (trainers::GradientCheck::stop_before_update).
-  [[noreturn]] void stop_before_update(int step_no, double total) {
-    const double scale = static_cast<double>(step_scale_) * step_scale_;
-    checked_.stop_before_update(
-        plan, sched, step_no, total,
-        [&](int k) { return squared_norm(update_grad(sched.params[k]), owned(sched.params[k]).count) / scale; },
-        [&](int k) { return bad_element(k); });
-  }
-
-  // UpdateInBackward: the updates of the parameters whose gradients `st`
-  // completed, in update order. Each checks its own gradient first (its
-  // squared norm's pass; StepStats::grad_norm sums them). From the first
-  // gradient that fails, no update of this step runs; the later gradients
-  // are still checked (on this failure path only), so the error names the
-  // first in schedule order, as without UpdateInBackward.
-  void update_in_backward(const Step& st, int step_no) {
-    for (int u = st.update_begin; u < st.update_end; ++u) {
-      const int k = sched.updates[u];
-      const ParamSlot& p = sched.params[k];
-      const double sq = squared_norm(device_.at<T>(p.grad), p.elements());
-      checked_.complete(k, sq, [&] { update_param(p, step_no, C(1)); }, [&](int j) { return bad_element(j); });
-    }
-  }
-
-  // Parameter k's gradient's squares, over the elements this process updates.
-  double squares_of(std::size_t k) const {
-    const ParamSlot& p = sched.params[k];
-    if constexpr (config.offload_optimizer)
-      if (!(p.stage_shared || p.tensor_partial)) return inflight_.squares[k];  // summed on the update thread
-    return squared_norm(update_grad(p), owned(p).count);
-  }
-
-  // Parameter k's first NaN or infinite gradient element, as the update reads the gradient.
-  trainers::BadElement bad_element(int k) const {
-    const T* g = update_grad(sched.params[k]);
-    const Owned own = owned(sched.params[k]);
-    const std::int64_t at = first_non_finite(g, own.count);
-    if (at < 0) return {};
-    return {own.begin + at, static_cast<double>(widen(g[at]))};
-  }
-
-  void update_param(const ParamSlot& p, int step_no, C grad_scale) {
-    const Owned own = owned(p);
-    if (own.count == 0) return;  // a rank whose shard lies past the parameter's end
-    update_range(p, 0, own.count, step_no, grad_scale, workers_);
-  }
-
-  // The update of elements [from, from + n) of what this rank updates of
-  // parameter p, in place in the arenas (every element is updated on its
-  // own, so a parameter may be updated range by range; a range starts on a
-  // multiple of the optimizer's desc.align: AdamW8bit's 256-element blocks).
-  void update_range(const ParamSlot& p, std::int64_t from, std::int64_t n, int step_no, C grad_scale, int workers) const {
-    const Owned own = owned(p);
-    float* m = master(p);
-    apply_update(weight_storage(p) + own.weight_at + from, m != nullptr ? m + from : nullptr, update_grad(p) + from,
-                 state_at(p.state >= 0 ? states_arena().template at<std::byte>(p.state) : nullptr, own.count, from), n, step_no,
-                 grad_scale, workers);
-  }
-  // The state of elements [from, ...) of a count-element parameter whose
-  // state buffer starts at `state` (null: it keeps none).
-  static StateAt state_at(std::byte* state, std::int64_t count, std::int64_t from) {
-    return StateAt{state, count, from, &R::optimizer::desc};
-  }
-  // master: the f32 master weights of these n elements (a bf16 run), else null
-  void apply_update(T* w, float* master, const T* g, const StateAt& state, std::int64_t n, int step_no, C grad_scale,
-                    int workers) const {
-    using O = typename R::optimizer;
-    const float* table = sched.optim_table >= 0 ? states_arena().template at<float>(sched.optim_table) : nullptr;
-    optimizer_pass<O>(w, master, g, state, n, O::template step<C>(lr_at(step_no), step_no), grad_scale, table, workers);
   }
 };
 
