@@ -94,7 +94,7 @@
 // go back to its device (ZeRO 1 and 2: then the all-gather); with
 // TensorParallel<M> and PipelineParallel<S> likewise, the gradients several
 // processes sum staying on the device until summed there. See the section
-// "OffloadOptimizer (ZeRO-Offload)" below and docs/cuda.md.
+// train/cuda/offload_optimizer.cuh and docs/cuda.md.
 //
 // OffloadParameters (ZeRO-Infinity, with OffloadOptimizer): every
 // parameter's stored tensor (values, NF4 / Int8 codes and scales) lives in
@@ -148,6 +148,7 @@
 #include "../op_table.hpp"
 #include "../with_pipeline_stage.hpp"
 #include "copy_waits.cuh"
+#include "offload_optimizer.cuh"
 
 namespace headroom::cuda {
 
@@ -207,12 +208,17 @@ constexpr bool quant_blocks_fit(const Sched& sched) {
 }  // namespace detail
 
 template <TrainingRun R>
-class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
+class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>, detail::OffloadOptimizer<Trainer<R>> {
   static_assert(R::config().stage >= 0,
                 "cuda::Trainer<Run>: a PipelineParallel<S> run trains stage by stage: cuda::Trainer<pipeline_stage<Run, s>> "
                 "(cuda::with_pipeline_stage chooses this process's stage)");
   using Base = trainers::Driver<Trainer<R>, R, Communicator>;
   friend Base;
+  using Offload = detail::OffloadOptimizer<Trainer<R>>;  // OffloadOptimizer's choreography (offload_optimizer.cuh)
+  friend Offload;
+  using Offload::from_offload_tier, Offload::hands_over_now, Offload::load_gradients, Offload::offload_summed_gradients,
+      Offload::offloaded_gradient, Offload::offloaded_partial_squares, Offload::offloaded_step, Offload::prepare_offload,
+      Offload::settle_offload, Offload::stage_loss_flags, Offload::stream_gradients, Offload::zero_offloaded_states;
   using Base::check_batch, Base::evaluating_, Base::groups_, Base::micro_, Base::micro_batch, Base::micro_batches,
       Base::micro_copy_, Base::opt_, Base::owned, Base::scaler_, Base::step_, Base::forward, Base::backward;
 
@@ -342,7 +348,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
       cudaStreamSynchronize(compute_);
     }
     cudaStreamSynchronize(copy_);
-    if (weights_back_ != nullptr) cudaEventDestroy(weights_back_);
+    this->stop_offload();  // (the update thread is idle between steps)
     for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
     cudaEventDestroy(communicated_);
     cudaEventDestroy(ready_for_copy_);
@@ -369,7 +375,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_weight: " + path_of(p) + " is quantized");
     const std::int64_t n = config.sharded(3) ? shard_of(p).count : p.elements();
     if constexpr (offloaded)  // the master copy, in the offload tier (where it holds what the weight holds)
-      if (p.master >= 0 && config.sharded(1) == config.sharded(3)) return from_offload_tier<float>(p.master, n);
+      if (p.master >= 0 && config.sharded(1) == config.sharded(3)) return this->template from_offload_tier<float>(p.master, n);
     // the master copy, where it holds what the weight holds (ZeRO 1 and 2 keep a shard of it beside whole weights)
     if (half && p.master >= 0 && config.sharded(1) == config.sharded(3)) return download<float>(device_.at<float>(p.master), n);
     return download_stored(p);
@@ -402,7 +408,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // the elements this rank updates (shard_of(p)); empty without one.
   std::vector<std::byte> download_state(const ParamSlot& p) const {
     if (p.state < 0) return {};
-    if constexpr (offloaded) return from_offload_tier<std::byte>(p.state, state_bytes(p));
+    if constexpr (offloaded) return this->template from_offload_tier<std::byte>(p.state, state_bytes(p));
     return download<std::byte>(device_.at<std::byte>(p.state), state_bytes(p));
   }
   // The gradient as the update reads it: whole, or with ZeRO<2> and <3> this rank's shard (averaged over the ranks).
@@ -411,7 +417,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   std::vector<float> download_grad(const ParamSlot& p) const {
     if (p.grad < 0) return {};
     if constexpr (offloaded) {
-      const std::vector<S> g = from_offload_tier<S>(p.host_grad, config.sharded(2) ? shard_of(p).count : p.elements());
+      const std::vector<S> g = this->template from_offload_tier<S>(p.host_grad, config.sharded(2) ? shard_of(p).count : p.elements());
       std::vector<float> v(g.size());
       for (std::size_t i = 0; i < g.size(); ++i) v[i] = to_float(g[i]);
       return v;
@@ -488,13 +494,13 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
         im.scales_[k] = read_stored<std::byte>(p.scales, held_bytes(p.quant.scale_bytes(p.elements())).count);
       }
       if (p.master >= 0)  // of the elements this rank updates
-        im.master_[k] = offloaded ? from_offload_tier<std::byte>(p.master, 4 * owned(p).count)
+        im.master_[k] = offloaded ? this->template from_offload_tier<std::byte>(p.master, 4 * owned(p).count)
                                   : download<std::byte>(device_.at<std::byte>(p.master), 4 * owned(p).count);
       im.state_[k] = download_state(p);
     }
     if (sched.quant_table >= 0) im.quant_table_ = download<std::byte>(device_.at<std::byte>(sched.quant_table), sched.quant_table_bytes());
     if (sched.optim_table >= 0)
-      im.optim_table_ = offloaded ? from_offload_tier<std::byte>(sched.optim_table, config.optim.table_bytes())
+      im.optim_table_ = offloaded ? this->template from_offload_tier<std::byte>(sched.optim_table, config.optim.table_bytes())
                                   : download<std::byte>(device_.at<std::byte>(sched.optim_table), config.optim.table_bytes());
     return im;
   }
@@ -604,7 +610,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   // once every copy and update is done; the fetches copy it to the device).
   template <class U>
   std::vector<U> read_stored(std::int64_t offset, std::int64_t n) const {
-    if constexpr (params_offloaded) return from_offload_tier<U>(offset, n);
+    if constexpr (params_offloaded) return this->template from_offload_tier<U>(offset, n);
     else return download<U>(device_.at<U>(offset), n);
   }
   template <class U>
@@ -635,6 +641,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     return offload_.at<UpdateControl>(sched.staging.offset + 2 * tokens_per_step * 4 + CudaWorkspace::control_floats * 4);
   }
   UpdateControl* control() const { return reinterpret_cast<UpdateControl*>(reductions() + reduction_slots); }
+  UpdateControl step_control_{};  // the step's hyperparameters (stage_batch)
 
   // The host's part of a step: the batch and the step's hyperparameters into
   // the pinned staging, from where the (possibly captured) step copies them.
@@ -784,17 +791,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     else if constexpr (offloaded) sum_rows(reductions(), offloaded_partial_squares(params), out, compute_);
     else sum_rows(reductions(), squared_norm_partials<S>(params.on_device, reductions(), compute_), out, compute_);
   }
-  // OffloadOptimizer: the squares of params' offloaded gradients summed on
-  // the CPU in the norm kernel's partial sums (squared_norm_partials_on_host),
-  // uploaded to the reductions buffer's first slots; returns how many.
-  int offloaded_partial_squares(const Counted& params) {
-    std::vector<float> partials;
-    const int blocks = squared_norm_partials_on_host<S>(params.on_device, params.offloaded, partials, [&](int b, auto&& f) {
-      host::parallel_for(b, update_threads_, [&](std::int64_t x, int) { f(static_cast<int>(x)); });
-    });
-    if (blocks > 0) upload(reductions(), partials.data(), partials.size(), "upload the squares' partial sums");
-    return blocks;
-  }
 
   // Pipeline parallelism: the loss in the control block (the last stage's;
   // 0 on the others) summed over the stages, so that every stage has it and
@@ -943,7 +939,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
     }
     loss_step(st, true);
     if constexpr (offloaded)
-      if (offload_updating_ && micro_ == config.accumulate - 1 && updates_in_flight()) stage_loss_flags();
+      if (hands_over_now()) stage_loss_flags();
   }
   void after_event(int g) {
     const Step& st = sched.steps[g];
@@ -1093,391 +1089,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator> {
   void apply_update(std::span<const ParamRef> params, bool clip, int first_position = 0) {
     const float* table = sched.optim_table >= 0 ? device_.at<float>(sched.optim_table) : nullptr;
     R::optimizer::template update<S>(params, control(), table, clip, compute_, first_position);
-  }
-
-  // ---- OffloadOptimizer (ZeRO-Offload) ----------------------------------------------------------------------
-  // The plan keeps in the offload tier (pinned host memory) an f32 master
-  // copy of every trainable parameter, its optimizer state (and AdamW8bit's
-  // dynamic maps) and its offloaded gradient (host_grad, in the storage
-  // type); the device keeps the weights and each gradient only from its
-  // first backward writer to the step that completes it. At the end of that
-  // step (Step::update_begin .. update_end) the copy stream, after an event
-  // of the compute stream, copies the gradient to host_grad; the compute
-  // stream waits for the copy only before the first later step that reuses
-  // its bytes (copy_waits.cuh). In step()'s last micro-batch a host function
-  // on the copy stream (cudaLaunchHostFunc: it calls no CUDA) then hands the
-  // parameters to the update thread (a host::LaneWorker):
-  //   - clip_norm = 0: the thread sums each gradient's squares (in double; the
-  //     step's norm adds them in schedule order) and, when they are finite and
-  //     within f32, updates the parameter at once on the CPU from master,
-  //     state and host_grad (math/optim.hpp's element math, as the update
-  //     kernels compute it), writing a 16-bit run's new weights into
-  //     host_grad's bytes (an f32 run's master is its weight), while the GPU
-  //     runs the backward of the earlier layers. From the first gradient that
-  //     fails (in backward order) no update runs, as with UpdateInBackward.
-  //   - clip_norm > 0: the norm needs every gradient, so nothing runs during
-  //     the backward; after it the CPU sums the squares in the device kernels'
-  //     order (squared_norm_on_host: the norm and clip scale of the run
-  //     without OffloadOptimizer, bit for bit on the emulator), stops before
-  //     any update when the norm is not finite, and updates every parameter
-  //     on update_threads_ threads.
-  // The new weights then go back to the device weights by copies on the copy
-  // stream, which the compute stream waits for before its next work (the
-  // next step's forward). With Accumulate<K> a micro-batch's gradients are
-  // copied out every micro-batch, and the first writer of each gradient in
-  // micro-batch k > 0 starts from the offload tier's sum (Step::grad_load);
-  // the updates follow the last micro-batch.
-  //
-  // Several processes (DataParallel<N> with ZeRO 0-3, TensorParallel<M>,
-  // PipelineParallel<S>). With data parallelism the step that completes a
-  // gradient is the collective that averages it (the all-reduce; with ZeRO
-  // 2 and 3 the reduce-scatter, and the offloaded gradient is this rank's
-  // shard, which with Accumulate<K> is loaded from the offload tier's sum
-  // before the reduce-scatter adds to it). No update runs during the
-  // backward: after it, norm_over_processes gives every process the norm
-  // and clip scale of the run without OffloadOptimizer, a norm that is not
-  // finite stops every process before any update, and each updates the
-  // elements it holds (trainers::owned: with ZeRO 1-3 its shard of master
-  // and state) on update_threads_ threads; weights_to_device copies them
-  // into its device weights, and with ZeRO 1 and 2 gather_weights brings the
-  // other ranks' blocks. A pipeline stage streams its gradients micro-batch
-  // by micro-batch under 1F1B as one process does over its micro-batches. A
-  // gradient several processes sum (graph::offloaded_after_sum: a LoRA
-  // matrix each tensor-parallel rank holds whole, a tied table on the first
-  // and last stage) stays on the device for the step and is summed there
-  // after the backward (sum_partial_gradients), then copied out
-  // (offload_summed_gradients).
-  //
-  // OffloadParameters: the parameters' stored tensors are in the offload
-  // tier too, and the device holds only the copies the schedule's fetch
-  // steps make for the event after them (Step::weight / scales, which
-  // bind_step resolves; context() leaves any other parameter pointer null).
-  // A fetch is issued on the copy stream after an event of the compute
-  // stream, so it overwrites its device buffers only once their previous
-  // readers are done; where the plan has the buffers alive from the compute
-  // event before the fetch (copy_waits.cuh) it is issued before that
-  // event and overlaps it. The compute stream waits for it before the event
-  // that reads it (copy_waits.cuh). The update (both paths above) writes
-  // the new values into the stored tensor in place of the gradient's bytes
-  // (an f32 run's too, beside its master), and weights_to_device copies
-  // nothing: the next step's fetches bring them. A parameter's last fetch
-  // in a step precedes the copy of its gradient on the copy stream, so the
-  // update thread never writes values a pending fetch still reads.
-  struct OffloadTask {
-    Trainer* trainer = nullptr;
-    int step = -1;  // the schedule step whose gradients were copied
-  };
-  static constexpr double max_squares = trainers::GradientCheck::max_squares;
-  static constexpr std::int64_t update_range_elements = 65536;  // a multiple of AdamW8bit's 256-element blocks
-
-  std::unique_ptr<host::LaneWorker<OffloadTask>> updater_;
-  std::vector<OffloadTask> host_calls_;  // per schedule step: cudaLaunchHostFunc's user data
-  trainers::UpdatesInFlight inflight_{sched.params.size()};  // clip_norm = 0: the updates during the backward
-  std::vector<char> updated_;            // per parameter: updated on the CPU this step (its weights go back)
-  UpdateControl step_control_{};         // the step's hyperparameters (stage())
-  bool offload_updating_ = false;        // in step(): the last micro-batch hands its gradients to the update thread
-  int update_threads_ = 1;
-  cudaEvent_t weights_back_{};
-
-  void prepare_offload() {
-    update_threads_ = opt_.threads > 0 ? opt_.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    updater_ = std::make_unique<host::LaneWorker<OffloadTask>>();
-    host_calls_.assign(sched.steps.size(), OffloadTask{});
-    for (std::size_t g = 0; g < sched.steps.size(); ++g) host_calls_[g] = OffloadTask{this, static_cast<int>(g)};
-    updated_.assign(sched.params.size(), 0);
-    check(cudaEventCreateWithFlags(&weights_back_, cudaEventDisableTiming), "cudaEventCreate");
-    zero_offloaded_states();
-  }
-  // The optimizer states start at zero (pinned memory is not zeroed).
-  void zero_offloaded_states() {
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable && p.state >= 0) std::memset(offload_.at<std::byte>(p.state), 0, static_cast<std::size_t>(state_bytes(p)));
-  }
-  // Outside a step: every copy to or from the offload tier is done and the update thread is idle.
-  void settle_offload() const {
-    wait(copy_, "the copies between the tiers");
-    if (updater_) updater_->settle();
-  }
-  template <class U>
-  std::vector<U> from_offload_tier(std::int64_t offset, std::int64_t n) const {
-    settle_offload();
-    const U* from = offload_.at<U>(offset);
-    return std::vector<U>(from, from + n);
-  }
-
-  // Accumulate<K>: before a step that writes a gradient first in its
-  // micro-batch, the gradient starts at zero (micro-batch 0) or at the offload
-  // tier's sum so far, on the compute stream (Step::grad_load). With ZeRO 2
-  // and 3 that step is the reduce-scatter, and the gradient this rank's shard.
-  void load_gradients(const Step& st, int micro) {
-    for (int q = 0; q < graph::max_weights; ++q) {
-      if (!st.grad_load[q]) continue;
-      const ParamSlot& p = sched.params[static_cast<std::size_t>(st.param[q])];
-      const auto [device, n] = streamed_gradient(p);
-      const auto bytes = static_cast<std::size_t>(n) * sizeof(S);
-      if (micro == 0)
-        check(cudaMemsetAsync(device, 0, bytes, compute_), "zero a gradient");
-      else
-        check(cudaMemcpyAsync(device, offload_.at<std::byte>(p.host_grad), bytes, cudaMemcpyHostToDevice, compute_),
-              "load an offloaded gradient");
-    }
-  }
-  // The device gradient that goes to the offload tier: the whole one, or with
-  // ZeRO 2 and 3 this rank's shard (what the update reads); and its elements.
-  std::pair<std::byte*, std::int64_t> streamed_gradient(const ParamSlot& p) const {
-    if (config.sharded(2)) return {device_.at<std::byte>(p.grad_shard), p.shard};
-    return {device_.at<std::byte>(p.grad), p.elements()};
-  }
-  // Whether each update runs on the update thread as soon as its gradient is
-  // offloaded: without clipping, on one process. With several processes
-  // the updates wait for the backward, so that they agree on the norm (the
-  // sum of their gradients' squares) and on whether every gradient is
-  // finite before any update.
-  bool updates_in_flight() const { return trainers::UpdatesInFlight::possible(opt_, config.world() == 1, scaler_.enabled()); }
-
-  // The loss flags of the step (UpdateControl::skip, set by a non-finite loss
-  // of any micro-batch) for the update thread: after the last micro-batch's
-  // loss, copied on the copy stream into the staging's control-in slot (read
-  // by upload_control at the start of the step, free since), ahead of the
-  // gradients; a step whose loss is not finite updates nothing.
-  void stage_loss_flags() {
-    wait_for_compute(copy_);
-    check(cudaMemcpyAsync(staged_control_in(), control(), sizeof(UpdateControl), cudaMemcpyDeviceToHost, copy_), "copy the loss flags");
-  }
-  bool loss_not_finite() const { return staged_control_in()->skip != 0.0f; }
-
-  // After step g: the gradients it completes to the offload tier, and in
-  // step()'s last micro-batch to the update thread. With data parallelism
-  // step g is the collective that averages them (on the communication
-  // stream, whose work on step g the copies wait for; the compute stream
-  // joins the copies where it would have joined the collective).
-  void stream_gradients(int g) {
-    const Step& st = sched.steps[static_cast<std::size_t>(g)];
-    if (st.update_end == st.update_begin) return;
-    if (lane_join[static_cast<std::size_t>(g)] >= 0) {
-      check(cudaStreamWaitEvent(copy_, copy_done_[static_cast<std::size_t>(g)], 0), "cudaStreamWaitEvent");
-    } else {
-      wait_for_compute(copy_);
-    }
-    for (int u = st.update_begin; u < st.update_end; ++u) offload_gradient(sched.params[static_cast<std::size_t>(sched.updates[u])]);
-    if (offload_updating_ && micro_ == config.accumulate - 1 && updates_in_flight())
-      check(cudaLaunchHostFunc(copy_, &gradients_offloaded, &host_calls_[static_cast<std::size_t>(g)]), "cudaLaunchHostFunc");
-    check(cudaEventRecord(copy_done_[static_cast<std::size_t>(g)], copy_), "cudaEventRecord");
-  }
-  // On the copy stream, after the copies (no CUDA call here): the update thread takes over.
-  static void CUDART_CB gradients_offloaded(void* task) {
-    const OffloadTask& t = *static_cast<const OffloadTask*>(task);
-    t.trainer->updater_->submit(&run_offload_task, t);
-  }
-  static void run_offload_task(const OffloadTask& t) { t.trainer->update_in_flight(t.step); }
-
-  // On the update thread (clip_norm = 0): the parameters step g completed.
-  void update_in_flight(int g) {
-    const Step& st = sched.steps[static_cast<std::size_t>(g)];
-    const bool stopped = loss_not_finite();
-    for (int u = st.update_begin; u < st.update_end; ++u) {
-      const int k = sched.updates[u];
-      const ParamSlot& p = sched.params[static_cast<std::size_t>(k)];
-      inflight_.offloaded(
-          k, offloaded_squares(p), true,
-          [&] {
-            update_on_host(p, 1.0f, update_threads_);
-            updated_[static_cast<std::size_t>(k)] = 1;
-          },
-          [&](int j) { return bad_element(j); }, stopped);
-    }
-  }
-
-  bool offloaded_step(StepStats& s, int step_no) {
-    inflight_.begin_step();
-    std::fill(updated_.begin(), updated_.end(), char{0});
-    offload_updating_ = true;
-    struct Done {  // on every way out of the step: no host function or update runs past it
-      Trainer& t;
-      ~Done() {
-        t.offload_updating_ = false;
-        cudaStreamSynchronize(t.copy_);
-        t.updater_->settle();
-      }
-    } done{*this};
-    enqueue_step();
-    const UpdateControl r = results();
-    wait(copy_, "the gradients' copies to the offload tier");
-    updater_->wait_all();
-    check_outliers(r);  // the update thread saw the skip flag too: nothing was updated
-    if (r.skip != 0.0f) throw non_finite_loss(step_no, r.loss);  // the update thread saw the flag: nothing was updated
-    s.loss = r.loss;
-    if (config.world() > 1 || scaler_.enabled()) {
-      // several processes (or a scaled loss): the norm over all of them on the device, then each one's
-      // update of what it holds; an overflow of a scaled gradient skips the step
-      const UpdateControl n = norm_over_processes();
-      const bool finite = n.norm - n.norm == 0.0f;
-      if (!finite && scaler_.enabled()) {
-        s.grad_norm = n.norm;
-        return true;
-      }
-      if (!finite) stop_before_update(step_no, n.norm);
-      for (std::size_t k = 0; k < sched.params.size(); ++k)
-        if (sched.params[k].trainable) {
-          update_on_host(sched.params[k], n.grad_scale, update_threads_);
-          updated_[k] = 1;
-        }
-      weights_to_device();
-      gather_weights();
-      s.grad_norm = n.norm;
-    } else if (opt_.clip_norm <= 0) {
-      weights_to_device();  // (those updated before a gradient failed keep their update)
-      s.grad_norm = inflight_.norm(plan, sched, step_no);
-    } else {
-      // the device's norm and clip scale (clip_scale_kernel), from the offloaded gradients
-      const float total = squared_norm_on_host<S>(counted_.on_device, counted_.offloaded, [&](int blocks, auto&& f) {
-        host::parallel_for(blocks, update_threads_, [&](std::int64_t b, int) { f(static_cast<int>(b)); });
-      });
-      const float norm = std::sqrt(total), clip = static_cast<float>(opt_.clip_norm);
-      if (!(norm - norm == 0.0f)) stop_before_update(step_no, norm);
-      const float scale = norm > clip ? clip / (norm + 1e-6f) : 1.0f;
-      for (std::size_t k = 0; k < sched.params.size(); ++k)
-        if (sched.params[k].trainable) {
-          update_on_host(sched.params[k], scale, update_threads_);
-          updated_[k] = 1;
-        }
-      weights_to_device();
-      s.grad_norm = norm;
-    }
-    return false;
-  }
-
-  // Several processes: the gradient norm and clip scale of the run without
-  // OffloadOptimizer, bit for bit on the emulator. gradient_norm() runs as
-  // it does without offload, but the CPU sums the squares of the offloaded
-  // gradients (of the elements this process updates) into the norm kernel's
-  // partial sums (offloaded_partial_squares); the device adds them and the
-  // processes' sums (ZeRO 1-3: the data-parallel ranks' shards; tensor
-  // parallelism: the split gradients' over the group; pipeline stages: each
-  // stage's), and the host reads norm and clip scale back: the same on
-  // every process.
-  UpdateControl norm_over_processes() {
-    gradient_norm();
-    return results();
-  }
-
-  // The gradients several processes sum before the update
-  // (graph::offloaded_after_sum), from the device to the offload tier after
-  // the backward, on the copy stream (which offloaded_step waits for).
-  void offload_summed_gradients() {
-    wait_for_compute(copy_);
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable && graph::offloaded_after_sum(config, p)) offload_gradient(p);
-  }
-  // p's gradient (streamed_gradient) to its copy in the offload tier, on the copy stream.
-  void offload_gradient(const ParamSlot& p) {
-    const auto [from, n] = streamed_gradient(p);
-    check(cudaMemcpyAsync(offload_.at<std::byte>(p.host_grad), from, static_cast<std::size_t>(n) * sizeof(S), cudaMemcpyDeviceToHost, copy_),
-          "offload a gradient");
-  }
-
-  // The updated parameters' new weights to the device (16-bit: from
-  // host_grad's bytes, f32: the master), on the copy stream; the compute
-  // stream's next work waits for them. With ZeRO 1 and 2 a rank's shard goes
-  // into its block of the whole weight (gather_weights then brings the
-  // others'), with ZeRO 3 into its shard. With OffloadParameters there are no
-  // device weights: the update wrote the stored values, and the next step's
-  // fetches copy them.
-  void weights_to_device() {
-    if constexpr (!params_offloaded) {
-      for (std::size_t k = 0; k < sched.params.size(); ++k) {
-        if (updated_[k] == 0) continue;
-        const ParamSlot& p = sched.params[k];
-        const trainers::Owned own = owned(p);
-        if (own.count == 0) continue;
-        const void* from = half ? static_cast<const void*>(offload_.at<S>(p.host_grad) + own.grad_at)
-                                : static_cast<const void*>(offload_.at<float>(p.master));
-        check(cudaMemcpyAsync(device_.at<S>(p.weight) + own.weight_at, from, static_cast<std::size_t>(own.count) * sizeof(S),
-                              cudaMemcpyHostToDevice, copy_),
-              "copy updated weights to the device");
-      }
-      check(cudaEventRecord(weights_back_, copy_), "cudaEventRecord");
-      check(cudaStreamWaitEvent(compute_, weights_back_, 0), "cudaStreamWaitEvent");
-    }
-  }
-
-  // p's update on the CPU, in ranges of update_range_elements on `threads` threads.
-  void update_on_host(const ParamSlot& p, float grad_scale, int threads) {
-    const std::int64_t n = owned(p).count, ranges = ceil_div(n, update_range_elements);
-    host::parallel_for(ranges, std::min<std::int64_t>(threads, ranges) > 1 ? threads : 1, [&](std::int64_t r, int) {
-      const std::int64_t from = r * update_range_elements;
-      update_range(p, from, std::min(update_range_elements, n - from), grad_scale);
-    });
-  }
-
-  // Elements [from, from + count) of p's update (of the elements this rank
-  // updates: trainers::owned; the master and the state hold those only): the
-  // optimizer's range update (the host engine's, optim/optimizer.hpp) over
-  // the master weights, the state and the offloaded gradient widened to f32
-  // chunk by chunk; a 16-bit run's new weights are written over the
-  // gradient's bytes (each chunk after it is read), with OffloadParameters
-  // (any precision) into the parameter's stored values.
-  void update_range(const ParamSlot& p, std::int64_t from, std::int64_t count, float grad_scale) {
-    using O = typename R::optimizer;
-    const trainers::Owned own = owned(p);
-    const S* g = offload_.at<S>(p.host_grad) + own.grad_at;
-    float* w = offload_.at<float>(p.master);
-    // the new weights in the storage type: with OffloadParameters into the
-    // stored values (the offload tier, which the next fetches read), else a
-    // 16-bit run's over the gradient's bytes (weights_to_device copies them);
-    // an f32 run's master is its weight
-    constexpr bool store = params_offloaded || half;
-    S* stored = params_offloaded ? offload_.at<S>(p.weight) + own.weight_at : offload_.at<S>(p.host_grad) + own.grad_at;
-    const StateAt state{p.state >= 0 ? offload_.at<std::byte>(p.state) : nullptr, own.count, 0, &O::desc};
-    const auto step = step_control_.template step_constants<typename O::template Step<float>>();
-    const float* table = sched.optim_table >= 0 ? offload_.at<float>(sched.optim_table) : nullptr;
-    constexpr std::int64_t chunk = 1024;  // a multiple of every optimizer's desc.align
-    static_assert(chunk % O::desc.align == 0, "cuda::Trainer: the offloaded update's chunks start on the optimizer's alignment");
-    float gf[chunk];
-    for (std::int64_t i = from; i < from + count; i += chunk) {
-      const std::int64_t len = std::min(chunk, from + count - i);
-      for (std::int64_t k = 0; k < len; ++k) gf[k] = to_float(g[i + k]);
-      O::update(w + i, gf, state.at(i), len, step, grad_scale, table);
-      if constexpr (store)
-        for (std::int64_t k = 0; k < len; ++k) stored[i + k] = from_float<S>(w[i + k]);
-    }
-  }
-
-  // p's offloaded gradient from the first element this rank updates.
-  S* offloaded_gradient(const ParamSlot& p) const { return offload_.at<S>(p.host_grad) + owned(p).grad_at; }
-  // The squares of p's offloaded gradient (the elements this rank updates), in double (a fixed order).
-  double offloaded_squares(const ParamSlot& p) const {
-    const S* g = offloaded_gradient(p);
-    double lane[8] = {};
-    const std::int64_t n = owned(p).count;
-    std::int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int l = 0; l < 8; ++l) {
-        const double x = to_float(g[i + l]);
-        lane[l] += x * x;
-      }
-    for (; i < n; ++i) {
-      const double x = to_float(g[i]);
-      lane[0] += x * x;
-    }
-    double s = 0;
-    for (double x : lane) s += x;
-    return s;
-  }
-  // Parameter k's first NaN or infinite offloaded gradient element (of those this process updates).
-  trainers::BadElement bad_element(int k) const {
-    const ParamSlot& p = sched.params[static_cast<std::size_t>(k)];
-    const S* g = offloaded_gradient(p);
-    const trainers::Owned own = owned(p);
-    for (std::int64_t i = 0; i < own.count; ++i)
-      if (!std::isfinite(to_float(g[i]))) return {own.begin + i, static_cast<double>(to_float(g[i]))};
-    return {};
-  }
-  // The norm is not finite (trainers::GradientCheck::stop_before_update); nothing was updated.
-  [[noreturn]] void stop_before_update(int step_no, float norm) {
-    trainers::GradientCheck().stop_before_update(
-        plan, sched, step_no, static_cast<double>(norm) * norm, [&](int k) { return offloaded_squares(sched.params[static_cast<std::size_t>(k)]); },
-        [&](int k) { return bad_element(k); });
   }
 
   // ---- a non-finite gradient (the failure path: after the step, never in it) -----------------------------------
