@@ -149,6 +149,7 @@
 #include "../with_pipeline_stage.hpp"
 #include "copy_waits.cuh"
 #include "offload_optimizer.cuh"
+#include "parameters.cuh"
 
 namespace headroom::cuda {
 
@@ -208,7 +209,9 @@ constexpr bool quant_blocks_fit(const Sched& sched) {
 }  // namespace detail
 
 template <TrainingRun R>
-class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>, detail::OffloadOptimizer<Trainer<R>> {
+class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
+                public detail::Parameters<Trainer<R>>,
+                detail::OffloadOptimizer<Trainer<R>> {
   static_assert(R::config().stage >= 0,
                 "cuda::Trainer<Run>: a PipelineParallel<S> run trains stage by stage: cuda::Trainer<pipeline_stage<Run, s>> "
                 "(cuda::with_pipeline_stage chooses this process's stage)");
@@ -216,6 +219,9 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>, detail::Of
   friend Base;
   using Offload = detail::OffloadOptimizer<Trainer<R>>;  // OffloadOptimizer's choreography (offload_optimizer.cuh)
   friend Offload;
+  using Params = detail::Parameters<Trainer<R>>;  // values in and out, checkpoint images, initial values (parameters.cuh)
+  friend Params;
+  using Params::fill_tables, Params::initialize, Params::state_bytes;
   using Offload::from_offload_tier, Offload::hands_over_now, Offload::load_gradients, Offload::offload_summed_gradients,
       Offload::offloaded_gradient, Offload::offloaded_partial_squares, Offload::offloaded_step, Offload::prepare_offload,
       Offload::settle_offload, Offload::stage_loss_flags, Offload::stream_gradients, Offload::zero_offloaded_states;
@@ -367,177 +373,8 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>, detail::Of
   const Blas& blas() const { return blas_; }
   // (The process's ranks and groups, and shard_of(p): trainers::Driver.)
 
-  // ---- parameters -------------------------------------------------------------------------------------
+  // ---- parameters (download_*, upload_weight, checkpoint images, reset_optimizer: parameters.cuh) --------
   static constexpr std::size_t param_count = sched.params.size();
-  // A dense parameter's values as f32 (the master copy of a 16-bit run):
-  // all of them, or with ZeRO<3> this rank's shard (shard_of(p)).
-  std::vector<float> download_weight(const ParamSlot& p) const {
-    if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_weight: " + path_of(p) + " is quantized");
-    const std::int64_t n = config.sharded(3) ? shard_of(p).count : p.elements();
-    if constexpr (offloaded)  // the master copy, in the offload tier (where it holds what the weight holds)
-      if (p.master >= 0 && config.sharded(1) == config.sharded(3)) return this->template from_offload_tier<float>(p.master, n);
-    // the master copy, where it holds what the weight holds (ZeRO 1 and 2 keep a shard of it beside whole weights)
-    if (half && p.master >= 0 && config.sharded(1) == config.sharded(3)) return download<float>(device_.at<float>(p.master), n);
-    return download_stored(p);
-  }
-  // A dense parameter's stored values as f32: what the kernels read (the
-  // storage type; with OffloadParameters the offload tier's copy, which the
-  // fetches bring to the device), all of them or with ZeRO<3> this rank's shard.
-  std::vector<float> download_stored(const ParamSlot& p) const {
-    if (p.quant.kind != QuantKind::none) throw std::invalid_argument("cuda::Trainer::download_stored: " + path_of(p) + " is quantized");
-    const std::vector<S> s = read_stored<S>(p.weight, config.sharded(3) ? shard_of(p).count : p.elements());
-    std::vector<float> v(s.size());
-    for (std::size_t i = 0; i < s.size(); ++i) v[i] = to_float(s[i]);
-    return v;
-  }
-  // Any parameter's values as f32: a quantized one dequantized on the host
-  // (what the kernels compute: code x absmax in f32).
-  std::vector<float> download_dense(const ParamSlot& p) const {
-    if (p.quant.kind == QuantKind::none) return download_weight(p);
-    if (config.sharded(3))
-      throw std::invalid_argument("cuda::Trainer::download_dense: with ZeRO<3> this rank holds byte shards of " + path_of(p) +
-                                  "'s codes and scales, not a matrix to dequantize");
-    std::vector<std::uint8_t> codes = read_stored<std::uint8_t>(p.weight, p.quant.code_bytes(p.elements()));
-    std::vector<std::uint8_t> scales = read_stored<std::uint8_t>(p.scales, p.quant.scale_bytes(p.elements()));
-    const math::QuantView w = host_view(p, codes, scales);
-    std::vector<float> v(static_cast<std::size_t>(p.elements()));
-    host::dequantize_rows<float>(w, 0, p.rows, v.data());
-    return v;
-  }
-  // A parameter's optimizer state as stored (layouts: cuda/kernels/optimizer.cuh), of
-  // the elements this rank updates (shard_of(p)); empty without one.
-  std::vector<std::byte> download_state(const ParamSlot& p) const {
-    if (p.state < 0) return {};
-    if constexpr (offloaded) return this->template from_offload_tier<std::byte>(p.state, state_bytes(p));
-    return download<std::byte>(device_.at<std::byte>(p.state), state_bytes(p));
-  }
-  // The gradient as the update reads it: whole, or with ZeRO<2> and <3> this rank's shard (averaged over the ranks).
-  // With OffloadOptimizer its copy in the offload tier, as forward_backward() leaves it (a 16-bit run's step()
-  // writes the new weights into those bytes once the parameter is updated).
-  std::vector<float> download_grad(const ParamSlot& p) const {
-    if (p.grad < 0) return {};
-    if constexpr (offloaded) {
-      const std::vector<S> g = this->template from_offload_tier<S>(p.host_grad, config.sharded(2) ? shard_of(p).count : p.elements());
-      std::vector<float> v(g.size());
-      for (std::size_t i = 0; i < g.size(); ++i) v[i] = to_float(g[i]);
-      return v;
-    }
-    if (config.sharded(2)) return download_as_float(device_.at<S>(p.grad_shard), shard_of(p).count);
-    return download_as_float(device_.at<S>(p.grad), p.elements());
-  }
-  // Sets a dense parameter from f32 values (master and storage copies).
-  void upload_weight(const ParamSlot& p, std::span<const float> x) {
-    if (p.quant.kind != QuantKind::none) {
-      upload_quantized(p, x);
-      return;
-    }
-    if (static_cast<std::int64_t>(x.size()) != p.elements())
-      throw std::invalid_argument("cuda::Trainer::upload_weight: " + path_of(p) + " has " + std::to_string(p.elements()) + " elements");
-    // data parallelism: the master copy holds the elements this rank updates, a ZeRO 3 weight its shard
-    const trainers::Owned own = owned(p);
-    const std::span<const float> held = config.sharded(3) ? x.subspan(own.begin, own.count) : x;
-    if constexpr (offloaded) {
-      if (p.master >= 0) {  // in the offload tier (no copy of it reads or writes it between steps)
-        settle_offload();
-        std::memcpy(offload_.at<float>(p.master), x.data() + own.begin, static_cast<std::size_t>(own.count) * sizeof(float));
-      }
-    } else if (half && p.master >= 0) {
-      upload(device_.at<float>(p.master), x.data() + own.begin, own.count, "upload master");
-    }
-    std::vector<S> stored(held.size());
-    for (std::size_t i = 0; i < held.size(); ++i) stored[i] = from_float<S>(held[i]);
-    write_stored(p.weight, stored.data(), stored.size(), "upload weight");
-  }
-  // ---- checkpoints (io/checkpoint.hpp) -------------------------------------------------------------------------
-  // What a checkpoint holds of this trainer, copied to host memory: each
-  // parameter's stored values (or quantized codes and scales), its f32
-  // master copy where the plan keeps one, its optimizer state, and the
-  // model's shared tables, laid out as host::Trainer keeps them, so either
-  // engine's checkpoint loads into the other. Of this process: with ZeRO<3>
-  // its shards, with ZeRO 1-3 the master weights and state of the elements
-  // it updates (io/sharded_checkpoint.hpp).
-  class CheckpointImage {
-   public:
-    const void* weight(const ParamSlot& p) const { return part(weight_, p); }
-    const std::uint8_t* codes(const ParamSlot& p) const { return reinterpret_cast<const std::uint8_t*>(part(weight_, p)); }
-    const std::uint8_t* scales(const ParamSlot& p) const { return reinterpret_cast<const std::uint8_t*>(part(scales_, p)); }
-    const float* master(const ParamSlot& p) const { return reinterpret_cast<const float*>(part(master_, p)); }
-    const std::byte* state(const ParamSlot& p) const { return part(state_, p); }
-    const std::byte* quant_table() const { return quant_table_.data(); }
-    const std::byte* optim_table() const { return optim_table_.data(); }
-
-   private:
-    friend class Trainer;
-    static const std::byte* part(const std::vector<std::vector<std::byte>>& v, const ParamSlot& p) {
-      return v[static_cast<std::size_t>(&p - sched.params.data())].data();
-    }
-    std::vector<std::vector<std::byte>> weight_, scales_, master_, state_;  // by parameter
-    std::vector<std::byte> quant_table_, optim_table_;
-  };
-  CheckpointImage checkpoint_image() const {
-    if constexpr (offloaded) settle_offload();
-    CheckpointImage im;
-    im.weight_.resize(param_count);
-    im.scales_.resize(param_count);
-    im.master_.resize(param_count);
-    im.state_.resize(param_count);
-    auto bytes = [](const auto& v) {
-      const auto* b = reinterpret_cast<const std::byte*>(v.data());
-      return std::vector<std::byte>(b, b + v.size() * sizeof(v[0]));
-    };
-    for (std::size_t k = 0; k < param_count; ++k) {
-      const ParamSlot& p = sched.params[k];
-      if (p.quant.kind == QuantKind::none) {
-        im.weight_[k] = bytes(read_stored<S>(p.weight, config.sharded(3) ? owned(p).count : p.elements()));
-      } else {
-        im.weight_[k] = read_stored<std::byte>(p.weight, held_bytes(p.quant.code_bytes(p.elements())).count);
-        im.scales_[k] = read_stored<std::byte>(p.scales, held_bytes(p.quant.scale_bytes(p.elements())).count);
-      }
-      if (p.master >= 0)  // of the elements this rank updates
-        im.master_[k] = offloaded ? this->template from_offload_tier<std::byte>(p.master, 4 * owned(p).count)
-                                  : download<std::byte>(device_.at<std::byte>(p.master), 4 * owned(p).count);
-      im.state_[k] = download_state(p);
-    }
-    if (sched.quant_table >= 0) im.quant_table_ = download<std::byte>(device_.at<std::byte>(sched.quant_table), sched.quant_table_bytes());
-    if (sched.optim_table >= 0)
-      im.optim_table_ = offloaded ? this->template from_offload_tier<std::byte>(sched.optim_table, config.optim.table_bytes())
-                                  : download<std::byte>(device_.at<std::byte>(sched.optim_table), config.optim.table_bytes());
-    return im;
-  }
-  // The bytes of a byte-stored tensor (quantized codes or scales) this rank holds.
-  trainers::HeldBytes held_bytes(std::int64_t bytes) const { return trainers::held_bytes(config, bytes, rank()); }
-  // Writes an image back (after io::load_checkpoint filled it).
-  void restore_checkpoint_image(const CheckpointImage& im) {
-    if constexpr (offloaded) settle_offload();
-    auto put = [this](std::int64_t offset, const std::vector<std::byte>& v, bool in_offload_tier, const char* what) {
-      if (in_offload_tier) std::memcpy(offload_.at<std::byte>(offset), v.data(), v.size());
-      else upload(device_.at<std::byte>(offset), v.data(), v.size(), what);
-    };
-    for (std::size_t k = 0; k < param_count; ++k) {
-      const ParamSlot& p = sched.params[k];
-      write_stored(p.weight, im.weight_[k].data(), im.weight_[k].size(), "restore a checkpoint's weights");
-      if (p.quant.kind != QuantKind::none) write_stored(p.scales, im.scales_[k].data(), im.scales_[k].size(), "restore scales");
-      if (p.master >= 0) put(p.master, im.master_[k], offloaded, "restore master weights");
-      if (p.state >= 0) put(p.state, im.state_[k], offloaded, "restore optimizer state");
-    }
-    if (sched.quant_table >= 0) put(sched.quant_table, im.quant_table_, false, "restore code tables");
-    if (sched.optim_table >= 0) put(sched.optim_table, im.optim_table_, offloaded, "restore the optimizer's tables");
-    wait(compute_, "restore a checkpoint");
-  }
-  // Zeroes every optimizer state and restarts the step count.
-  void reset_optimizer() {
-    if constexpr (offloaded) {  // in the offload tier
-      settle_offload();
-      zero_offloaded_states();
-    } else {
-      for (const ParamSlot& p : sched.params)
-        if (p.state >= 0)
-          check(cudaMemsetAsync(device_.at<std::byte>(p.state), 0, static_cast<std::size_t>(state_bytes(p)), compute_),
-                "cudaMemsetAsync (optimizer state)");
-      wait(compute_, "reset_optimizer");
-    }
-    step_ = 0;
-  }
 
  private:
   static constexpr bool tied_stages = trainers::tied_stages<R>;
@@ -568,7 +405,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>, detail::Of
   };
   Counted counted_, counted_split_, counted_whole_;
   std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
-  std::array<float, 16 + 256> host_tables_{};  // NF4 codes + the dynamic map, for quantizing on the host
   cudaGraph_t graph_{};
   cudaGraphExec_t graph_exec_{};
 
@@ -604,32 +440,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>, detail::Of
     if (Communicator* c = waiter()) c->synchronize(stream, what);
     else check(cudaStreamSynchronize(stream), what);
   }
-  // A parameter's stored tensor (values, codes or scales) at `offset` of
-  // the tier the plan stores parameters in: the device, or with
-  // OffloadParameters the pinned offload tier (read and written by the host
-  // once every copy and update is done; the fetches copy it to the device).
-  template <class U>
-  std::vector<U> read_stored(std::int64_t offset, std::int64_t n) const {
-    if constexpr (params_offloaded) return this->template from_offload_tier<U>(offset, n);
-    else return download<U>(device_.at<U>(offset), n);
-  }
-  template <class U>
-  void write_stored(std::int64_t offset, const U* src, std::size_t n, const char* what) {
-    if constexpr (params_offloaded) {
-      settle_offload();
-      std::memcpy(offload_.at<U>(offset), src, n * sizeof(U));
-    } else {
-      upload(device_.at<U>(offset), src, n, what);
-    }
-  }
-  std::int64_t state_bytes(const ParamSlot& p) const { return config.optim.state_bytes(config.sharded(1) ? p.shard : p.elements()); }
-  std::vector<float> download_as_float(const S* src, std::int64_t n) const {
-    const std::vector<S> s = download<S>(src, n);
-    std::vector<float> v(s.size());
-    for (std::size_t i = 0; i < s.size(); ++i) v[i] = to_float(s[i]);
-    return v;
-  }
-
   // ---- the step's staging (pinned host memory of the plan's offload tier) ------------------------------
   //   [tokens i32 x accumulate N][targets i32 x accumulate N][UpdateControl in][UpdateControl out]
   std::int32_t* staged_tokens() const { return offload_.at<std::int32_t>(sched.staging.offset); }
@@ -1174,56 +984,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>, detail::Of
       }
   }
 
-  void fill_tables() {
-    host::fill_quant_table(host_tables_.data(), true);
-    if (sched.quant_table >= 0) {
-      bool dq = false;
-      for (const ParamSlot& p : sched.params) dq = dq || p.quant.double_quant;
-      upload(device_.at<float>(sched.quant_table), host_tables_.data(), dq ? 16 + 256 : 16, "upload code tables");
-    }
-    // the optimizer's tables (AdamW8bit's dynamic maps)
-    using O = typename R::optimizer;
-    if constexpr (O::desc.tables > 0) {
-      if (offloaded) {  // read by the CPU's update
-        O::fill_table(offload_.at<float>(sched.optim_table));
-      } else {
-        std::vector<float> table(static_cast<std::size_t>(O::desc.tables) / sizeof(float));
-        O::fill_table(table.data());
-        upload(device_.at<float>(sched.optim_table), table.data(), table.size(), "upload the optimizer's tables");
-      }
-    }
-  }
-
-  // A quantized parameter in host buffers (codes and scales of its size), over the host copy of the code tables.
-  math::QuantView host_view(const ParamSlot& p, std::vector<std::uint8_t>& codes, std::vector<std::uint8_t>& scales) const {
-    return math::QuantView{p.quant, codes.data(), scales.data(), const_cast<float*>(host_tables_.data()), p.rows, p.cols};
-  }
-
-  // Quantizes on the host (host/quant.hpp) and uploads codes and scales.
-  // (ZeRO 3: this rank's byte shards of both, RunConfig::shard_bytes, as host::Trainer keeps.)
-  void upload_quantized(const ParamSlot& p, std::span<const float> x) {
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(p.quant.code_bytes(p.elements())));
-    std::vector<std::uint8_t> scales(static_cast<std::size_t>(p.quant.scale_bytes(p.elements())));
-    host::quantize_matrix(host_view(p, codes, scales), x.data());
-    auto held = [&](const std::vector<std::uint8_t>& all) {
-      const auto [begin, count] = held_bytes(static_cast<std::int64_t>(all.size()));
-      return std::span<const std::uint8_t>(all).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count));
-    };
-    const std::span<const std::uint8_t> c = held(codes), a = held(scales);
-    write_stored(p.weight, c.data(), c.size(), "upload codes");
-    write_stored(p.scales, a.data(), a.size(), "upload scales");
-  }
-
-  // The same initial values as host::Trainer (trainers::initial_values:
-  // with tensor parallelism, this rank's block of each split parameter).
-  void initialize(std::uint64_t seed) {
-    for (const ParamSlot& p : sched.params) {
-      const auto value = trainers::initial_values(seed, plan, p, tensor_rank());
-      std::vector<float> dense(static_cast<std::size_t>(p.elements()));
-      for (std::int64_t i = 0; i < p.elements(); ++i) dense[static_cast<std::size_t>(i)] = static_cast<float>(value(i));
-      upload_weight(p, dense);
-    }
-  }
 };
 
 // Pipeline parallelism: calls f.template operator()<Stage>() with Stage =
