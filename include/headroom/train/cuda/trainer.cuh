@@ -148,6 +148,7 @@
 #include "../op_table.hpp"
 #include "../with_pipeline_stage.hpp"
 #include "copy_waits.cuh"
+#include "gradient_norm.cuh"
 #include "offload_optimizer.cuh"
 #include "parameters.cuh"
 
@@ -211,7 +212,8 @@ constexpr bool quant_blocks_fit(const Sched& sched) {
 template <TrainingRun R>
 class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
                 public detail::Parameters<Trainer<R>>,
-                detail::OffloadOptimizer<Trainer<R>> {
+                detail::OffloadOptimizer<Trainer<R>>,
+                detail::GradientNorm<Trainer<R>, storage_t<R::config().dtype>> {
   static_assert(R::config().stage >= 0,
                 "cuda::Trainer<Run>: a PipelineParallel<S> run trains stage by stage: cuda::Trainer<pipeline_stage<Run, s>> "
                 "(cuda::with_pipeline_stage chooses this process's stage)");
@@ -222,6 +224,10 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
   using Params = detail::Parameters<Trainer<R>>;  // values in and out, checkpoint images, initial values (parameters.cuh)
   friend Params;
   using Params::fill_tables, Params::initialize, Params::state_bytes;
+  using Norm = detail::GradientNorm<Trainer<R>, storage_t<R::config().dtype>>;  // parameter lists, norm, failure path (gradient_norm.cuh)
+  friend Norm;
+  using Norm::collect_params, Norm::counted_, Norm::gradient_norm, Norm::in_backward_, Norm::sum_partial_gradients,
+      Norm::throw_non_finite_gradient, Norm::trainable_;
   using Offload::from_offload_tier, Offload::hands_over_now, Offload::load_gradients, Offload::offload_summed_gradients,
       Offload::offloaded_gradient, Offload::offloaded_partial_squares, Offload::offloaded_step, Offload::prepare_offload,
       Offload::settle_offload, Offload::stage_loss_flags, Offload::stream_gradients, Offload::zero_offloaded_states;
@@ -390,21 +396,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
   std::vector<char> fetched_ahead_;     // per step: a fetch issued before an earlier step (hoisted_)
   std::vector<cudaEvent_t> copy_done_;  // per copy step, and per step of an op on the communication lane: its work is done
   const CopyWaits waits_ = CopyWaits::plan(sched, lane_join, micro_batch_end, offloaded, sizeof(S));  // copy_waits.cuh
-  std::vector<ParamRef> trainable_;     // every trainable parameter, in schedule order
-  // the gradient norm's: every trainable parameter but the last stage's copy
-  // of a table the first stage holds too (counted there), all of them
-  // (counted_) or with tensor parallelism split (each rank its block) or whole
-  // OffloadOptimizer: with the offloaded gradients (from the first element the process updates)
-  struct Counted {
-    std::vector<ParamRef> on_device;
-    std::vector<const S*> offloaded;
-    void add(const ParamRef& r, const S* g) {
-      on_device.push_back(r);
-      offloaded.push_back(g);
-    }
-  };
-  Counted counted_, counted_split_, counted_whole_;
-  std::vector<ParamRef> in_backward_;   // UpdateInBackward: sched.updates order
   cudaGraph_t graph_{};
   cudaGraphExec_t graph_exec_{};
 
@@ -540,66 +531,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
             groups_.data->all_gather(whole + rank() * block, whole, block, s);
           }
       });
-  }
-
-  // The global gradient norm and the clip scale into the control block
-  // (squared_norm); with ZeRO 1-3 each rank sums the squares of the shards
-  // it updates and the ranks add their sums (one f32 all-reduce, in the
-  // last partial-sum slot) before the norm is taken. With OffloadOptimizer
-  // the squares' partial sums come from the CPU (sum_of_squares), whose
-  // gradients were summed before they left the device.
-  void gradient_norm() {
-    if constexpr (!offloaded) sum_partial_gradients();
-    const float clip = static_cast<float>(opt_.clip_norm);
-    if constexpr (config.tp > 1) {
-      // the whole parameters' squares into the last slot, the split ones' (summed over
-      // the tensor-parallel group) into the one before; the data-parallel ranks add both (ZeRO 1-3)
-      float* total = reductions() + (reduction_slots - 2);
-      sum_of_squares(counted_whole_, total + 1);
-      sum_of_squares(counted_split_, total);
-      groups_.tensor->all_reduce_sum(total, 1, DType::F32, compute_);
-      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { groups_.data->all_reduce_sum(total, 2, DType::F32, s); });
-      if constexpr (config.pp > 1) groups_.pipe->all_reduce_sum(total, 2, DType::F32, compute_);  // each stage its parameters
-      clip_scale(total, 2, control(), clip, compute_);
-    } else if constexpr (!config.sharded(1) && config.pp == 1) {
-      if constexpr (offloaded) {
-        const int blocks = offloaded_partial_squares(counted_);
-        clip_scale(reductions(), blocks, control(), clip, compute_);
-      } else {
-        squared_norm<S>(counted_.on_device, reductions(), control(), clip, compute_);
-      }
-    } else {
-      float* total = reductions() + (reduction_slots - 1);
-      sum_of_squares(counted_, total);
-      if constexpr (config.sharded(1)) on_communication_stream([&](cudaStream_t s) { groups_.data->all_reduce_sum(total, 1, DType::F32, s); });
-      if constexpr (config.pp > 1) groups_.pipe->all_reduce_sum(total, 1, DType::F32, compute_);  // each stage its parameters
-      clip_scale(total, 1, control(), clip, compute_);
-    }
-  }
-
-  // Gradients whose parts several processes hold, summed on each before
-  // the norm: with a tied LM head over pipeline stages, the table's of the
-  // first and the last stage (trainers::tied_stages); with tensor
-  // parallelism, a LoRA matrix's partial sums (ParamSlot::tensor_partial).
-  void sum_partial_gradients() {
-    for (const ParamSlot& p : sched.params) {
-      if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
-      const auto [g, n] = trainers::gradient_to_sum<S>(config, device_, p);
-      if constexpr (tied_stages)
-        if (p.stage_shared) groups_.shared->all_reduce_sum(g, n, config.dtype, compute_);
-      if constexpr (config.tp > 1)
-        if (p.tensor_partial) groups_.tensor->all_reduce_sum(g, n, config.dtype, compute_);
-    }
-  }
-
-  // The sum of the squares of params' gradients into *out (the partials use
-  // the reductions buffer's first slots; out may be one of them).
-  void sum_of_squares(const Counted& params, float* out) {
-    std::int64_t elements = 0;
-    for (const ParamRef& p : params.on_device) elements += p.n;
-    if (elements == 0) check(cudaMemsetAsync(out, 0, sizeof(float), compute_), "zero a sum of squares");
-    else if constexpr (offloaded) sum_rows(reductions(), offloaded_partial_squares(params), out, compute_);
-    else sum_rows(reductions(), squared_norm_partials<S>(params.on_device, reductions(), compute_), out, compute_);
   }
 
   // Pipeline parallelism: the loss in the control block (the last stage's;
@@ -899,89 +830,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
   void apply_update(std::span<const ParamRef> params, bool clip, int first_position = 0) {
     const float* table = sched.optim_table >= 0 ? device_.at<float>(sched.optim_table) : nullptr;
     R::optimizer::template update<S>(params, control(), table, clip, compute_, first_position);
-  }
-
-  // ---- a non-finite gradient (the failure path: after the step, never in it) -----------------------------------
-  // Names the first parameter (schedule order) whose gradient holds a NaN or
-  // an infinity and throws non_finite_gradient. With UpdateInBackward the
-  // step's check_gradients left one flag per update position; otherwise
-  // every gradient is still in the arena and is checked now. A global norm
-  // that overflowed f32 with every element finite names the parameter whose
-  // own norm overflows (or else is the largest).
-  [[noreturn]] void throw_non_finite_gradient(int step_no, const UpdateControl& r) {
-    if constexpr (config.update_in_backward) {
-      const int positions = static_cast<int>(sched.params.size());
-      const std::vector<float> flags = download<float>(reductions(), positions);
-      int first = -1;
-      for (int i = 0; i < positions; ++i)
-        if (flags[static_cast<std::size_t>(i)] != 0.0f && (first < 0 || sched.updates[i] < first)) first = sched.updates[i];
-      if (first < 0) throw std::logic_error("cuda::Trainer: an update was stopped but no gradient was flagged non-finite");
-      throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(first)]),
-                                "it holds NaN or infinite values. With UpdateInBackward, the " + std::to_string(r.first_bad) +
-                                    " parameters updated before the first non-finite gradient in this step's backward keep their "
-                                    "(finite) update, no later update ran, and the step count stays " + std::to_string(step_no - 1));
-    } else {
-      const std::string norm = "the global gradient norm is " + std::to_string(r.norm);
-      // per trainable parameter (trainable_ order = schedule order), flags in windows of the reductions buffer
-      std::vector<int> order;  // trainable_[i] is sched.params[order[i]]
-      for (std::size_t k = 0; k < sched.params.size(); ++k)
-        if (sched.params[k].trainable) order.push_back(static_cast<int>(k));
-      for (std::size_t w = 0; w < trainable_.size(); w += reduction_slots) {
-        const std::size_t count = std::min<std::size_t>(reduction_slots, trainable_.size() - w);
-        check(cudaMemsetAsync(reductions(), 0, count * sizeof(float), compute_), "clear gradient flags");
-        check_gradients<S>(std::span<const ParamRef>(trainable_.data() + w, count), control(), reductions(), compute_);
-        const std::vector<float> flags = download<float>(reductions(), static_cast<std::int64_t>(count));
-        for (std::size_t i = 0; i < count; ++i)
-          if (flags[i] != 0.0f)
-            throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(order[w + i])]),
-                                      "it holds NaN or infinite values (" + norm + "); " + trainers::nothing_updated(step_no));
-      }
-      // every element finite: the sum of squares overflowed f32
-      int largest = -1;
-      float largest_norm = -1.0f;
-      for (std::size_t i = 0; i < trainable_.size(); ++i) {
-        squared_norm<S>(std::span<const ParamRef>(&trainable_[i], 1), reductions(), control(), 0.0f, compute_);
-        const float own = download<UpdateControl>(control(), 1)[0].norm;
-        const std::string path = path_of(sched.params[static_cast<std::size_t>(order[i])]);
-        if (!(own - own == 0.0f))
-          throw non_finite_gradient(step_no, path,
-                                    "every gradient element is finite, but the sum of squares of this one overflows f32 (" +
-                                        norm + "); " + trainers::nothing_updated(step_no));
-        if (own > largest_norm) largest_norm = own, largest = static_cast<int>(i);
-      }
-      throw non_finite_gradient(step_no, path_of(sched.params[static_cast<std::size_t>(order[static_cast<std::size_t>(largest)])]),
-                                "every gradient element is finite, but the global gradient norm overflows f32 (" + norm +
-                                    "); this parameter's gradient norm, " + std::to_string(largest_norm) +
-                                    ", is the largest; " + trainers::nothing_updated(step_no));
-    }
-  }
-
-  // ---- set-up -----------------------------------------------------------------------------------------------
-  // What the update of p reads and writes: with ZeRO 1-3 the elements this
-  // rank owns (trainers::owned), of the averaged gradient (ZeRO 2 and 3: its shard).
-  ParamRef ref(const ParamSlot& p) const {
-    const trainers::Owned own = owned(p);
-    // OffloadOptimizer: master and state are in the offload tier, updated on the CPU (no kernel reads them);
-    // OffloadParameters: so are the weights
-    return ParamRef{params_offloaded ? nullptr : device_.at<S>(p.weight) + own.weight_at,
-                    half && p.master >= 0 && !offloaded ? device_.at<float>(p.master) : nullptr,
-                    device_.at<S>(config.sharded(2) ? p.grad_shard : p.grad) + own.grad_at,
-                    p.state >= 0 && !offloaded ? device_.at<std::byte>(p.state) : nullptr, own.count};
-  }
-  void collect_params() {
-    for (const ParamSlot& p : sched.params)
-      if (p.trainable) {
-        trainable_.push_back(ref(p));
-        if (p.stage_shared && !config.first_stage()) continue;  // counted by the first stage
-        const S* g = offloaded ? offloaded_gradient(p) : nullptr;
-        counted_.add(ref(p), g);
-        (p.split.split() ? counted_split_ : counted_whole_).add(ref(p), g);
-      }
-    if (config.update_in_backward)
-      for (std::size_t i = 0; i < sched.params.size(); ++i) {
-        const ParamSlot& p = sched.params[static_cast<std::size_t>(sched.updates[i])];
-        in_backward_.push_back(p.trainable && p.grad >= 0 ? ref(p) : ParamRef{});
-      }
   }
 
 };
