@@ -151,6 +151,7 @@
 #include "gradient_norm.cuh"
 #include "offload_optimizer.cuh"
 #include "parameters.cuh"
+#include "step_control.cuh"
 
 namespace headroom::cuda {
 
@@ -211,6 +212,7 @@ constexpr bool quant_blocks_fit(const Sched& sched) {
 
 template <TrainingRun R>
 class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
+                detail::StepControl<Trainer<R>>,
                 public detail::Parameters<Trainer<R>>,
                 detail::OffloadOptimizer<Trainer<R>>,
                 detail::GradientNorm<Trainer<R>, storage_t<R::config().dtype>> {
@@ -224,6 +226,11 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
   using Params = detail::Parameters<Trainer<R>>;  // values in and out, checkpoint images, initial values (parameters.cuh)
   friend Params;
   using Params::fill_tables, Params::initialize, Params::state_bytes;
+  using Control = detail::StepControl<Trainer<R>>;  // the batch and hyperparameters in, the results out (step_control.cuh)
+  friend Control;
+  using Control::check_outliers, Control::control, Control::evaluated_loss, Control::load_batch, Control::loss_over_stages,
+      Control::mean_over_ranks, Control::results, Control::stage_batch, Control::staged_control_in, Control::step_control_,
+      Control::upload_control;
   using Norm = detail::GradientNorm<Trainer<R>, storage_t<R::config().dtype>>;  // parameter lists, norm, failure path (gradient_norm.cuh)
   friend Norm;
   using Norm::collect_params, Norm::counted_, Norm::gradient_norm, Norm::in_backward_, Norm::sum_partial_gradients,
@@ -431,73 +438,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
     if (Communicator* c = waiter()) c->synchronize(stream, what);
     else check(cudaStreamSynchronize(stream), what);
   }
-  // ---- the step's staging (pinned host memory of the plan's offload tier) ------------------------------
-  //   [tokens i32 x accumulate N][targets i32 x accumulate N][UpdateControl in][UpdateControl out]
-  std::int32_t* staged_tokens() const { return offload_.at<std::int32_t>(sched.staging.offset); }
-  std::int32_t* staged_targets() const { return staged_tokens() + tokens_per_step; }
-  UpdateControl* staged_control_in() const {
-    return offload_.at<UpdateControl>(sched.staging.offset + 2 * tokens_per_step * 4);
-  }
-  UpdateControl* staged_control_out() const {
-    return offload_.at<UpdateControl>(sched.staging.offset + 2 * tokens_per_step * 4 + CudaWorkspace::control_floats * 4);
-  }
-  UpdateControl* control() const { return reinterpret_cast<UpdateControl*>(reductions() + reduction_slots); }
-  UpdateControl step_control_{};  // the step's hyperparameters (stage_batch)
-
-  // The host's part of a step: the batch and the step's hyperparameters into
-  // the pinned staging, from where the (possibly captured) step copies them.
-  // `training`: step()'s (its loss is scaled; forward_backward's gradients are true ones).
-  void stage_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int step_no, bool training = false) {
-    std::memcpy(staged_tokens(), tokens.data(), tokens.size_bytes());
-    std::memcpy(staged_targets(), targets.data(), targets.size_bytes());
-    UpdateControl c{};
-    c.grad_scale = 1.0f;
-    using O = typename R::optimizer;
-    c.set_step_constants(O::template step<float>(lr_at(step_no), step_no));
-    c.step = evaluating_ ? 0 : step_no;
-    c.loss_scale = training ? scaler_.scale() : 1.0f;
-    *staged_control_in() = c;
-    step_control_ = c;
-  }
-  void upload_control() {
-    check(cudaMemcpyAsync(control(), staged_control_in(), sizeof(UpdateControl), cudaMemcpyHostToDevice, compute_), "upload control");
-  }
-  // Waits for the step and reads its results (loss, norm, skip).
-  UpdateControl results() {
-    check(cudaMemcpyAsync(staged_control_out(), control(), sizeof(UpdateControl), cudaMemcpyDeviceToHost, compute_), "read results");
-    wait(compute_, "the step");
-    return *staged_control_out();
-  }
-  // LLM.int8: a projection refused the batch (more outlier columns than the
-  // plan's bound; kernels/llm_int8.cuh): the error names its layer as
-  // host::Trainer names it. The step updated nothing (skip).
-  void check_outliers(const UpdateControl& r) const {
-    if (r.outliers_found == 0) return;
-    if (r.outlier_step < 0 || r.outlier_step >= static_cast<int>(sched.steps.size()) || sched.steps[r.outlier_step].param[0] < 0)
-      throw outlier_bound_exceeded("", r.outliers_found, -1, 0.0f);  // (a kernel run outside the schedule's events)
-    const Step& st = sched.steps[static_cast<std::size_t>(r.outlier_step)];
-    const QuantDesc& q = sched.params[static_cast<std::size_t>(st.param[0])].quant;
-    throw outlier_bound_exceeded(trainers::node_path(plan, st.node, st.instance), r.outliers_found, q.max_outliers,
-                                 q.outlier_threshold);
-  }
-  double evaluated_loss() {
-    const UpdateControl r = results();
-    check_outliers(r);
-    return r.loss * config.accumulate;
-  }
-  // (A pipeline stage between the first and the last reads neither.)
-  void load_batch(int k) {
-    const std::size_t bytes = static_cast<std::size_t>(tokens_per_micro_batch) * 4;
-    if (sched.tokens.bound())
-      check(cudaMemcpyAsync(ptr<std::int32_t>(sched.tokens), staged_tokens() + k * tokens_per_micro_batch, bytes,
-                            cudaMemcpyHostToDevice, compute_),
-            "upload tokens");
-    if (sched.targets.bound())
-      check(cudaMemcpyAsync(ptr<std::int32_t>(sched.targets), staged_targets() + k * tokens_per_micro_batch, bytes,
-                            cudaMemcpyHostToDevice, compute_),
-            "upload targets");
-  }
-
   // Everything a step does on the device, in stream order, with no host
   // synchronization: what a CUDA graph captures.
   void enqueue_step() {
@@ -531,22 +471,6 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
             groups_.data->all_gather(whole + rank() * block, whole, block, s);
           }
       });
-  }
-
-  // Pipeline parallelism: the loss in the control block (the last stage's;
-  // 0 on the others) summed over the stages, so that every stage has it and
-  // a loss that is not finite stops the update on every stage.
-  void loss_over_stages() {
-    groups_.pipe->all_reduce_sum(&control()->loss, 1, DType::F32, compute_);
-    mean_loss(control(), 1.0f, compute_);
-  }
-
-  // Data parallelism: the loss in the control block becomes the mean over
-  // the ranks (and a loss not finite on any rank stops the update on all).
-  void mean_over_ranks() {
-    if (groups_.data == nullptr) return;
-    on_communication_stream([&](cudaStream_t s) { groups_.data->all_reduce_sum(&control()->loss, 1, DType::F32, s); });
-    mean_loss(control(), 1.0f / static_cast<float>(groups_.data->size()), compute_);
   }
 
   // Stream s's next work waits for the compute stream's work so far.
