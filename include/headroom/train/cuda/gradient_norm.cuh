@@ -17,6 +17,7 @@
 
 #include "../../cuda/kernels/optimizer.cuh"
 #include "../../cuda/runtime.cuh"
+#include "../../plan/schedule.hpp"
 #include "../common.hpp"
 #include "../gradient_check.hpp"
 #include "../ownership.hpp"

@@ -1,12 +1,38 @@
 #pragma once
 // cuda::Trainer's OffloadOptimizer (ZeRO-Offload) and OffloadParameters
-// (ZeRO-Infinity): the gradients' way to the pinned offload tier, the
-// update on the CPU (the host engine's optimizer pass,
-// host/kernels/optimizer.hpp) and the new weights' way back, on the copy
-// stream. cuda::Trainer inherits it (a CRTP base: Engine is the trainer,
-// whose arenas, streams and events it uses); the rest of the trainer
-// calls prepare_offload, load_gradients, stream_gradients,
+// (ZeRO-Infinity). cuda::Trainer inherits it (a CRTP base: Engine is the
+// trainer, whose arenas, streams and events it uses) and calls
+// prepare_offload, load_gradients, stream_gradients,
 // offload_summed_gradients and offloaded_step at their places in the step.
+// The CPU's update is the host engine's optimizer pass
+// (host/kernels/optimizer.hpp).
+//
+// OffloadOptimizer (ZeRO-Offload): the plan's offload tier (pinned) holds
+// the f32 master weights, the optimizer state and each gradient's offloaded
+// copy; the copy stream takes every gradient out after the step that
+// completes it, the CPU updates (during the backward without clipping, on an
+// update thread handed the parameters by cudaLaunchHostFunc; after it with
+// clipping, with the norm summed in the kernels' order) and the new weights
+// go back on the copy stream before the next step's forward. With
+// DataParallel<N> (ZeRO 0-3) the gradients go out after the collective that
+// averages them (ZeRO 2 and 3: this rank's shard), the updates run after the
+// backward with the norm summed over the ranks, and each rank's new weights
+// go back to its device (ZeRO 1 and 2: then the all-gather); with
+// TensorParallel<M> and PipelineParallel<S> likewise, the gradients several
+// processes sum staying on the device until summed there (docs/cuda.md).
+//
+// OffloadParameters (ZeRO-Infinity, with OffloadOptimizer): every
+// parameter's stored tensor (values, NF4 / Int8 codes and scales) lives in
+// the pinned offload tier; each fetch step of the schedule copies the next
+// event's parameters into the plan's `fetched` device buffers on the copy
+// stream (issued one op ahead where the plan has those buffers alive
+// there), and the compute stream waits for the copy before that event. The
+// CPU's update writes the new values (and the master) in the offload tier,
+// where the next fetches read them: no weights go back to the device. With
+// DataParallel<N> and ZeRO<3> a rank stores and fetches its shards, and the
+// all-gather after each fetch reads them (ZeRO 1 and 2 are refused).
+//
+// In detail:
 //
 // The plan keeps in the offload tier (pinned host memory) an f32 master
 // copy of every trainable parameter, its optimizer state (and AdamW8bit's
@@ -87,6 +113,7 @@
 
 #include "../../cuda/kernels/optimizer.cuh"
 #include "../../cuda/runtime.cuh"
+#include "../../plan/schedule.hpp"
 #include "../../host/kernels/optimizer.hpp"
 #include "../../host/lane_worker.hpp"
 #include "../../host/parallel.hpp"

@@ -19,6 +19,7 @@
 
 #include "../../cuda/device.cuh"
 #include "../../cuda/runtime.cuh"
+#include "../../plan/schedule.hpp"
 #include "../../host/quant.hpp"
 #include "../../math/dynamic_map.hpp"
 #include "../initial_values.hpp"

@@ -15,6 +15,8 @@
 #include "../../cuda/kernels/loss.cuh"
 #include "../../cuda/kernels/optimizer.cuh"
 #include "../../cuda/runtime.cuh"
+#include "../../math/llm_int8.hpp"
+#include "../../plan/schedule.hpp"
 #include "../common.hpp"
 
 namespace headroom::cuda::detail {

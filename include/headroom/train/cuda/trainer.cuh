@@ -81,44 +81,16 @@
 // the stages and the squares of the gradients too, so every stage has the
 // same loss, norm and skip flag.
 //
-// OffloadOptimizer (ZeRO-Offload): the plan's offload tier (pinned) holds
-// the f32 master weights, the optimizer state and each gradient's offloaded
-// copy; the copy stream takes every gradient out after the step that
-// completes it, the CPU updates (during the backward without clipping, on an
-// update thread handed the parameters by cudaLaunchHostFunc; after it with
-// clipping, with the norm summed in the kernels' order) and the new weights
-// go back on the copy stream before the next step's forward. With
-// DataParallel<N> (ZeRO 0-3) the gradients go out after the collective that
-// averages them (ZeRO 2 and 3: this rank's shard), the updates run after the
-// backward with the norm summed over the ranks, and each rank's new weights
-// go back to its device (ZeRO 1 and 2: then the all-gather); with
-// TensorParallel<M> and PipelineParallel<S> likewise, the gradients several
-// processes sum staying on the device until summed there. See the section
+// OffloadOptimizer (ZeRO-Offload) and OffloadParameters (ZeRO-Infinity):
+// master weights, optimizer state and each gradient's copy (and with
+// OffloadParameters every parameter's stored tensor) in the pinned offload
+// tier, the update on the CPU, the copies on a copy stream: see
 // train/cuda/offload_optimizer.cuh and docs/cuda.md.
-//
-// OffloadParameters (ZeRO-Infinity, with OffloadOptimizer): every
-// parameter's stored tensor (values, NF4 / Int8 codes and scales) lives in
-// the pinned offload tier; each fetch step of the schedule copies the next
-// event's parameters into the plan's `fetched` device buffers on the copy
-// stream (issued one op ahead where the plan has those buffers alive
-// there), and the compute stream waits for the copy before that event. The
-// CPU's update writes the new values (and the master) in the offload tier,
-// where the next fetches read them: no weights go back to the device. With
-// DataParallel<N> and ZeRO<3> a rank stores and fetches its shards, and the
-// all-gather after each fetch reads them (ZeRO 1 and 2 are refused).
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <limits>
-#include <memory>
 #include <span>
 #include <stdexcept>
-#include <string>
-#include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -132,83 +104,20 @@
 #include "../../cuda/kernels/quant_linear.cuh"
 #include "../../cuda/op_context.cuh"
 #include "../../cuda/runtime.cuh"
-#include "../../host/lane_worker.hpp"
-#include "../../host/parallel.hpp"
-#include "../../host/quant.hpp"
-#include "../../math/dynamic_map.hpp"
-#include "../../math/llm_int8.hpp"
-#include "../../math/optim.hpp"
 #include "../../plan/plan.hpp"
 #include "../../plan/schedule.hpp"
 #include "../common.hpp"
 #include "../driver.hpp"
-#include "../gradient_check.hpp"
-#include "../initial_values.hpp"
-#include "../offload_update.hpp"
 #include "../op_table.hpp"
 #include "../with_pipeline_stage.hpp"
 #include "copy_waits.cuh"
+#include "engine_requirements.cuh"
 #include "gradient_norm.cuh"
 #include "offload_optimizer.cuh"
 #include "parameters.cuh"
 #include "step_control.cuh"
 
 namespace headroom::cuda {
-
-namespace detail {
-// Every op of the model runs on the CUDA engine: it has CUDA kernels, on the
-// compute lane or the communication lane.
-template <class S, class E>
-constexpr bool check_kernel() {
-  using O = typename E::op;
-  HEADROOM_REQUIRE((ops::RunsOn<O, OpContext<S>>),
-                   "cuda::Trainer: the op {} of layer {} has no kernel for the CUDA engine (it needs static forward(const "
-                   "cuda::OpContext<S>&) and backward(const cuda::OpContext<S>&), or loss(k, grads), declared where "
-                   "HEADROOM_CUDA_KERNELS is set)",
-                   &O::name, &E::layer::kind);
-  HEADROOM_REQUIRE(ops::lane_of<O>() == ops::Lane::compute || ops::lane_of<O>() == ops::Lane::communication,
-                   "cuda::Trainer: the op {} of layer {} runs on the host-threads lane, which the CUDA engine does not run (it "
-                   "runs the compute and communication lanes)",
-                   &O::name, &E::layer::kind);
-  return true;
-}
-template <class S, class... Es>
-constexpr bool check_kernels(type_list<Es...>) {
-  return (check_kernel<S, Es>() && ...);
-}
-
-// Pipeline parallelism: whether the first op of steps [from, to) (forward,
-// backward or loss) is `op`.
-template <class Sched>
-constexpr bool opens_with(const Sched& sched, int from, int to, std::string_view op) {
-  for (int g = from; g < to; ++g) {
-    const Step& st = sched.steps[static_cast<std::size_t>(g)];
-    if (st.kind == EventKind::forward || st.kind == EventKind::backward || st.kind == EventKind::loss) return st.op == op;
-  }
-  return false;
-}
-// The sends cuda::PipeExchange pairs with a receive never share bytes with
-// it: pipe_send's output with its gradient, pipe_recv's input gradient with
-// the input it receives (every copy of each).
-template <class Sched>
-constexpr bool pipe_pairs_apart(const Sched& sched) {
-  Slot sent_out{}, got_grad{}, sent_grad{}, got_in{};
-  for (const Step& st : sched.steps) {
-    if (st.op == ops::PipelineSend::name && st.kind == EventKind::forward) sent_out = st.in[0];
-    if (st.op == ops::PipelineSend::name && st.kind == EventKind::backward) got_grad = st.d_in[0];
-    if (st.op == ops::PipelineRecv::name && st.kind == EventKind::backward) sent_grad = st.d_out[0];
-    if (st.op == ops::PipelineRecv::name && st.kind == EventKind::forward) got_in = st.out[0];
-  }
-  return !trainers::overlap(sent_out, got_grad) && !trainers::overlap(sent_grad, got_in);
-}
-// Every quantized parameter's block is a multiple of 32 elements (kernels/quant_linear.cuh).
-template <class Sched>
-constexpr bool quant_blocks_fit(const Sched& sched) {
-  for (const ParamSlot& p : sched.params)
-    if (p.quant.kind != QuantKind::none && p.quant.block % 32 != 0) return false;
-  return true;
-}
-}  // namespace detail
 
 template <TrainingRun R>
 class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
@@ -259,7 +168,7 @@ class Trainer : public trainers::Driver<Trainer<R>, R, Communicator>,
   static constexpr bool offloaded = config.offload_optimizer;
   // OffloadParameters (ZeRO-Infinity): every parameter's stored tensor in the
   // pinned offload tier, copied to the plan's `fetched` device buffers by the
-  // schedule's fetch steps (see "OffloadParameters" below)
+  // schedule's fetch steps (offload_optimizer.cuh)
   static constexpr bool params_offloaded = config.offload_params;
   static_assert(!params_offloaded || !config.sharded(1) || config.sharded(3),
                 "cuda::Trainer<Run>: OffloadParameters with ZeRO<1> or ZeRO<2> runs on the host engine only (each rank's "
