@@ -16,6 +16,14 @@
 // prefetch is placed one block ahead of its backward by the plan, so it
 // overlaps that block's compute).
 //
+// The trainer is built of bases that reach it as their derived class
+// (CRTP): trainers::Driver (the step's order of events, train/driver.hpp),
+// detail::StepControl (the batch and hyperparameters in, the results out:
+// step_control.cuh), detail::Parameters (values in and out, checkpoint
+// images, initial values: parameters.cuh), detail::GradientNorm (the norm
+// and its failure report: gradient_norm.cuh) and detail::OffloadOptimizer
+// (ZeRO-Offload's copies and CPU update: offload_optimizer.cuh).
+//
 // Precision: Precision<BF16> / <F16> store weights, gradients and
 // activations in 16 bits with f32 master weights (the plan's `master`
 // buffers) and f32 accumulation in every GEMM and reduction; Precision<F32>
