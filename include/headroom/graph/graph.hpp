@@ -323,6 +323,9 @@ class Graph {
     bindings.push_back(Binding{});
   }
 
+  // How many times the ops of `group` run in a step: its count (Repeat's
+  // blocks), or once outside any group (none).
+  constexpr int instances(int group) const { return group == none ? 1 : groups[group].count; }
   constexpr std::int64_t tokens_count() const { return cfg.tokens(); }
   constexpr std::int64_t act(std::int64_t features) const { return cfg.tokens() * features * cfg.act_bytes(); }
   constexpr int current_group() const { return group_stack_.empty() ? none : group_stack_.back(); }

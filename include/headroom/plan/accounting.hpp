@@ -14,13 +14,13 @@ namespace detail {
 // communicates per optimizer step (Communication), from graph b.
 constexpr void account(Expanded& x, const graph::Graph& b) {
   for (const auto& op : b.ops) {
-    const std::int64_t inst = op.group == graph::none ? 1 : b.groups[op.group].count;
+    const std::int64_t inst = b.instances(op.group);
     x.flops_fwd += inst * op.flops_fwd;
     x.flops_bwd += inst * op.flops_bwd;
   }
   for (const auto& ev : b.events)
     if (ev.kind == EventKind::recompute) {
-      const std::int64_t inst = ev.group == graph::none ? 1 : b.groups[ev.group].count;
+      const std::int64_t inst = b.instances(ev.group);
       x.flops_recompute += inst * b.ops[ev.op].flops_fwd;
     }
 
@@ -28,7 +28,7 @@ constexpr void account(Expanded& x, const graph::Graph& b) {
   for (const auto& ev : b.events) {
     if (ev.kind != EventKind::collective) continue;
     const graph::Op& c = b.collectives[ev.collective];
-    const std::int64_t inst = ev.group == graph::none ? 1 : b.groups[ev.group].count;
+    const std::int64_t inst = b.instances(ev.group);
     const std::int64_t micro = b.cfg.accumulate;
     using AllReduce = graph::collective::AllReduceGrads;
     using ReduceScatter = graph::collective::ReduceScatterGrads;
@@ -52,7 +52,7 @@ constexpr void account(Expanded& x, const graph::Graph& b) {
     const graph::Event& ev = b.events[e];
     if (ev.op == graph::none || ev.kind == EventKind::collective) continue;
     const graph::Op& op = b.ops[ev.op];
-    const std::int64_t inst = (ev.group == graph::none ? 1 : b.groups[ev.group].count) * b.cfg.accumulate;
+    const std::int64_t inst = b.instances(ev.group) * b.cfg.accumulate;
     const bool bwd = ev.kind == EventKind::backward;
     const graph::Binding& bd = b.bindings[e];
     if (bwd && !bd.d_inout.valid() && !bd.d_out[0].valid() && !bd.d_in[0].valid()) continue;  // no gradient to exchange
@@ -64,9 +64,9 @@ constexpr void account(Expanded& x, const graph::Graph& b) {
     x.communication.pipeline_sent += inst * ex.sent;
     x.communication.pipeline_received += inst * ex.received;
   }
-  for (const auto& pr : b.params) {  // gradients summed before the update (trainers::gradient_to_sum)
+  for (const auto& pr : b.params) {  // gradients summed before the update (trainers::held_gradient)
     if (!pr.trainable) continue;
-    const std::int64_t inst = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+    const std::int64_t inst = b.instances(pr.group);
     const std::int64_t bytes = inst * (b.cfg.sharded(2) ? b.cfg.shard(pr.elements()) : pr.elements()) * b.cfg.act_bytes();
     if (pr.stage_shared) {  // the first and last pipeline stages' shared table
       x.communication.stage_all_reduce += bytes;
@@ -80,7 +80,7 @@ constexpr void account(Expanded& x, const graph::Graph& b) {
   if (b.cfg.sharded(1) && !b.cfg.sharded(3))  // ZeRO 1 and 2: the weights after the update
     for (const auto& pr : b.params) {
       if (!pr.trainable) continue;
-      const std::int64_t inst = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+      const std::int64_t inst = b.instances(pr.group);
       x.communication.all_gather += inst * b.cfg.shard(pr.elements()) * b.cfg.dp * b.cfg.act_bytes();
       x.communication.all_gather_calls += inst;
     }

@@ -238,7 +238,7 @@ constexpr void describe(Expanded& x, const graph::Graph& b, const Timeline& tl) 
   }
   for (int p = 0; p < static_cast<int>(b.params.size()); ++p) {
     const auto& pr = b.params[p];
-    const int inst = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+    const int inst = b.instances(pr.group);
     x.params.push_back(ParamInfo{pr.name, pr.node, pr.rows, pr.cols, inst, pr.trainable, pr.quant});
   }
 }
@@ -286,7 +286,7 @@ constexpr void resolve_buffers(Expanded& x, const graph::Graph& b, const Timelin
   for (int t = 0; t < T; ++t) {
     const auto& tr = b.tensors[t];
     if (tr.is_virtual || tr.alias != graph::none || tr.bytes <= 0) continue;
-    const int count = tr.group == graph::none ? 1 : b.groups[tr.group].count;
+    const int count = b.instances(tr.group);
     const int instances = tr.collapsed ? 1 : count;
     int cf = E, cl = -1;  // collapsed: the union over instances
     for (int j = 0; j < count; ++j) {

@@ -86,7 +86,7 @@ constexpr Sizes sizes() {
   std::int64_t parameters = 0, trainable = 0;
   std::size_t param_slots = 0;
   for (const auto& pr : b.params) {
-    const int instances = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+    const int instances = b.instances(pr.group);
     const std::int64_t n = pr.rows * pr.cols * instances;
     parameters += n;
     if (pr.trainable) trainable += n;
@@ -96,14 +96,14 @@ constexpr Sizes sizes() {
   std::size_t copies = 0;
   for (const auto& c : b.copies) {
     const int g = b.tensors[c.src].group;
-    copies += 2 * static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
+    copies += 2 * static_cast<std::size_t>(b.instances(g));
   }
   // OffloadParameters: each fetch copies its parameters once per instance
   for (std::size_t e = 0; e < b.events.size(); ++e) {
     if (b.events[e].kind != EventKind::fetch) continue;
     const int g = b.events[e].group;
     for (const graph::Ref& r : b.bindings[e].out)
-      if (r.valid()) copies += static_cast<std::size_t>(g == graph::none ? 1 : b.groups[g].count);
+      if (r.valid()) copies += static_cast<std::size_t>(b.instances(g));
   }
   return Sizes{buffers,   static_cast<std::size_t>(expand_events(b).total), b.nodes.size(), b.params.size(), parameters,
                trainable, b.tied_table_missing, copies, param_slots};

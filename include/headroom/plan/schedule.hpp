@@ -249,7 +249,7 @@ constexpr auto schedule_of_plan(const P& plan) {
     for (int p = 0; p < static_cast<int>(b.params.size()); ++p) {
       const graph::Param& pr = b.params[p];
       param_base[p] = k;
-      const int count = pr.group == graph::none ? 1 : b.groups[pr.group].count;
+      const int count = b.instances(pr.group);
       for (int j = 0; j < count; ++j, ++k) {
         ParamSlot& ps = s.params[k];
         ps.name = pr.name;

@@ -126,20 +126,20 @@ struct GradientCheck {
   // schedule order with a NaN or an infinity, else the first whose own
   // squares leave f32's range, else the largest.
   template <class Plan, class Sched, class Squares, class Find>
-  [[noreturn]] void stop_before_update(const Plan& plan, const Sched& sched, int step_no, double total, Squares&& squares_of,
-                                       Find&& find) {
-    *this = GradientCheck{};
+  [[noreturn]] static void stop_before_update(const Plan& plan, const Sched& sched, int step_no, double total, Squares&& squares_of,
+                                              Find&& find) {
+    GradientCheck c;
     int largest = -1;
     double largest_sq = -1;
     for (std::size_t k = 0; k < sched.params.size(); ++k) {
       if (!sched.params[k].trainable) continue;
       const double sq = squares_of(static_cast<int>(k));
-      flag(static_cast<int>(k), sq, find);
+      c.flag(static_cast<int>(k), sq, find);
       if (sq > largest_sq) largest = static_cast<int>(k), largest_sq = sq;
     }
-    if (first < 0) *this = GradientCheck{.first = largest, .element = -1, .value = total, .own = false};
-    throw non_finite_gradient(step_no, path_of(plan, sched.params[static_cast<std::size_t>(first)]),
-                              describe(sched) + " (the global gradient norm is " + short_number(std::sqrt(total)) + "); " +
+    if (c.first < 0) c = GradientCheck{.first = largest, .element = -1, .value = total, .own = false};
+    throw non_finite_gradient(step_no, path_of(plan, sched.params[static_cast<std::size_t>(c.first)]),
+                              c.describe(sched) + " (the global gradient norm is " + short_number(std::sqrt(total)) + "); " +
                                   nothing_updated(step_no));
   }
 };

@@ -39,13 +39,15 @@ constexpr HeldBytes held_bytes(const RunConfig& config, std::int64_t bytes, int 
   return HeldBytes{begin, std::min(block, bytes - begin)};
 }
 
-// The elements of a gradient that several processes sum before the update
-// (a table both end stages hold; a LoRA matrix every tensor-parallel rank
-// holds whole, ParamSlot::tensor_partial), and where they start: the
-// whole gradient, or with ZeRO 2 and 3 this rank's shard (the same
-// elements on each of those processes).
+// The gradient of p this rank holds once the data-parallel ranks averaged
+// it, and its elements: the whole gradient, or with ZeRO 2 and 3 this
+// rank's shard. What the update reads, what OffloadOptimizer streams to
+// the offload tier, and what the processes that hold parts of one gradient
+// sum before the update (a table both end stages hold; a LoRA matrix every
+// tensor-parallel rank holds whole, ParamSlot::tensor_partial: the same
+// elements on each of them).
 template <class T, class Arena, class Param>
-std::pair<T*, std::int64_t> gradient_to_sum(const RunConfig& c, const Arena& arena, const Param& p) {
+std::pair<T*, std::int64_t> held_gradient(const RunConfig& c, const Arena& arena, const Param& p) {
   return c.sharded(2) ? std::pair<T*, std::int64_t>{arena.template at<T>(p.grad_shard), p.shard}
                       : std::pair<T*, std::int64_t>{arena.template at<T>(p.grad), p.elements()};
 }

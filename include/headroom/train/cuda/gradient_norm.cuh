@@ -119,7 +119,7 @@ class GradientNorm {
     auto& t = self();
     for (const ParamSlot& p : Engine::sched.params) {
       if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
-      const auto [g, n] = trainers::gradient_to_sum<S>(Engine::config, t.device_, p);
+      const auto [g, n] = trainers::held_gradient<S>(Engine::config, t.device_, p);
       if constexpr (Engine::tied_stages)
         if (p.stage_shared) t.groups_.shared->all_reduce_sum(g, n, Engine::config.dtype, t.compute_);
       if constexpr (Engine::config.tp > 1)

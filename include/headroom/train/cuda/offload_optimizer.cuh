@@ -193,7 +193,7 @@ class OffloadOptimizer {
     for (int q = 0; q < graph::max_weights; ++q) {
       if (!st.grad_load[q]) continue;
       const ParamSlot& p = Engine::sched.params[static_cast<std::size_t>(st.param[q])];
-      const auto [device, n] = streamed_gradient(p);
+      const auto [device, n] = trainers::held_gradient<typename Engine::S>(Engine::config, t.device_, p);
       const auto bytes = static_cast<std::size_t>(n) * sizeof(typename Engine::S);
       if (micro == 0)
         check(cudaMemsetAsync(device, 0, bytes, t.compute_), "zero a gradient");
@@ -201,12 +201,6 @@ class OffloadOptimizer {
         check(cudaMemcpyAsync(device, t.offload_.template at<std::byte>(p.host_grad), bytes, cudaMemcpyHostToDevice, t.compute_),
               "load an offloaded gradient");
     }
-  }
-  // The device gradient that goes to the offload tier: the whole one, or with
-  // ZeRO 2 and 3 this rank's shard (what the update reads); and its elements.
-  std::pair<std::byte*, std::int64_t> streamed_gradient(const ParamSlot& p) const {
-    if (Engine::config.sharded(2)) return {self().device_.template at<std::byte>(p.grad_shard), p.shard};
-    return {self().device_.template at<std::byte>(p.grad), p.elements()};
   }
   // Whether each update runs on the update thread as soon as its gradient is
   // offloaded: without clipping, on one process. With several processes
@@ -374,10 +368,10 @@ class OffloadOptimizer {
     for (const ParamSlot& p : Engine::sched.params)
       if (p.trainable && graph::offloaded_after_sum(Engine::config, p)) offload_gradient(p);
   }
-  // p's gradient (streamed_gradient) to its copy in the offload tier, on the copy stream.
+  // p's gradient (trainers::held_gradient) to its copy in the offload tier, on the copy stream.
   void offload_gradient(const ParamSlot& p) {
     Engine& t = self();
-    const auto [from, n] = streamed_gradient(p);
+    const auto [from, n] = trainers::held_gradient<typename Engine::S>(Engine::config, t.device_, p);
     check(cudaMemcpyAsync(t.offload_.template at<std::byte>(p.host_grad), from, static_cast<std::size_t>(n) * sizeof(typename Engine::S),
                           cudaMemcpyDeviceToHost, t.copy_),
           "offload a gradient");
@@ -467,7 +461,7 @@ class OffloadOptimizer {
   // The norm is not finite (trainers::GradientCheck::stop_before_update); nothing was updated.
   [[noreturn]] void stop_before_update(int step_no, float norm) {
     const auto& sched = Engine::sched;
-    trainers::GradientCheck().stop_before_update(
+    trainers::GradientCheck::stop_before_update(
         Engine::plan, sched, step_no, static_cast<double>(norm) * norm,
         [&](int k) { return offloaded_squares(sched.params[static_cast<std::size_t>(k)]); }, [&](int k) { return bad_element(k); });
   }

@@ -113,7 +113,7 @@ class OffloadOptimizer {
     for (int q = 0; q < graph::max_weights; ++q) {
       if (!st.grad_load[q]) continue;
       const ParamSlot& p = Trainer::sched.params[st.param[q]];
-      const auto [device, n] = streamed_gradient(p);
+      const auto [device, n] = trainers::held_gradient<T>(Trainer::config, self().device_, p);
       const auto bytes = static_cast<std::size_t>(n) * sizeof(T);
       if (self().micro_ == 0) {
         std::memset(device, 0, bytes);
@@ -122,12 +122,6 @@ class OffloadOptimizer {
         traffic_.to_device += static_cast<std::int64_t>(bytes);
       }
     }
-  }
-  // The device gradient that goes to the offload tier: the whole one, or
-  // with ZeRO 2 and 3 this rank's shard (what the update reads); and its elements.
-  std::pair<T*, std::int64_t> streamed_gradient(const ParamSlot& p) const {
-    if (Trainer::config.sharded(2)) return {self().device_.template at<T>(p.grad_shard), p.shard};
-    return {self().device_.template at<T>(p.grad), p.elements()};
   }
 
   // After step st: the gradients it completed go to the offload tier (a
@@ -193,7 +187,7 @@ class OffloadOptimizer {
     for (int u = st.update_begin; u < st.update_end; ++u) {
       const int k = Trainer::sched.updates[u];
       const ParamSlot& p = Trainer::sched.params[k];
-      const auto [from, n] = streamed_gradient(p);
+      const auto [from, n] = trainers::held_gradient<T>(Trainer::config, self().device_, p);  // what goes to the tier
       self().offload_.write(p.host_grad, from, n * static_cast<std::int64_t>(sizeof(T)));  // the sum so far (Step::grad_load)
       traffic_.to_offload += n * static_cast<std::int64_t>(sizeof(T));
       if (self().updating_ && self().micro_ == Trainer::config.accumulate - 1)

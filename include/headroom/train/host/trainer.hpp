@@ -84,7 +84,6 @@ struct host_scalar {
 template <TrainingRun R>
 using host_scalar_t = typename host_scalar<R::dtype>::type;
 
-
 // Every op of the model runs on the host engine: it has host kernels, on
 // the compute lane or the host-threads lane.
 template <class T, class E>

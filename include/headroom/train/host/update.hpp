@@ -132,8 +132,8 @@ class Update {
       if (!p.trainable || !(p.stage_shared || p.tensor_partial)) continue;
       // OffloadOptimizer: the offload tier's copy (the whole one, or this rank's shard, as on the device)
       const auto [g, n] = config.offload_optimizer
-                              ? std::pair<T*, std::int64_t>{t.offload_.template at<T>(p.host_grad), t.streamed_gradient(p).second}
-                              : trainers::gradient_to_sum<T>(config, t.device_, p);
+                              ? std::pair<T*, std::int64_t>{t.offload_.template at<T>(p.host_grad), trainers::held_gradient<T>(config, t.device_, p).second}
+                              : trainers::held_gradient<T>(config, t.device_, p);
       if constexpr (Trainer::tied_stages)
         if (p.stage_shared) t.groups_.shared->all_reduce_sum(g, n, dtype_of<T>);
       if constexpr (config.tp > 1)
@@ -161,7 +161,7 @@ class Update {
   // The failure path of update() (trainers::GradientCheck::stop_before_update).
   [[noreturn]] void stop_before_update(int step_no, double total) {
     const double scale = static_cast<double>(self().step_scale_) * self().step_scale_;
-    self().checked_.stop_before_update(
+    trainers::GradientCheck::stop_before_update(
         Trainer::plan, Trainer::sched, step_no, total,
         [&](int k) { return squared_norm(update_grad(Trainer::sched.params[k]), self().owned(Trainer::sched.params[k]).count) / scale; },
         [&](int k) { return bad_element(k); });
