@@ -92,7 +92,8 @@ class GradientNorm {
       sum_of_squares(counted_whole_, total + 1);
       sum_of_squares(counted_split_, total);
       t.groups_.tensor->all_reduce_sum(total, 1, DType::F32, t.compute_);
-      if constexpr (Engine::config.sharded(1)) t.on_communication_stream([&](cudaStream_t s) { t.groups_.data->all_reduce_sum(total, 2, DType::F32, s); });
+      if constexpr (Engine::config.sharded(1))
+        t.on_communication_stream([&](cudaStream_t s) { t.groups_.data->all_reduce_sum(total, 2, DType::F32, s); });
       if constexpr (Engine::config.pp > 1) t.groups_.pipe->all_reduce_sum(total, 2, DType::F32, t.compute_);  // each stage its parameters
       clip_scale(total, 2, t.control(), clip, t.compute_);
     } else if constexpr (!Engine::config.sharded(1) && Engine::config.pp == 1) {
@@ -105,7 +106,8 @@ class GradientNorm {
     } else {
       float* total = t.reductions() + (reduction_slots - 1);
       sum_of_squares(counted_, total);
-      if constexpr (Engine::config.sharded(1)) t.on_communication_stream([&](cudaStream_t s) { t.groups_.data->all_reduce_sum(total, 1, DType::F32, s); });
+      if constexpr (Engine::config.sharded(1))
+        t.on_communication_stream([&](cudaStream_t s) { t.groups_.data->all_reduce_sum(total, 1, DType::F32, s); });
       if constexpr (Engine::config.pp > 1) t.groups_.pipe->all_reduce_sum(total, 1, DType::F32, t.compute_);  // each stage its parameters
       clip_scale(total, 1, t.control(), clip, t.compute_);
     }
@@ -187,7 +189,8 @@ class GradientNorm {
                                         norm + "); " + trainers::nothing_updated(step_no));
         if (own > largest_norm) largest_norm = own, largest = static_cast<int>(i);
       }
-      throw non_finite_gradient(step_no, t.path_of(Engine::sched.params[static_cast<std::size_t>(order[static_cast<std::size_t>(largest)])]),
+      const ParamSlot& named = Engine::sched.params[static_cast<std::size_t>(order[static_cast<std::size_t>(largest)])];
+      throw non_finite_gradient(step_no, t.path_of(named),
                                 "every gradient element is finite, but the global gradient norm overflows f32 (" + norm +
                                     "); this parameter's gradient norm, " + std::to_string(largest_norm) +
                                     ", is the largest; " + trainers::nothing_updated(step_no));

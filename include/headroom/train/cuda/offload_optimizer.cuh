@@ -113,10 +113,10 @@
 
 #include "../../cuda/kernels/optimizer.cuh"
 #include "../../cuda/runtime.cuh"
-#include "../../plan/schedule.hpp"
 #include "../../host/kernels/optimizer.hpp"
 #include "../../host/lane_worker.hpp"
 #include "../../host/parallel.hpp"
+#include "../../plan/schedule.hpp"
 #include "../gradient_check.hpp"
 #include "../offload_update.hpp"
 #include "../ownership.hpp"
@@ -353,9 +353,10 @@ class OffloadOptimizer {
   template <class Counted>
   int offloaded_partial_squares(const Counted& params) {
     std::vector<float> partials;
-    const int blocks = squared_norm_partials_on_host<typename Engine::S>(params.on_device, params.offloaded, partials, [&](int b, auto&& f) {
+    auto for_blocks = [&](int b, auto&& f) {
       host::parallel_for(b, update_threads_, [&](std::int64_t x, int) { f(static_cast<int>(x)); });
-    });
+    };
+    const int blocks = squared_norm_partials_on_host<typename Engine::S>(params.on_device, params.offloaded, partials, for_blocks);
     if (blocks > 0) self().upload(self().reductions(), partials.data(), partials.size(), "upload the squares' partial sums");
     return blocks;
   }

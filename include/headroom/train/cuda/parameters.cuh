@@ -19,9 +19,9 @@
 
 #include "../../cuda/device.cuh"
 #include "../../cuda/runtime.cuh"
-#include "../../plan/schedule.hpp"
 #include "../../host/quant.hpp"
 #include "../../math/dynamic_map.hpp"
+#include "../../plan/schedule.hpp"
 #include "../initial_values.hpp"
 #include "../ownership.hpp"
 
@@ -39,7 +39,8 @@ class Parameters {
     if constexpr (Engine::offloaded)  // the master copy, in the offload tier (where it holds what the weight holds)
       if (p.master >= 0 && Engine::config.sharded(1) == Engine::config.sharded(3)) return t.template from_offload_tier<float>(p.master, n);
     // the master copy, where it holds what the weight holds (ZeRO 1 and 2 keep a shard of it beside whole weights)
-    if (Engine::half && p.master >= 0 && Engine::config.sharded(1) == Engine::config.sharded(3)) return t.template download<float>(t.device_.template at<float>(p.master), n);
+    if (Engine::half && p.master >= 0 && Engine::config.sharded(1) == Engine::config.sharded(3))
+      return t.template download<float>(t.device_.template at<float>(p.master), n);
     return download_stored(p);
   }
   // A dense parameter's stored values as f32: what the kernels read (the
@@ -171,10 +172,14 @@ class Parameters {
                                   : t.template download<std::byte>(t.device_.template at<std::byte>(p.master), 4 * t.owned(p).count);
       im.state_[k] = download_state(p);
     }
-    if (Engine::sched.quant_table >= 0) im.quant_table_ = t.template download<std::byte>(t.device_.template at<std::byte>(Engine::sched.quant_table), Engine::sched.quant_table_bytes());
-    if (Engine::sched.optim_table >= 0)
-      im.optim_table_ = Engine::offloaded ? t.template from_offload_tier<std::byte>(Engine::sched.optim_table, Engine::config.optim.table_bytes())
-                                  : t.template download<std::byte>(t.device_.template at<std::byte>(Engine::sched.optim_table), Engine::config.optim.table_bytes());
+    constexpr auto& sched = Engine::sched;
+    if (sched.quant_table >= 0)
+      im.quant_table_ = t.template download<std::byte>(t.device_.template at<std::byte>(sched.quant_table), sched.quant_table_bytes());
+    if (sched.optim_table >= 0) {
+      const std::int64_t bytes = Engine::config.optim.table_bytes();
+      im.optim_table_ = Engine::offloaded ? t.template from_offload_tier<std::byte>(sched.optim_table, bytes)
+                                          : t.template download<std::byte>(t.device_.template at<std::byte>(sched.optim_table), bytes);
+    }
     return im;
   }
   // The bytes of a byte-stored tensor (quantized codes or scales) this rank holds.
@@ -195,7 +200,8 @@ class Parameters {
       if (p.state >= 0) put(p.state, im.state_[k], Engine::offloaded, "restore optimizer state");
     }
     if (Engine::sched.quant_table >= 0) put(Engine::sched.quant_table, im.quant_table_, false, "restore code tables");
-    if (Engine::sched.optim_table >= 0) put(Engine::sched.optim_table, im.optim_table_, Engine::offloaded, "restore the optimizer's tables");
+    if (Engine::sched.optim_table >= 0)
+      put(Engine::sched.optim_table, im.optim_table_, Engine::offloaded, "restore the optimizer's tables");
     t.wait(t.compute_, "restore a checkpoint");
   }
   // Zeroes every optimizer state and restarts the step count.
@@ -240,7 +246,9 @@ class Parameters {
       t.upload(t.device_.template at<U>(offset), src, n, what);
     }
   }
-  std::int64_t state_bytes(const ParamSlot& p) const { return Engine::config.optim.state_bytes(Engine::config.sharded(1) ? p.shard : p.elements()); }
+  std::int64_t state_bytes(const ParamSlot& p) const {
+    return Engine::config.optim.state_bytes(Engine::config.sharded(1) ? p.shard : p.elements());
+  }
   template <class S>
   std::vector<float> download_as_float(const S* src, std::int64_t n) const {
     const std::vector<S> s = self().template download<S>(src, n);

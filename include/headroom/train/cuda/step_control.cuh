@@ -37,7 +37,8 @@ class StepControl {
   }
   UpdateControl* staged_control_out() const {
     auto& t = self();
-    return t.offload_.template at<UpdateControl>(Engine::sched.staging.offset + 2 * t.tokens_per_step * 4 + CudaWorkspace::control_floats * 4);
+    const std::int64_t at = Engine::sched.staging.offset + 2 * t.tokens_per_step * 4 + CudaWorkspace::control_floats * 4;
+    return t.offload_.template at<UpdateControl>(at);
   }
   UpdateControl* control() const { return reinterpret_cast<UpdateControl*>(self().reductions() + reduction_slots); }
   UpdateControl step_control_{};  // the step's hyperparameters (stage_batch)
@@ -74,10 +75,11 @@ class StepControl {
   // host::Trainer names it. The step updated nothing (skip).
   void check_outliers(const UpdateControl& r) const {
     if (r.outliers_found == 0) return;
-    if (r.outlier_step < 0 || r.outlier_step >= static_cast<int>(Engine::sched.steps.size()) || Engine::sched.steps[r.outlier_step].param[0] < 0)
+    constexpr auto& sched = Engine::sched;
+    if (r.outlier_step < 0 || r.outlier_step >= static_cast<int>(sched.steps.size()) || sched.steps[r.outlier_step].param[0] < 0)
       throw outlier_bound_exceeded("", r.outliers_found, -1, 0.0f);  // (a kernel run outside the schedule's events)
-    const Step& st = Engine::sched.steps[static_cast<std::size_t>(r.outlier_step)];
-    const QuantDesc& q = Engine::sched.params[static_cast<std::size_t>(st.param[0])].quant;
+    const Step& st = sched.steps[static_cast<std::size_t>(r.outlier_step)];
+    const QuantDesc& q = sched.params[static_cast<std::size_t>(st.param[0])].quant;
     throw outlier_bound_exceeded(trainers::node_path(Engine::plan, st.node, st.instance), r.outliers_found, q.max_outliers,
                                  q.outlier_threshold);
   }
