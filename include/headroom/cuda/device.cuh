@@ -70,17 +70,28 @@ HEADROOM_HOST_DEVICE inline f16 from_float<f16>(float x) { return __float2half(x
 inline constexpr int warp_size = 32;
 inline constexpr unsigned full_mask = 0xffffffffu;
 
-// Sum / max over the 32 lanes of a warp; every lane gets the result.
+// Sum / max over the 32 lanes of a warp (an xor butterfly); every lane gets
+// the result. The CPU emulator runs the same five rounds, in the same order,
+// as one warp collective (a fifth of its fiber switches; its self-test holds
+// it to the shuffle loop bit for bit).
 __device__ inline float warp_sum(float v) {
+#if defined(HEADROOM_CUDA_EMULATOR)
+  return cuda_emulator::warp_butterfly_sum(full_mask, v);
+#else
   for (int o = warp_size / 2; o > 0; o /= 2) v += __shfl_xor_sync(full_mask, v, o);
   return v;
+#endif
 }
 __device__ inline float warp_max(float v) {
+#if defined(HEADROOM_CUDA_EMULATOR)
+  return cuda_emulator::warp_butterfly_max(full_mask, v);
+#else
   for (int o = warp_size / 2; o > 0; o /= 2) {
     const float w = __shfl_xor_sync(full_mask, v, o);
     v = w > v ? w : v;
   }
   return v;
+#endif
 }
 
 namespace device_detail {

@@ -27,6 +27,11 @@
 //     wait for every live lane of the warp: masks are not honoured beyond
 //     requiring the caller's own bit. A shuffle exchanges values through a
 //     per-warp slot array at one warp barrier (two slot arrays, alternating).
+//   - cuda/device.cuh's warp_sum and warp_max (the kernels' reductions) run
+//     their five __shfl_xor_sync rounds as one warp collective: the lanes
+//     leave their values at one barrier and read the rounds' results, the
+//     same bits as the loop (Scheduler::xor_butterfly; its self-test), with
+//     a fifth of the fiber switches.
 //   - __shared__ is `static`: one copy per declaration, which is right because
 //     blocks run one at a time. It is zero before the first launch and keeps
 //     the previous block's contents (on a GPU it is undefined).
@@ -264,7 +269,7 @@ inline Builtins builtins;
 
 // The warp collectives; the lanes of one warp barrier must all call the same
 // one with the same value size.
-enum class Collective : unsigned { syncwarp, shfl, shfl_up, shfl_down, shfl_xor };
+enum class Collective : unsigned { syncwarp, shfl, shfl_up, shfl_down, shfl_xor, butterfly_sum, butterfly_max };
 inline unsigned collective_key(Collective c, std::size_t value_bytes) {
   return static_cast<unsigned>(c) << 8 | static_cast<unsigned>(value_bytes);
 }
@@ -280,6 +285,10 @@ inline const char* collective_name(unsigned key) {
       return "__shfl_down_sync";
     case Collective::shfl_xor:
       return "__shfl_xor_sync";
+    case Collective::butterfly_sum:
+      return "warp_sum (a __shfl_xor_sync butterfly)";
+    case Collective::butterfly_max:
+      return "warp_max (a __shfl_xor_sync butterfly)";
   }
   return "?";
 }
@@ -303,6 +312,10 @@ struct Warp {
   // arrived at e + 1, i.e. has read episode e's values.
   std::uint64_t slot[2][warp_lanes];
   unsigned stamp[2][warp_lanes];  // the episode that wrote the slot
+  // A butterfly's results (xor_butterfly), computed by the first lane that
+  // reads them after the barrier of episode butterfly_episode.
+  float butterfly[warp_lanes];
+  unsigned butterfly_episode;
 };
 
 class Scheduler {
@@ -396,6 +409,8 @@ class Scheduler {
         in_range = source <= last;
         break;
       case Collective::syncwarp:
+      case Collective::butterfly_sum:
+      case Collective::butterfly_max:
         break;
     }
     if (!in_range) return value;
@@ -406,6 +421,45 @@ class Scheduler {
       std::memset(static_cast<void*>(&result), 0xff, sizeof(T));
     }
     return result;
+  }
+
+  // What `for (o = 16; o > 0; o /= 2) v = v OP __shfl_xor_sync(mask, v, o)`
+  // gives each lane (OP: + for butterfly_sum; for butterfly_max, the shuffled
+  // value where it is greater), at one warp barrier instead of five: the lanes
+  // leave their values in the slots, and the first to read after the barrier
+  // runs the five rounds over them in the loop's order, as every lane would
+  // (a lane that did not take part reads as NaN, as in shuffle()). The same
+  // bits as the shuffle loop; a fifth of the fiber switches.
+  float xor_butterfly(Collective op, unsigned mask, float value) {
+    const unsigned key = collective_key(op, sizeof(float));
+    Fiber& self = running(collective_name(key));
+    check_mask(self, mask, collective_name(key));
+    Warp& warp = warps_[self.warp];
+    const unsigned episode = warp.episode;
+    const int buffer = episode & 1;
+    std::memcpy(&warp.slot[buffer][self.lane], &value, sizeof value);
+    warp.stamp[buffer][self.lane] = episode;
+    warp_barrier(self, key);
+    if (warp.butterfly_episode != episode) {
+      float v[warp_lanes];
+      bool took_part[warp_lanes];
+      for (int l = 0; l < warp_lanes; ++l) {
+        took_part[l] = warp.stamp[buffer][l] == episode;
+        std::memcpy(&v[l], &warp.slot[buffer][l], sizeof(float));
+      }
+      const float absent = std::bit_cast<float>(~0u);
+      for (int o = warp_lanes / 2; o > 0; o /= 2) {
+        float next[warp_lanes];
+        for (int l = 0; l < warp_lanes; ++l) {
+          const float w = took_part[l ^ o] ? v[l ^ o] : absent;
+          next[l] = op == Collective::butterfly_sum ? v[l] + w : (w > v[l] ? w : v[l]);
+        }
+        std::memcpy(v, next, sizeof v);
+      }
+      std::memcpy(warp.butterfly, v, sizeof v);
+      warp.butterfly_episode = episode;
+    }
+    return warp.butterfly[self.lane];
   }
 
  private:
@@ -485,6 +539,7 @@ class Scheduler {
       warp.arrived = 0;
       warp.episode = 0;
       std::memset(warp.stamp, 0xff, sizeof warp.stamp);
+      warp.butterfly_episode = ~0u;
     }
     for (int t = 0; t < threads; ++t) {
       Fiber& f = fibers_[t];
@@ -730,6 +785,17 @@ T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
   using headroom::cuda_emulator::detail::Collective;
   return headroom::cuda_emulator::detail::scheduler().shuffle(Collective::shfl_xor, mask, var, lane_mask, width);
 }
+
+namespace headroom::cuda_emulator {
+// The xor butterfly over a warp's 32 lanes as one collective (Scheduler::
+// xor_butterfly): what cuda/device.cuh's warp_sum and warp_max run here.
+inline float warp_butterfly_sum(unsigned mask, float v) {
+  return detail::scheduler().xor_butterfly(detail::Collective::butterfly_sum, mask, v);
+}
+inline float warp_butterfly_max(unsigned mask, float v) {
+  return detail::scheduler().xor_butterfly(detail::Collective::butterfly_max, mask, v);
+}
+}  // namespace headroom::cuda_emulator
 
 // One OS thread runs everything: memory is always coherent.
 inline void __threadfence() {}

@@ -8,10 +8,12 @@
 #include "../support/kernel_test.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // A named namespace: Catch2's TEST_CASE opens an anonymous one, and nvcc's
@@ -549,6 +551,46 @@ TEST_CASE("emulator: a shuffle from a lane that does not exist gives NaN", "[emu
   for (int t = 0; t < 16; ++t) REQUIRE(got[t] == 1.0f);       // reads lane t + 16 of warp 0
   for (int t = 16; t < 32; ++t) REQUIRE(got[t] == 1.0f);      // out of range: own value
   for (int t = 32; t < 40; ++t) REQUIRE(std::isnan(got[t]));  // lanes 16-23 of warp 1 do not exist
+}
+
+// cuda::warp_sum and warp_max run here as one warp collective each
+// (Scheduler::xor_butterfly): every lane must get what the shuffle loop they
+// stand for gives it, bit for bit, also where lanes returned (they read as
+// NaN) or do not exist. Lanes at or above `live` in their warp return first.
+__global__ void butterflies(const float* x, float* out, int live) {
+  const int t = threadIdx.x;
+  if (t % 32 >= live) return;
+  const float v = x[t];
+  float s = v, m = v;
+  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(cuda::full_mask, s, o);
+  for (int o = 16; o > 0; o /= 2) {
+    const float w = __shfl_xor_sync(cuda::full_mask, m, o);
+    m = w > m ? w : m;
+  }
+  out[4 * t] = s;
+  out[4 * t + 1] = cuda::warp_sum(v);
+  out[4 * t + 2] = m;
+  out[4 * t + 3] = cuda::warp_max(v);
+}
+
+TEST_CASE("emulator: warp_sum and warp_max give each lane the shuffle loop's bits", "[emulator]") {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[static_cast<std::size_t>(i)] = std::sin(1.7f * static_cast<float>(i)) * 1e3f + 0.1f * i;  // sums that round
+  const Buffer<float> dx(x);
+  for (const auto& [threads, live] : {std::pair{64, 32}, std::pair{64, 20}, std::pair{40, 32}}) {
+    INFO(threads << " threads, " << live << " live lanes per warp");
+    Buffer<float> out(4 * 64);
+    cuda::launch(butterflies, "butterflies", dim3(1), dim3(threads), stream, dx.get(), out.get(), live);
+    const std::vector<float> got = out.download();
+    for (int t = 0; t < threads; ++t) {
+      if (t % 32 >= live) continue;
+      INFO("thread " << t);
+      const float* g = &got[static_cast<std::size_t>(4 * t)];
+      CHECK(std::bit_cast<std::uint32_t>(g[1]) == std::bit_cast<std::uint32_t>(g[0]));
+      CHECK(std::bit_cast<std::uint32_t>(g[3]) == std::bit_cast<std::uint32_t>(g[2]));
+    }
+    if (threads == 64 && live == 32) CHECK(got[0] != got[4 * 32]);  // the two warps sum their own lanes
+  }
 }
 
 TEST_CASE("emulator: the fiber order exposes a missing __syncthreads", "[emulator]") {
