@@ -25,6 +25,7 @@ class StepBuilder : public Recompute {
         if (p.trainable) largest = std::max(largest, cfg.sharded(1) ? cfg.shard(p.elements()) : p.elements());
       const std::int64_t range = std::min(largest, RunConfig::update_chunk);
       if (range > 0) {
+        update_range = range;
         update_staging = persistent("update staging", Role::scratch, cfg.update_staging_bytes(range), none);
         tensors[update_staging].node = 0;
       }

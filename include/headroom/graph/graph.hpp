@@ -305,6 +305,7 @@ class Graph {
   std::int64_t vocab = 0;
   int gemm_workspace = none;  // the workers' GEMM packing panels (GemmBlocking)
   int update_staging = none;  // OffloadOptimizer on the host engine: one update range per worker in RAM (RunConfig::update_staging_bytes)
+  std::int64_t update_range = 0;  // ... of so many elements: the most a process updates of one parameter, at most RunConfig::update_chunk
   int tied_weight = none;  // the embedding table an LM head may share
   bool tied_table_missing = false;  // a tied LM head built on a stage without the table (plan<Run>() refuses it)
   // tensor parallelism: set by a layer (LoRA) that adds to a row-parallel

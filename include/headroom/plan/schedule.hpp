@@ -140,6 +140,7 @@ struct Schedule {
   std::int64_t vocab = 0;  // the model's vocabulary (graph::Graph::vocab): 0 where no op reads or predicts token ids
   Slot gemm_panels{};             // the workers' GEMM packing panels (CUDA: the cuBLASLt workspace)
   Slot update_staging{};          // OffloadOptimizer on the host engine: one update range per worker (RunConfig::update_staging_bytes)
+  std::int64_t update_range = 0;  // ... of so many elements (graph::Graph::update_range; 0 without that buffer)
   Slot reductions{};              // CUDA: gradient-norm partials and the update's control block
   Slot staging{};                 // CUDA: pinned host staging of the step (offload tier)
   std::int64_t quant_table = -1;  // NF4 code values (+ the dynamic map for double quantization)
@@ -423,6 +424,7 @@ constexpr auto schedule_of_plan(const P& plan) {
   s.loss = index.slot(b.loss, 0, s.loss_step);
   s.gemm_panels = index.slot_of_tensor(b.gemm_workspace, 0, -1);
   s.update_staging = index.slot_of_tensor(b.update_staging, 0, -1);
+  s.update_range = b.update_range;
   s.reductions = index.slot_of_tensor(b.reductions, 0, -1);
   s.staging = index.slot_of_tensor(b.staging, 0, -1);
   s.quant_table = index.slot_of_tensor(b.quant_table, 0, -1).offset;

@@ -56,14 +56,10 @@ class OffloadOptimizer {
   // (sched.update_staging) and written back: no page of the tier is mapped
   // into the process by a step.
   static constexpr std::int64_t update_chunk = RunConfig::update_chunk;  // a multiple of AdamW8bit's block
-  // the elements of a range the staging buffer holds: update_chunk, or the
-  // largest parameter's when none has so many
-  static constexpr std::int64_t staged_range = [] {
-    std::int64_t largest = 0;
-    for (const ParamSlot& p : Trainer::sched.params)
-      if (p.trainable) largest = std::max(largest, Trainer::config.sharded(1) ? p.shard : p.elements());
-    return std::min(largest, update_chunk);
-  }();
+  // the elements of a range the staging buffer holds, as the plan sized it
+  // (graph::Graph::update_range): update_chunk, or the most this process
+  // updates of one parameter when none has so many
+  static constexpr std::int64_t staged_range = Trainer::sched.update_range;
   static constexpr std::int64_t staging_slot = Trainer::config.update_staging_slot_bytes(staged_range);
   // A step's timeline, for tools that draw it (bench/offload.cpp): when
   // given a buffer, each step records the compute thread's schedule steps
