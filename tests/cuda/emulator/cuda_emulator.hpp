@@ -383,11 +383,8 @@ class Scheduler {
       throw std::logic_error(std::string("headroom::cuda_emulator: ") + collective_name(key) + " with width " +
                              std::to_string(width) + " (a power of two in [1, 32]) in " + where());
     Warp& warp = warps_[self.warp];
-    const unsigned episode = warp.episode;
+    const unsigned episode = leave_in_slot(self, key, value);
     const int buffer = episode & 1;
-    std::memcpy(&warp.slot[buffer][self.lane], &value, sizeof(T));
-    warp.stamp[buffer][self.lane] = episode;
-    warp_barrier(self, key);
 
     const int lane = self.lane, first = lane & ~(width - 1), last = first + width - 1;
     int source = lane;
@@ -435,11 +432,8 @@ class Scheduler {
     Fiber& self = running(collective_name(key));
     check_mask(self, mask, collective_name(key));
     Warp& warp = warps_[self.warp];
-    const unsigned episode = warp.episode;
+    const unsigned episode = leave_in_slot(self, key, value);
     const int buffer = episode & 1;
-    std::memcpy(&warp.slot[buffer][self.lane], &value, sizeof value);
-    warp.stamp[buffer][self.lane] = episode;
-    warp_barrier(self, key);
     if (warp.butterfly_episode != episode) {
       float v[warp_lanes];
       bool took_part[warp_lanes];
@@ -573,6 +567,19 @@ class Scheduler {
     if ((mask >> self.lane & 1u) == 0)
       throw std::logic_error(std::string("headroom::cuda_emulator: ") + what + " with a mask that lacks the calling lane " +
                              std::to_string(self.lane) + " in " + where());
+  }
+
+  // The running lane leaves `value` in its slot of the warp's current
+  // episode and waits at the warp barrier of collective `key`; returns the
+  // episode, whose slot array (episode & 1) the lanes then read.
+  template <class T>
+  unsigned leave_in_slot(Fiber& self, unsigned key, const T& value) {
+    Warp& warp = warps_[self.warp];
+    const unsigned episode = warp.episode;
+    std::memcpy(&warp.slot[episode & 1][self.lane], &value, sizeof(T));
+    warp.stamp[episode & 1][self.lane] = episode;
+    warp_barrier(self, key);
+    return episode;
   }
 
   void warp_barrier(Fiber& self, unsigned key) {

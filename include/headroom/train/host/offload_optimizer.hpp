@@ -76,6 +76,8 @@ class OffloadOptimizer {
 
  protected:
   OffloadOptimizer() {
+    static_assert(!Trainer::config.offload_optimizer || staged_range > 0,
+                  "host::Trainer: the plan gives the offloaded update no range (Schedule::update_range is 0)");
     static_assert(!Trainer::config.offload_optimizer || Trainer::sched.update_staging.bytes >= Trainer::config.workers * staging_slot,
                   "host::Trainer: the plan's update staging buffer holds one range per worker");
   }
