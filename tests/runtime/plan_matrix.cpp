@@ -18,6 +18,8 @@
 
 #include <headroom/headroom.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -336,8 +338,29 @@ detail::Expanded expand_at_run_time() {
   return fn();
 }
 
+// The check written from its definition, pair by pair, sharing no code
+// with the planner's: every buffer lies in its tier's arena, aligned, with
+// room for its bytes, and no two buffers of one tier that are alive at a
+// common event share a byte.
+bool valid_by_pairs(const detail::Expanded& x) {
+  const std::size_t n = x.buffers.size();
+  for (const Buffer& b : x.buffers) {
+    const int64_t arena = x.peak[static_cast<int>(b.tier)];
+    if (b.offset < 0 || b.offset + b.size > arena || b.offset % b.align != 0 || b.size < b.bytes) return false;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Buffer& a = x.buffers[i];
+    for (std::size_t j = i + 1; j < n; ++j) {
+      const Buffer& b = x.buffers[j];
+      const bool together = a.tier == b.tier && a.first <= b.last && b.first <= a.last;
+      if (together && a.offset < b.offset + b.size && b.offset < a.offset + a.size && a.size > 0 && b.size > 0) return false;
+    }
+  }
+  return true;
+}
+
 // the check run again over the final arrays, independently of the planner's flag
-bool plan_valid(const detail::Expanded& x) { return x.recheck(); }
+bool plan_valid(const detail::Expanded& x) { return x.recheck() && valid_by_pairs(x); }
 
 int64_t role_bytes(const detail::Expanded& x, Role r, Tier t) {
   int64_t s = 0;
@@ -450,6 +473,65 @@ constexpr Mix full_f32_odd{.dtype = f32, .batch = 1, .seq = 100};
       qlora_int8_off, qlora_nf4dq_odd
 
 }  // namespace
+
+// The planner's check (plan/pack.hpp) against valid_by_pairs on plans made
+// wrong on purpose: one buffer that is neither alive the whole step nor to
+// the end of backward moved (onto another buffer's offset, or a few
+// alignment steps up or down) or kept alive longer. The check splits the
+// buffers by lifetime and sweeps them in birth order; valid_by_pairs
+// compares every pair: on these changes the two must agree, and most of
+// the changes must be caught.
+template <class R>
+void check_the_check(int changes, std::uint32_t seed) {
+  const detail::Expanded plan = expand_at_run_time<R>();
+  REQUIRE(plan.valid);
+  REQUIRE(valid_by_pairs(plan));
+  const int E = static_cast<int>(plan.events.size());
+  int64_t floor = 0;  // the end of the whole-step buffers, which lie at the bottom of the device arena
+  std::vector<int> movable;
+  for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
+    const Buffer& b = plan.buffers[i];
+    if (b.tier != Tier::device) continue;
+    if (b.first == 0 && b.last == E - 1) floor = std::max(floor, b.offset + b.size);
+    else if (b.last < E - 2) movable.push_back(i);
+  }
+  REQUIRE(movable.size() > 10);
+  std::uint32_t state = seed;
+  const auto draw = [&](std::uint32_t n) {  // xorshift32
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    return static_cast<int>(state % n);
+  };
+  int caught = 0, kept = 0;
+  for (int c = 0; c < changes; ++c) {
+    detail::Expanded x = plan;
+    Buffer& b = x.buffers[movable[draw(static_cast<std::uint32_t>(movable.size()))]];
+    switch (draw(3)) {
+      case 0:
+        b.offset = x.buffers[movable[draw(static_cast<std::uint32_t>(movable.size()))]].offset;
+        break;
+      case 1:
+        b.offset = std::max(floor, b.offset + (draw(9) - 4) * b.align);
+        break;
+      default:
+        b.last = std::min(E - 3, b.last + 1 + draw(40));
+        break;
+    }
+    const bool ok = valid_by_pairs(x);
+    INFO("change " << c << ": buffer " << b.name << " at " << b.offset << ", events " << b.first << " to " << b.last);
+    CHECK(x.recheck() == ok);
+    (ok ? kept : caught) += 1;
+  }
+  CHECK(caught > changes / 2);
+  CHECK(kept > 0);
+}
+
+TEST_CASE("plan check: agrees with a pairwise check on plans made wrong on purpose", "[plan][check]") {
+  check_the_check<run_t<models::tiny_llama, Mix{.dtype = DType::BF16, .rank = 16, .targets = Targets::all, .quant = Quant::nf4, .wrap = Wrap::checkpointed}>>(400, 1);
+  check_the_check<run_t<models::gpt2_124m, Mix{.dtype = DType::F32}>>(400, 2);
+  check_the_check<run_t<models::llama3_8b, Mix{.dtype = DType::BF16, .rank = 8, .targets = Targets::attention}>>(60, 3);
+}
 
 TEST_CASE("plan matrix: tiny_llama under every policy mix", "[plan][matrix]") {
   check_mixes<models::tiny_llama, HEADROOM_ALL_MIXES>();

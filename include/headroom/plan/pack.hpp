@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../core/bit_tree.hpp"
 #include "expand.hpp"
 
 namespace headroom {
@@ -88,12 +89,6 @@ constexpr void sort_by_birth(cvec<int>& items, const Spans& s, int events, bool 
   }
   items = out_v;
 }
-
-// A buffer already placed, as the check's sweep sees it.
-struct Placed {
-  std::int64_t offset = 0, end = 0;
-  int last = 0;
-};
 
 struct PackOrder {
   bool largest_first = false;  // within one birth event: largest first (else longest-lived first)
@@ -233,9 +228,13 @@ constexpr std::int64_t pack(Spans& s, int events, int loss_event, PackOrder how 
 //   W  alive the whole step: pairwise disjoint, and below every other buffer;
 //   L  alive to the end of backward (last >= events - 2): all alive together
 //      there, so pairwise disjoint (sorted by offset, neighbours compared);
-//   O  the rest: swept in birth order against every O still alive, and
-//      against the L buffers they overlap in space (found by binary search),
-//      which must be born after they die.
+//   O  the rest: swept in birth order, the O buffers alive kept in a set
+//      ordered by offset (a BitTree over the ranks of their offsets); the
+//      set is pairwise disjoint (each member was checked on entry), so a new
+//      buffer overlaps one of them exactly when it overlaps its neighbour
+//      below or above. Each O buffer is also checked against the L buffers
+//      it overlaps in space (found by binary search), which must be born
+//      after it dies. A buffer of no bytes overlaps nothing.
 constexpr bool check(const Spans& s, std::int64_t arena, int events, std::int64_t align) {
   const int n = static_cast<int>(s.first.size());
   const int* first = s.first.begin();
@@ -247,7 +246,7 @@ constexpr bool check(const Spans& s, std::int64_t arena, int events, std::int64_
     if (offset[k] < 0 || offset[k] + size[k] > arena || offset[k] % align != 0) return false;
     if (first[k] == 0 && last[k] == events - 1) whole.push_back(k);
     else if (last[k] >= events - 2) tail.push_back(k);
-    else rest.push_back(k);
+    else if (size[k] > 0) rest.push_back(k);
   }
   sort_by_key(whole, s.offset);
   std::int64_t floor = 0;
@@ -262,30 +261,47 @@ constexpr bool check(const Spans& s, std::int64_t arena, int events, std::int64_
     if (offset[t[k]] < floor) return false;
     if (k > 0 && offset[t[k - 1]] + size[t[k - 1]] > offset[t[k]]) return false;
   }
+  // each O buffer's rank: the position of its offset among the O buffers'
+  // (equal offsets, equal ranks)
+  const int m = static_cast<int>(rest.size());
+  cvec<int> rank_v(static_cast<std::size_t>(n), 0), owner_v(static_cast<std::size_t>(m), -1);
+  int* rank = rank_v.begin();
+  int* owner = owner_v.begin();  // the live O buffer at a rank
+  {
+    cvec<int> by_offset = rest;
+    sort_by_key(by_offset, s.offset);
+    const int* o = by_offset.begin();
+    for (int k = 0; k < m; ++k) rank[o[k]] = k > 0 && offset[o[k]] == offset[o[k - 1]] ? rank[o[k - 1]] : k;
+  }
   sort_by_birth(rest, s, events);
-  cvec<Placed> live_v;  // O buffers alive at the current birth
-  live_v.reserve(rest.size() + 1);
+  // the O buffers entered so far, listed by their last event
+  cvec<int> dies_head_v(static_cast<std::size_t>(events), -1), dies_next_v(static_cast<std::size_t>(n), -1);
+  int* dies_head = dies_head_v.begin();
+  int* dies_next = dies_next_v.begin();
+  int freed_through = -1;  // every entered buffer whose last event is at most this one has left
+  BitTree live(m);         // ranks of the O buffers alive at the current birth
   for (int i : rest) {
     const int born = first[i];
+    for (int e = freed_through + 1; e < born; ++e)
+      for (int j = dies_head[e]; j >= 0; j = dies_next[j]) live.erase(rank[j]);
+    if (born - 1 > freed_through) freed_through = born - 1;
     const std::int64_t lo = offset[i], hi = lo + size[i];
     if (lo < floor) return false;  // would overlap a whole-step buffer
-    std::size_t w = 0;
-    Placed* live = live_v.begin();
-    const std::size_t count = live_v.size();
-    for (std::size_t k = 0; k < count; ++k) {
-      if (live[k].last < born) continue;
-      if (live[k].offset < hi && lo < live[k].end) return false;  // alive together and overlapping
-      if (w != k) live[w] = live[k];
-      ++w;
-    }
-    while (live_v.size() > w) live_v.pop_back();
-    live_v.push_back(Placed{lo, hi, last[i]});
+    const int r = rank[i];
+    if (live.contains(r)) return false;  // alive together at the same offset
+    const int below = live.prev(r - 1), above = live.next(r + 1);
+    if (below >= 0 && offset[owner[below]] + size[owner[below]] > lo) return false;
+    if (above >= 0 && offset[owner[above]] < hi) return false;
+    live.insert(r);
+    owner[r] = i;
+    dies_next[i] = dies_head[last[i]];
+    dies_head[last[i]] = i;
     // the first tail buffer ending after lo, then every one starting before hi
     std::size_t a = 0, z = nt;
     while (a < z) {
-      const std::size_t m = (a + z) / 2;
-      if (offset[t[m]] + size[t[m]] <= lo) a = m + 1;
-      else z = m;
+      const std::size_t mid = (a + z) / 2;
+      if (offset[t[mid]] + size[t[mid]] <= lo) a = mid + 1;
+      else z = mid;
     }
     for (std::size_t k = a; k < nt && offset[t[k]] < hi; ++k)
       if (first[t[k]] <= last[i]) return false;
