@@ -5,8 +5,7 @@
 // with fewer than 8 the tests of 8 ranks print that they were skipped.
 // The GPUs are counted in a child process: the test process must not
 // initialize CUDA before it forks the ranks.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_session.hpp"
 // HEADROOM_GPU_TEST_MAIN: the main of the nvcc-built program, compiled by the
 // C++ compiler against the CUDA runtime (tests/CMakeLists.txt); without it,
 // the emulated program's.
@@ -44,5 +43,5 @@ int main(int argc, char** argv) {
   // on stderr: catch_discover_tests reads the test names from stdout
   std::fprintf(stderr, "cuda_data_parallel_emulated: ranks are processes, NCCL and the kernels are emulated on the CPU (not a GPU test)\n");
 #endif
-  return Catch::Session().run(argc, argv);
+  return headroom_test::run_catch_session(argc, argv);
 }

@@ -1,8 +1,7 @@
 // The kernel tests' main: on a GPU build, exit 77 (skipped) where no CUDA
 // device or driver is present, with the reason printed; under the emulator,
 // the tests always run (on the CPU).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_session.hpp"
 // HEADROOM_GPU_TEST_MAIN: the main of the nvcc-built program, compiled by the
 // C++ compiler against the CUDA runtime (tests/CMakeLists.txt); without it,
 // the emulated program's.
@@ -27,5 +26,5 @@ int main(int argc, char** argv) {
   // on stderr: catch_discover_tests reads the test names from stdout
   std::fprintf(stderr, "cuda_kernels_emulated: kernels run on the CPU emulator (not a GPU test)\n");
 #endif
-  return Catch::Session().run(argc, argv);
+  return headroom_test::run_catch_session(argc, argv);
 }

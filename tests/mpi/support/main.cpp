@@ -5,8 +5,7 @@
 // finalizing to the program). A rank whose session fails ends the job with
 // MPI_Abort: the other ranks may be waiting for it in a collective, and
 // mpirun then exits nonzero, failing the ctest entry.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_session.hpp"
 
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -22,11 +21,7 @@ int main(int argc, char** argv) {
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int result = 0;
-  {
-    Catch::Session session;
-    result = session.run(argc, argv);
-  }
+  const int result = headroom_test::run_catch_session(argc, argv);
   if (result != 0) {
     std::fprintf(stderr, "mpi tests: rank %d failed %d test case(s); aborting the job\n", rank, result);
     std::fflush(stderr);
