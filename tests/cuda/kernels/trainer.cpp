@@ -676,14 +676,14 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW bf16 trains bit for bit as on t
 
 // A Llama small enough for the emulator's AdamW8bit kernel (a block of 256
 // threads per 256 elements) over 20 steps.
-constexpr models::LlamaConfig small_llama{64, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
+constexpr models::LlamaConfig two_layer_llama{64, 64, 128, 2, 4, 2, 64, false};  // vocab, d, mlp, layers, heads, kv heads, positions
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: AdamW8bit", "[trainer][offload]") {
-  using M = models::Llama<small_llama>;
+  using M = models::Llama<two_layer_llama>;
   TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.5;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 0);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, two_layer_llama.vocab, 0);
 }
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: SGD with Accumulate<2> (f32)", "[trainer][offload]") {
@@ -695,11 +695,11 @@ TEST_CASE("cuda::Trainer OffloadOptimizer: SGD with Accumulate<2> (f32)", "[trai
 }
 
 TEST_CASE("cuda::Trainer OffloadOptimizer: LoRA", "[trainer][offload]") {
-  using M = models::Llama<small_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
+  using M = models::Llama<two_layer_llama, Apply<LoRA<4>, On<q_proj, v_proj>>>;
   TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.01;
   compare_offloaded<Train<M, Batch<2>, Seq<16>, Precision<BF16>, OffloadOptimizer, OnCuda>,
-                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, small_llama.vocab, 0);
+                    Train<M, Batch<2>, Seq<16>, Precision<BF16>, OnCuda>>(o, 20, two_layer_llama.vocab, 0);
 }
 
 // ---- OffloadParameters (ZeRO-Infinity) ----------------------------------------------------------------------
@@ -720,14 +720,14 @@ TEST_CASE("cuda::Trainer OffloadParameters: AdamW bf16, GPT-2's tied head, clipp
 
 TEST_CASE("cuda::Trainer OffloadParameters: QLoRA (NF4 + LoRA, checkpointed blocks, AdamW8bit) with Accumulate<2>",
           "[trainer][offload][offload_params]") {
-  using M = models::Llama<small_llama, Apply<Quantized<NF4, LoRA<4>>, On<q_proj, v_proj, down_proj>>, Apply<Checkpointed<>, EveryBlock>>;
+  using M = models::Llama<two_layer_llama, Apply<Quantized<NF4, LoRA<4>>, On<q_proj, v_proj, down_proj>>, Apply<Checkpointed<>, EveryBlock>>;
   TrainOptions o = cuda_test::trainer_options();
   o.clip_norm = 0.01;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OffloadParameters, OnCuda>,
-                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 0);
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, two_layer_llama.vocab, 0);
   o.clip_norm = 0;
   compare_offloaded<Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OffloadOptimizer, OffloadParameters, OnCuda>,
-                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, small_llama.vocab, 1e-5);
+                    Train<M, Batch<1>, Seq<16>, Accumulate<2>, Precision<BF16>, AdamW8bit, OnCuda>>(o, 20, two_layer_llama.vocab, 1e-5);
 }
 
 // f32 (the master is the weight; the update writes both), with the blocks'
