@@ -246,7 +246,7 @@ constexpr bool check(const Spans& s, std::int64_t arena, int events, std::int64_
     if (offset[k] < 0 || offset[k] + size[k] > arena || offset[k] % align != 0) return false;
     if (first[k] == 0 && last[k] == events - 1) whole.push_back(k);
     else if (last[k] >= events - 2) tail.push_back(k);
-    else if (size[k] > 0) rest.push_back(k);
+    else rest.push_back(k);
   }
   sort_by_key(whole, s.offset);
   std::int64_t floor = 0;
@@ -287,6 +287,7 @@ constexpr bool check(const Spans& s, std::int64_t arena, int events, std::int64_
     if (born - 1 > freed_through) freed_through = born - 1;
     const std::int64_t lo = offset[i], hi = lo + size[i];
     if (lo < floor) return false;  // would overlap a whole-step buffer
+    if (size[i] == 0) continue;    // no bytes: overlaps nothing, stays out of the set
     const int r = rank[i];
     if (live.contains(r)) return false;  // alive together at the same offset
     const int below = live.prev(r - 1), above = live.next(r + 1);
